@@ -1,0 +1,36 @@
+"""The `privpipe` command line: validate inputs, run releases, audit the ledger.
+
+Exit codes: 0 ok/admitted, 1 internal error (a bug), 2 bad input,
+3 denied (budget exceeded), 4 ledger integrity failure.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from flows.cli_ledger import ledger_app
+from flows.cli_validate import validate
+
+app = typer.Typer(
+    name="privpipe",
+    help=(
+        "Release per-user curves and streams under local privacy, with an audited "
+        "DuckDB privacy ledger.\n\nExit codes: 0 ok or admitted; 1 internal error (a bug); "
+        "2 bad input; 3 denied (budget exceeded); 4 ledger integrity failure."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.command("validate")(validate)
+app.add_typer(ledger_app, name="ledger")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Privacy cost descriptions that mechanisms return and the ledger charges.
+
+A mechanism never touches the ledger. It reports what it spent as a `Cost`: a
+notion (``gp``, ``cgp`` or ``wevent``) and a breakdown into named sub-steps.
+Amounts are exact rationals (`fractions.Fraction`): budget splits such as
+ε/4 + ε/12 + ε/6 + … must add back to the request exactly, so that the ledger
+(which stores exact integer quanta) never sees a rounding excess.
+
+w-event costs are per time step and stored as runs of equal per-step cost
+(`StepRun`), so a 10^6-step stream at a constant ε/w is one run.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from fractions import Fraction
+from numbers import Rational
+
+NOTIONS = ("gp", "cgp", "wevent")
+
+
+def exact(x: float | int | str | Fraction) -> Fraction:
+    """Return the exact rational a user meant by `x`.
+
+    Floats are read through their shortest decimal repr, so ``0.1`` is 1/10 and
+    not the binary double nearest to it; strings may be decimals or ratios
+    (``"1/11"``). Raises ValueError for non-finite or non-numeric input.
+    """
+    if isinstance(x, bool):
+        raise ValueError(f"a privacy parameter must be a number, got {x!r}")
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, Rational):
+        return Fraction(int(x.numerator), int(x.denominator))
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise ValueError(f"a privacy parameter must be finite, got {x!r}")
+        return Fraction(repr(x))
+    if isinstance(x, str):
+        try:
+            return Fraction(x.strip())
+        except (ValueError, ZeroDivisionError) as err:
+            raise ValueError(f"not a number or ratio: {x!r}") from err
+    try:
+        return exact(float(x))  # numpy scalars
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"a privacy parameter must be a number, got {type(x).__name__}") from err
+
+
+@dataclass(frozen=True)
+class CostItem:
+    """One sub-step of a mechanism's spend.
+
+    Attributes:
+        step: sub-step name, e.g. ``"svt"``, ``"reduce_seg"``, ``"project"``.
+        notion: ``"gp"`` (amount is ε) or ``"cgp"`` (amount is ρ).
+        amount: exact amount spent by this sub-step.
+    """
+
+    step: str
+    notion: str
+    amount: Fraction
+
+    def __post_init__(self) -> None:
+        if self.notion not in ("gp", "cgp"):
+            raise ValueError(f"CostItem notion must be 'gp' or 'cgp', got {self.notion!r}")
+        if self.amount < 0:
+            raise ValueError(f"CostItem amount must be >= 0, got {self.amount}")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The cost of one curve mechanism run: a notion and its sub-step breakdown.
+
+    `requested` is what the caller asked for (what the ledger reserves);
+    `total` is what the sub-steps actually consumed (what the ledger settles),
+    which is never more than `requested`.
+    """
+
+    notion: str
+    requested: Fraction
+    items: tuple[CostItem, ...]
+
+    def __post_init__(self) -> None:
+        if self.notion not in ("gp", "cgp"):
+            raise ValueError(f"Cost notion must be 'gp' or 'cgp', got {self.notion!r}")
+        for item in self.items:
+            if item.notion != self.notion:
+                raise ValueError("all cost items must share the cost's notion")
+        if self.total > self.requested:
+            raise AssertionError(
+                f"this is a bug: sub-steps spend {self.total} > requested {self.requested}"
+            )
+
+    @property
+    def total(self) -> Fraction:
+        """Exact sum of the sub-step amounts."""
+        return sum((i.amount for i in self.items), Fraction(0))
+
+    def breakdown(self) -> list[dict[str, str]]:
+        """JSON-friendly breakdown (amounts as exact ``"p/q"`` strings)."""
+        return [{"step": i.step, "notion": i.notion, "amount": str(i.amount)} for i in self.items]
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """A run of time steps [start, stop) that each cost `epsilon` (w-event)."""
+
+    start: int
+    stop: int
+    epsilon: Fraction
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.start < self.stop):
+            raise ValueError(f"StepRun needs 0 <= start < stop, got [{self.start}, {self.stop})")
+        if self.epsilon < 0:
+            raise ValueError("StepRun epsilon must be >= 0")
+
+
+@dataclass(frozen=True)
+class WEventCost:
+    """Per-step cost of a stream release under w-event LDP.
+
+    `runs` cover the released steps (stream-local indices, possibly offset by
+    the stream's start step) with their per-step ε; any window of `w`
+    consecutive steps must sum to at most `epsilon`.
+    """
+
+    epsilon: Fraction
+    w: int
+    runs: tuple[StepRun, ...]
+
+    def __post_init__(self) -> None:
+        if self.w < 1:
+            raise ValueError("w must be >= 1")
+        if self.max_window_sum() > self.epsilon:
+            raise AssertionError(
+                f"this is a bug: a window of {self.w} steps costs {self.max_window_sum()} "
+                f"> ε = {self.epsilon}"
+            )
+
+    def per_step(self, n: int | None = None) -> list[Fraction]:
+        """Expand the runs to a per-step list (for tests and small streams)."""
+        end = max((r.stop for r in self.runs), default=0) if n is None else n
+        out = [Fraction(0)] * end
+        for r in self.runs:
+            for t in range(r.start, min(r.stop, end)):
+                out[t] += r.epsilon
+        return out
+
+    def max_window_sum(self) -> Fraction:
+        """Largest sum of per-step costs over any w consecutive steps (sweep over runs)."""
+        return max_window_sum(self.runs, self.w)
+
+
+def compress_steps(per_step: list[Fraction], offset: int = 0) -> tuple[StepRun, ...]:
+    """Compress a per-step cost list into runs of equal cost (zero-cost steps dropped)."""
+    runs: list[StepRun] = []
+    start = 0
+    n = len(per_step)
+    while start < n:
+        stop = start + 1
+        while stop < n and per_step[stop] == per_step[start]:
+            stop += 1
+        if per_step[start] != 0:
+            runs.append(StepRun(start + offset, stop + offset, per_step[start]))
+        start = stop
+    return tuple(runs)
+
+
+def max_window_sum(runs: tuple[StepRun, ...] | list[StepRun], w: int) -> Fraction:
+    """Maximum over all windows of w consecutive steps of the summed per-step cost.
+
+    The window sum is piecewise linear in the window's start position and changes
+    slope only where a window edge crosses a run boundary, so its maximum is
+    attained at a start s with s = b or s + w = b for some boundary b. The sweep
+    evaluates those O(#runs) candidates, each in O(log #runs) via prefix sums.
+    Overlapping runs add up.
+    """
+    if not runs:
+        return Fraction(0)
+    # Cumulative cost function C(x) = cost of steps < x, piecewise linear with
+    # breakpoints at run boundaries; window sum W(s) = C(s + w) - C(s).
+    events: dict[int, Fraction] = {}
+    for r in runs:
+        events[r.start] = events.get(r.start, Fraction(0)) + r.epsilon
+        events[r.stop] = events.get(r.stop, Fraction(0)) - r.epsilon
+    points = sorted(events)
+    # slope on [points[i], points[i+1]) and C at each point
+    slopes: list[Fraction] = []
+    cum: list[Fraction] = []
+    slope = Fraction(0)
+    c = Fraction(0)
+    for i, x in enumerate(points):
+        if i:
+            c += slope * (x - points[i - 1])
+        cum.append(c)
+        slope += events[x]
+        slopes.append(slope)
+
+    def cumulative(x: int) -> Fraction:
+        i = bisect.bisect_right(points, x) - 1
+        if i < 0:
+            return Fraction(0)
+        return cum[i] + slopes[i] * (x - points[i])
+
+    candidates = set()
+    for b in points:
+        candidates.add(b)
+        candidates.add(b - w)
+    return max(cumulative(s + w) - cumulative(s) for s in candidates)
