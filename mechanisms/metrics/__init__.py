@@ -1,0 +1,1 @@
+"""Error metrics for curves (exact L2) and streams (cosine distance, period accuracy)."""
