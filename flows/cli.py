@@ -9,6 +9,13 @@ from __future__ import annotations
 import typer
 
 from flows.cli_ledger import ledger_app
+from flows.cli_release import (
+    audit_cmd,
+    demo_cmd,
+    evaluate_cmd,
+    release_app,
+    serve_cmd,
+)
 from flows.cli_validate import validate
 
 app = typer.Typer(
@@ -25,6 +32,11 @@ app = typer.Typer(
 
 app.command("validate")(validate)
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(release_app, name="release")
+app.command("audit")(audit_cmd)
+app.command("evaluate")(evaluate_cmd)
+app.command("demo")(demo_cmd)
+app.command("serve")(serve_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,270 @@
+"""`privpipe release curves|streams`, `audit`, `evaluate`, `demo`, `serve`.
+
+Prefect is imported lazily, after `configure_prefect()` has pinned its
+settings, so `privpipe validate` and `privpipe ledger` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from flows.cli_common import OutputFormat, console, handle_errors, print_rows
+from flows.settings import BUNDLED_POLICY, configure_prefect, privpipe_home
+from schemas.errors import ParameterError
+
+release_app = typer.Typer(help="Release a data set under local privacy (charges the ledger).",
+                          no_args_is_help=True)
+
+LedgerOpt = typer.Option(None, "--ledger", help="Ledger file [default: $PRIVPIPE_HOME/"
+                         "ledger.duckdb, else ./.privpipe/ledger.duckdb].")
+PolicyOpt = typer.Option(None, "--policy", help="Policy TOML [default: the bundled "
+                         "data/policy.toml].")
+OutOpt = typer.Option(Path("out"), "--out", help="Output directory; each release writes "
+                      "OUT/<release_id>/.")
+RunnerOpt = typer.Option("threads", "--task-runner",
+                         help="threads | dask (local cluster) | tcp://HOST:PORT (Dask "
+                              "scheduler) | ray://HOST:PORT (needs prefect-ray).")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="Show Prefect's logs.")
+
+
+def _ledger_path(ledger: Path | None) -> Path:
+    return ledger if ledger is not None else privpipe_home() / "ledger.duckdb"
+
+
+def _prepare(verbose: bool) -> None:
+    configure_prefect()
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
+    import prefect  # noqa: F401  (configures logging once, then we quieten it)
+
+    if not verbose:
+        for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _parse_options(options: str | None) -> dict[str, Any]:
+    if not options:
+        return {}
+    try:
+        value = json.loads(options)
+    except json.JSONDecodeError as err:
+        raise ParameterError(f"--options must be a JSON object: {err.msg}") from None
+    if not isinstance(value, dict):
+        raise ParameterError("--options must be a JSON object, e.g. '{\"basis\": \"sinc\"}'")
+    return value
+
+
+def _show_result(res: dict[str, Any]) -> None:
+    counts = res["manifest"]["counts"]
+    print_rows([{"release_id": res["release_id"], "released": counts["users_released"],
+                 "denied": counts["users_denied"], "rejected": counts["users_rejected"],
+                 "output": res["out"], "report": res["report"]}], title="Release")
+
+
+@release_app.command("curves")
+@handle_errors
+def release_curves_cmd(
+    input_path: Path = typer.Argument(..., help="CSV, Parquet or DuckDB file of curve samples."),
+    domain: str = typer.Option(..., "--domain", help="Policy domain (kind curves)."),
+    mechanism: str = typer.Option("privfuncseg", "--mechanism",
+                                  help="privfuncseg | project_and_privatize | privfuncselect "
+                                       "| baseline"),
+    epsilon: str | None = typer.Option(None, "--epsilon", help="ε per curve (GP), e.g. 0.5 or 1/3."),
+    rho: str | None = typer.Option(None, "--rho", help="ρ per curve (CGP domains only)."),
+    options: str | None = typer.Option(None, "--options",
+                                       help="Mechanism options as JSON, e.g. "
+                                            "'{\"basis\": \"sinc\", \"m\": 200}'."),
+    release_id: str | None = typer.Option(None, "--release-id",
+                                          help="Rerun key [default: derived from flow, domain, "
+                                               "input fingerprint and parameters]."),
+    table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
+    chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
+    evaluate_on: str = typer.Option("grid", "--evaluate-on",
+                                    help="grid (N evenly spaced times) | input (the input "
+                                         "times: releases them as-is)."),
+    out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
+    task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+) -> None:
+    """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/."""
+    opts = _parse_options(options)
+    if (epsilon is None) == (rho is None):
+        raise ParameterError("give exactly one of --epsilon or --rho")
+    _prepare(verbose)
+    from flows.release import release_curves
+    from flows.runners import make_task_runner
+
+    runner = make_task_runner(task_runner)
+    with _spinner("releasing curves"):
+        res = release_curves.with_options(task_runner=runner)(
+            input_path=str(input_path), domain=domain, mechanism=mechanism, epsilon=epsilon,
+            rho=rho, options=opts, release_id=release_id, out_dir=str(out),
+            ledger_path=str(_ledger_path(ledger)),
+            policy_path=str(policy or BUNDLED_POLICY), chunk_users=chunk_users, table=table,
+            evaluate_on=evaluate_on)
+    _show_result(res)
+
+
+@release_app.command("streams")
+@handle_errors
+def release_streams_cmd(
+    input_path: Path = typer.Argument(..., help="CSV, Parquet or DuckDB file of stream samples."),
+    domain: str = typer.Option(..., "--domain", help="Policy domain (kind streams)."),
+    epsilon: str = typer.Option(..., "--epsilon", help="ε per window of w steps (w-event)."),
+    reconstruct: str = typer.Option("cpr", "--reconstruct", help="cpr | none"),
+    release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
+    table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
+    chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
+    out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
+    task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+) -> None:
+    """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR."""
+    _prepare(verbose)
+    from flows.release import release_streams
+    from flows.runners import make_task_runner
+
+    runner = make_task_runner(task_runner)
+    with _spinner("releasing streams"):
+        res = release_streams.with_options(task_runner=runner)(
+            input_path=str(input_path), domain=domain, epsilon=epsilon, reconstruct=reconstruct,
+            release_id=release_id, out_dir=str(out), ledger_path=str(_ledger_path(ledger)),
+            policy_path=str(policy or BUNDLED_POLICY), chunk_users=chunk_users, table=table)
+    _show_result(res)
+
+
+class _spinner:
+    def __init__(self, text: str):
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.text = text
+
+    def __enter__(self) -> Progress:
+        self.progress.start()
+        self.task = self.progress.add_task(self.text)
+        return self.progress
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+
+@handle_errors
+def audit_cmd(
+    out: Path = OutOpt, ledger: Path | None = LedgerOpt,
+    near_cap: float = typer.Option(0.1, "--near-cap", help="Fraction of the cap that counts as "
+                                   "near."),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format"),
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Compliance report: balances per domain, users near cap, denials, chain verification.
+
+    Exit 4 when the ledger does not verify.
+    """
+    _prepare(verbose)
+    from flows.audit import audit
+
+    with _spinner("auditing the ledger"):
+        res = audit(ledger_path=str(_ledger_path(ledger)), out_dir=str(out),
+                    near_cap_fraction=near_cap)
+    print_rows(res["domains"], fmt, title="Balances per domain")
+    console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
+                  f"({res['entries']} entries); report: {res['report']}")
+    if not res["ok"]:
+        raise typer.Exit(4)
+
+
+@handle_errors
+def evaluate_cmd(
+    out: Path = OutOpt,
+    epsilons: str = typer.Option("0.1,1,10", "--epsilons", help="Comma-separated ε values."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise (public data)."),
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Run the mechanisms on bundled public data; plot raw against private; error tables.
+
+    Charges nothing: the data is public. This is the only report that shows raw data.
+    """
+    try:
+        eps = [float(e) for e in epsilons.split(",") if e.strip()]
+    except ValueError:
+        raise ParameterError("--epsilons must be comma-separated numbers") from None
+    if not eps or any(e <= 0 for e in eps):
+        raise ParameterError("--epsilons must be positive numbers")
+    _prepare(verbose)
+    from flows.evaluate import evaluate
+
+    with _spinner("evaluating mechanisms on bundled data"):
+        res = evaluate(out_dir=str(out), epsilons=eps, seed=seed)
+    print_rows(res["rows"], title="Mean normalised error (lower is better)")
+    console.print(f"report: {res['report']}")
+
+
+@handle_errors
+def demo_cmd(
+    out: Path = typer.Option(Path("out/demo"), "--out", help="Output directory."),
+    ledger: Path | None = LedgerOpt, task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+) -> None:
+    """Demo release on the bundled data into an embedded ledger, then an audit."""
+    _prepare(verbose)
+    from flows.demo import run_demo
+
+    ledger_path = _ledger_path(ledger)
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=console)
+    with progress:
+        current: dict[str, Any] = {}
+
+        def on_step(label: str) -> None:
+            if "id" in current:
+                progress.update(current["id"], completed=1, total=1)
+            current["id"] = progress.add_task(label, total=None)
+
+        rows = run_demo(out, ledger_path, task_runner=task_runner, on_step=on_step)
+        if "id" in current:
+            progress.update(current["id"], completed=1, total=1)
+    print_rows(rows, title=f"privpipe demo (ledger: {ledger_path})",
+               columns=["step", "release_id", "released", "denied", "rejected", "report"])
+    console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
+                  "it reproduces the same outputs and charges nothing more.")
+
+
+@handle_errors
+def serve_cmd(
+    config: Path = typer.Option(..., "--config", help="Schedules TOML ([[release]] tables)."),
+    port: int = typer.Option(4200, "--port", help="Port of the loopback Prefect server started "
+                             "when PREFECT_API_URL is not set."),
+    check: bool = typer.Option(False, "--check", help="Validate the schedules and build the "
+                               "deployments, then exit without serving."),
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Serve the release flows on cron schedules (needs a real Prefect server).
+
+    Uses PREFECT_API_URL when set; otherwise starts `prefect server start` on
+    127.0.0.1:PORT. Runs until interrupted.
+    """
+    from flows.serve import build_deployments, ensure_server, load_schedules
+
+    schedules = load_schedules(config)
+    _prepare(verbose)
+    if check:
+        deployments = build_deployments(schedules)
+        print_rows([{"deployment": d.name, "flow": s.flow, "cron": s.cron,
+                     "timezone": s.timezone} for d, s in zip(deployments, schedules, strict=True)],
+                   title="Schedules (not served: --check)")
+        return
+    server = ensure_server(port)
+    try:
+        from prefect import serve
+
+        deployments = build_deployments(schedules)
+        console.print(f"serving {len(deployments)} deployment(s) against "
+                      f"{os.environ.get('PREFECT_API_URL')}; Ctrl-C to stop")
+        serve(*deployments)
+    finally:
+        if server is not None:
+            server.terminate()

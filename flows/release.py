@@ -1,0 +1,261 @@
+"""Release flows: `release_curves` and `release_streams`.
+
+The chain (DESIGN.md): ingest -> plan -> ledger reserve -> mechanism tasks
+over chunks of users -> ledger settle -> outputs -> reconstruction -> report.
+The flows only wire tasks. Budget is reserved (durably, in the ledger) before
+any noise is drawn; every user's noise comes from the ledger's HMAC seed of
+(release_id, user_id), so a rerun with the same release_id reproduces the
+same bytes and charges nothing more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.context import get_run_context
+
+from flows.faults import fault_point
+from flows.settings import BUNDLED_POLICY
+from ledger import Ledger
+from mechanisms.cost import exact
+from schemas.errors import ParameterError
+from schemas.policy import Domain, load_policy
+from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
+from tasks.outputs import merge_outputs, write_json
+from tasks.privatize import CurveSpec, StreamSpec, privatize_curves, privatize_streams
+from tasks.reconstruct import reconstruct_streams
+from tasks.report import write_release_report
+from tasks.stage import StagePlan, stage_input
+from tasks.staging import remove_staging
+
+
+def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters: dict[str, Any],
+                       scheduled_date: str | None = None) -> str:
+    """Deterministic release id from (flow, domain, input fingerprint, parameters, date)."""
+    key = json.dumps({"flow": flow_name, "domain": domain, "input": fingerprint,
+                      "parameters": parameters, "scheduled_date": scheduled_date},
+                     sort_keys=True, default=str)
+    prefix = "rc" if flow_name == "release_curves" else "rs"
+    return f"{prefix}-{domain}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _domain(policy_path: str | None, name: str, kind: str) -> Domain:
+    policy = load_policy(policy_path or BUNDLED_POLICY)
+    dom = policy.domain(name)
+    if dom.kind != kind:
+        raise ParameterError(f"domain {name!r} holds {dom.kind}, not {kind}")
+    return dom
+
+
+def _flow_run_id() -> str | None:
+    try:
+        ctx = get_run_context()
+    except Exception:  # noqa: BLE001 - outside a run (direct call in tests)
+        return None
+    run = getattr(ctx, "flow_run", None)
+    return str(run.id) if run is not None else None
+
+
+def _scheduled_date() -> str | None:
+    """The scheduled date of a deployment run (None for ad-hoc runs)."""
+    try:
+        from prefect.runtime import deployment, flow_run
+
+        if deployment.id is None:
+            return None
+        return flow_run.scheduled_start_time.date().isoformat()
+    except Exception:  # noqa: BLE001 - outside a deployment run
+        return None
+
+
+def _guard_release_id(ledger: Ledger, release_id: str, fingerprint: str,
+                      parameters: dict[str, Any]) -> None:
+    """Refuse to reuse a release_id for other input or parameters (it would skip charging)."""
+    earlier = ledger.release(release_id)
+    if not earlier:
+        return
+    manifest = earlier.get("manifest") or {}
+    if manifest.get("input_fingerprint") not in (None, fingerprint) or (
+            manifest.get("parameters") not in (None, parameters)):
+        raise ParameterError(
+            f"release id {release_id!r} was already used for a different input or different "
+            "parameters; a rerun must repeat the same release exactly. Use a new --release-id.")
+
+
+def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
+             parameters: dict[str, Any], release_id: str | None, out_dir: str,
+             ledger_path: str, chunk_users: int, table: str | None,
+             scheduled_date: str | None) -> dict[str, Any]:
+    flow_name = "release_curves" if kind == "curves" else "release_streams"
+    scheduled_date = scheduled_date or _scheduled_date()
+    out_root = Path(out_dir)
+    staging = out_root / ".staging" / uuid.uuid4().hex
+    try:
+        plan: StagePlan = stage_input(input_path, dom, str(staging), chunk_users=chunk_users,
+                                      table=table)
+        fault_point("after_ingest")
+        rid = release_id or default_release_id(flow_name, dom.name, plan.fingerprint, parameters,
+                                               scheduled_date)
+        ledger = Ledger(ledger_path)
+        _guard_release_id(ledger, rid, plan.fingerprint, parameters)
+        base_manifest = {"release_id": rid, "flow": flow_name, "domain": dom.name,
+                         "units": dom.units_label(), "parameters": parameters,
+                         "input_fingerprint": plan.fingerprint, "input": str(input_path)}
+        if not ledger.release(rid):
+            ledger.record_release(rid, base_manifest, "reserving")
+        if isinstance(spec, CurveSpec):
+            requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
+            mechanism = spec.mechanism
+        else:
+            requests = plan_requests(plan, dom.name, "wevent", per_step=spec.epsilon_per_step)
+            mechanism = spec.mechanism
+        admitted, denied = reserve_budget(ledger_path, rid, requests, mechanism=mechanism,
+                                          parameters=parameters,
+                                          input_fingerprint=plan.fingerprint,
+                                          flow_run_id=_flow_run_id())
+        fault_point("after_reserve")
+        seeds = write_chunk_seeds(ledger_path, rid, plan, admitted)
+        futures = []
+        for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
+            if not any(u in admitted for u in chunk.user_ids):
+                continue
+            if isinstance(spec, CurveSpec):
+                futures.append(privatize_curves.submit(chunk.index, chunk.path, seeds_path,
+                                                       dom.value_columns, spec, str(staging)))
+            else:
+                futures.append(privatize_streams.submit(chunk.index, chunk.path, seeds_path,
+                                                        spec, str(staging)))
+        results = []
+        for i, fut in enumerate(futures):
+            res = fut.result()
+            settle_chunk(ledger_path, rid, dom.name, res)
+            results.append(res)
+            if i == 0:
+                fault_point("after_first_chunk")
+        fault_point("after_settle")
+        rdir = out_root / rid
+        rdir.mkdir(parents=True, exist_ok=True)
+        files: dict[str, str] = {}
+        counts: dict[str, int] = {}
+        names = ("values", "segments") if kind == "curves" else ("samples",)
+        for name in names:
+            chunk_files = [r.output_paths[name] for r in results]
+            if chunk_files:
+                counts[f"{name}_rows"] = merge_outputs(chunk_files, rdir / f"{name}.parquet")
+                files[name] = f"{name}.parquet"
+        periods: list[dict[str, Any]] = []
+        if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr" and "samples" in files:
+            periods = reconstruct_streams(str(rdir / "samples.parquet"),
+                                          float(spec.epsilon_per_step),
+                                          str(rdir / "reconstruction.parquet"))
+            files["reconstruction"] = "reconstruction.parquet"
+        fault_point("after_outputs")
+        first_seq, last_seq = ledger.entry_range(rid)
+        bounds = [b for r in results for b in r.error_bounds]
+        manifest = {
+            **base_manifest,
+            "mechanism": mechanism,
+            "counts": {"users_in_input": plan.users + len(plan.rejected),
+                       "users_released": len(admitted), "users_denied": len(denied),
+                       "users_rejected": len(plan.rejected), "items": plan.items,
+                       "points": plan.points, **counts},
+            "files": files,
+            "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
+            "error_bound": {"beta": getattr(spec, "beta", None),
+                            "max": max(bounds) if bounds else None,
+                            "mean": sum(bounds) / len(bounds) if bounds else None},
+            "periods": periods,
+            "public_metadata": (
+                "released as-is, not covered by the guarantee: user ids, curve ids and each "
+                "curve's duration and number of points" if kind == "curves" else
+                "released as-is, not covered by the guarantee: user ids, stream ids and the "
+                "step indices of each stream"),
+        }
+        write_json(manifest, rdir / "manifest.json")
+        ledger.record_release(rid, manifest, "complete")
+        report = write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path)
+        fault_point("after_report")
+        return {"release_id": rid, "out": str(rdir), "report": report["html"],
+                "manifest": manifest}
+    finally:
+        remove_staging(staging)
+
+
+@flow(name="release-curves", persist_result=False, validate_parameters=True)
+def release_curves(
+    input_path: str,
+    domain: str,
+    mechanism: str = "privfuncseg",
+    epsilon: str | None = None,
+    rho: str | None = None,
+    options: dict[str, Any] | None = None,
+    release_id: str | None = None,
+    out_dir: str = "out",
+    ledger_path: str = ".privpipe/ledger.duckdb",
+    policy_path: str | None = None,
+    chunk_users: int = 200,
+    table: str | None = None,
+    scheduled_date: str | None = None,
+    evaluate_on: str = "grid",
+) -> dict[str, Any]:
+    """Release every user's curves of `domain` under ε-GP (or ρ-CGP) w.r.t. L2.
+
+    Each curve costs ε (or ρ) in the domain's units; a user is admitted only
+    if all its curves fit under its cap. Parameters are public and validated
+    before any data is read.
+    """
+    dom = _domain(policy_path, domain, "curves")
+    spec = CurveSpec(mechanism, None if epsilon is None else str(epsilon),
+                     None if rho is None else str(rho), dict(options or {}),
+                     evaluate_on=evaluate_on)
+    if spec.notion == "cgp" and dom.notion == "gp":
+        raise ParameterError(f"domain {domain!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be "
+                             "charged to it; pass --epsilon instead")
+    if chunk_users < 1:
+        raise ParameterError("chunk_users must be >= 1")
+    parameters = {"mechanism": mechanism, "notion": spec.notion, "amount": str(spec.amount),
+                  "options": dict(sorted((options or {}).items())), "evaluate_on": evaluate_on}
+    return _release("curves", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
+                    release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
+                    chunk_users=chunk_users, table=table, scheduled_date=scheduled_date)
+
+
+@flow(name="release-streams", persist_result=False, validate_parameters=True)
+def release_streams(
+    input_path: str,
+    domain: str,
+    epsilon: str,
+    mechanism: str = "square_wave",
+    reconstruct: str = "cpr",
+    release_id: str | None = None,
+    out_dir: str = "out",
+    ledger_path: str = ".privpipe/ledger.duckdb",
+    policy_path: str | None = None,
+    chunk_users: int = 200,
+    table: str | None = None,
+    scheduled_date: str | None = None,
+) -> dict[str, Any]:
+    """Release every user's streams of `domain` with Square Wave under ε-w-event LDP.
+
+    Each sample costs ε/w (w from the policy), so any w consecutive steps of a
+    stream cost at most ε, across releases. CPR reconstruction is post-processing.
+    """
+    dom = _domain(policy_path, domain, "streams")
+    if dom.w is None:
+        raise ParameterError(f"domain {domain!r} has no w")
+    spec = StreamSpec(str(epsilon), dom.w, mechanism, reconstruct)
+    if exact(spec.epsilon) > dom.cap:
+        raise ParameterError(f"epsilon {spec.epsilon} per window exceeds the domain's cap "
+                             f"{dom.cap} ({dom.units_label()})")
+    if chunk_users < 1:
+        raise ParameterError("chunk_users must be >= 1")
+    parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(exact(epsilon)),
+                  "w": dom.w, "reconstruct": reconstruct}
+    return _release("streams", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
+                    release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
+                    chunk_users=chunk_users, table=table, scheduled_date=scheduled_date)

@@ -1,0 +1,94 @@
+"""SHA-256 fingerprints of validated, converted data.
+
+A user's fingerprint hashes a canonical byte encoding of their data after
+validation and conversion: curves (or streams) in id order, each with its id,
+its times (or steps) and values as little-endian float64 (int64 for steps),
+and the curve's start. The file's row order, the chunking of the read and the
+input format (CSV, Parquet, DuckDB) do not change it; any converted value does.
+The input's fingerprint hashes the sorted (user id, user fingerprint) pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable
+
+import numpy as np
+
+from ingest.types import Curve, Stream
+
+_VERSION = b"privpipe-fingerprint-v1\0"
+
+
+def _text(h: hashlib._Hash, s: str) -> None:
+    b = s.encode("utf-8", "surrogatepass")
+    h.update(struct.pack("<Q", len(b)))
+    h.update(b)
+
+
+def _array(h: hashlib._Hash, a: np.ndarray, dtype: str) -> None:
+    b = np.ascontiguousarray(a, dtype=dtype)
+    h.update(struct.pack("<Q", b.size))
+    h.update(b.tobytes())
+
+
+def user_fingerprint(
+    user_id: str, items: Iterable[Curve] | Iterable[Stream], columns: Iterable[str]
+) -> str:
+    """Fingerprint one user's canonical data.
+
+    Args:
+        user_id: the user.
+        items: the user's `Curve` or `Stream` objects.
+        columns: the value column names (part of the canonical form).
+
+    Returns:
+        The SHA-256 hex digest.
+    """
+    h = hashlib.sha256(_VERSION)
+    _text(h, user_id)
+    for c in columns:
+        _text(h, c)
+    for item in sorted(items, key=lambda it: getattr(it, "curve_id", None)
+                       or getattr(it, "stream_id", "")):
+        if isinstance(item, Curve):
+            _text(h, "curve")
+            _text(h, item.curve_id)
+            h.update(struct.pack("<d", float("nan") if item.start is None else item.start))
+            _array(h, item.t, "<f8")
+            _array(h, item.values, "<f8")
+        else:
+            _text(h, "stream")
+            _text(h, item.stream_id)
+            _array(h, item.steps, "<i8")
+            _array(h, item.values, "<f8")
+    return h.hexdigest()
+
+
+class InputFingerprint:
+    """Incremental hash over (user id, fingerprint) pairs fed in sorted user order."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256(_VERSION + b"input\0")
+        self._last: str | None = None
+
+    def add(self, user_id: str, fingerprint: str) -> None:
+        """Add one user; users must arrive in strictly increasing id order."""
+        if self._last is not None and not user_id > self._last:
+            raise RuntimeError("internal error (a bug): users reached the fingerprint unsorted")
+        self._last = user_id
+        _text(self._h, user_id)
+        self._h.update(bytes.fromhex(fingerprint))
+
+    def hexdigest(self) -> str:
+        """The input's SHA-256 hex digest."""
+        return self._h.hexdigest()
+
+
+def input_fingerprint(user_fingerprints: dict[str, str]) -> str:
+    """Fingerprint of a whole input from its per-user fingerprints (any order)."""
+    acc = InputFingerprint()
+    for u in sorted(user_fingerprints):
+        acc.add(u, user_fingerprints[u])
+    return acc.hexdigest()

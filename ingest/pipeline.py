@@ -1,0 +1,645 @@
+"""Streaming, validated ingestion: from an input file to per-user curves or streams.
+
+One pass over the input, in bounded memory:
+
+1. DuckDB opens the source (`ingest.source`), casts each column to what the
+   domain needs (numbers; ISO 8601 date/times become microseconds since the
+   epoch, UTC unless the text carries an offset) and sorts by
+   (user_id, curve_id or stream_id, file row), spilling to disk if needed.
+2. Arrow record batches are cut at user boundaries, so a user is never split
+   between two batches (a batch holds whole users; a user larger than
+   `batch_rows` makes one larger batch).
+3. Each batch is converted to the domain's units (time from each curve's start,
+   or absolute step indices; lon/lat to metres; stream values normalised by the
+   declared range) and validated with the pandera schema of `schemas.samples`.
+4. A user with any bad row is rejected as a whole, with every reason; the other
+   users are yielded in sorted user-id order.
+
+Sorting by file row within a curve (not by t) is what lets "t strictly
+increasing" catch unsorted input with its row numbers; with ``sort = true`` in
+the domain, rows of a curve are ordered by t in the batch instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pandera.errors as pa_errors
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.fingerprint import input_fingerprint, user_fingerprint
+from ingest.projection import project
+from ingest.source import (
+    OpenedSource,
+    is_numeric_type,
+    is_temporal_type,
+    open_source,
+    quote_ident,
+)
+from ingest.types import (
+    Curve,
+    IngestReport,
+    Rejection,
+    Stream,
+    UserCurves,
+    UserStreams,
+)
+from schemas import samples as S
+from schemas.errors import ParameterError, Problem, ValidationError
+from schemas.policy import TIME_UNITS, Domain
+from schemas.problems import dedupe, message_for, problems_from_schema_errors
+
+#: Units accepted for plain numbers in the time column (``input_time_unit``).
+INPUT_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, **TIME_UNITS}
+PROJECTION_REFERENCES = ("curve", "dataset")
+
+RULE_REQUIRED = "required"
+RULE_NUMBER = "number"
+RULE_T_FORMAT = "t format"
+
+_NUMBER, _DATETIME = 1, 2
+_MISSING_ROW = -1
+
+
+@dataclass(frozen=True)
+class _Plan:
+    domain: Domain
+    label: str
+    key: str                    # "curve_id" or "stream_id"
+    inputs: tuple[str, ...]     # input value columns (lon, lat for projected domains)
+    sql: str
+    number_factor: float        # plain numbers in t -> domain time units
+    projection_reference: str
+    dataset_lat: float | None
+
+
+def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | None,
+                      projection_reference: str) -> None:
+    if not isinstance(domain, Domain):
+        raise ParameterError("domain must be a schemas.policy.Domain")
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ParameterError("batch_rows must be an integer >= 1")
+    if input_time_unit is not None:
+        if input_time_unit not in INPUT_TIME_UNITS:
+            raise ParameterError(
+                f"input_time_unit must be one of {', '.join(INPUT_TIME_UNITS)} (or None: "
+                "plain numbers are already in the domain's time unit)")
+        if domain.kind == "streams" and domain.time_unit == "step":
+            raise ParameterError(
+                "input_time_unit does not apply to a stream domain whose time_unit is "
+                "\"step\": t holds integer step indices")
+    if projection_reference not in PROJECTION_REFERENCES:
+        raise ParameterError(
+            f"projection_reference must be one of {', '.join(PROJECTION_REFERENCES)}")
+
+
+def _domain_inputs(domain: Domain) -> tuple[str, str, tuple[str, ...]]:
+    key = "curve_id" if domain.kind == "curves" else "stream_id"
+    inputs = ((domain.lon_column, domain.lat_column) if domain.projection
+              else tuple(domain.value_columns))
+    return key, "t", inputs
+
+
+def _file_problem(label: str, column: str | None, rule: str, message: str) -> Problem:
+    return Problem(label, None, column, rule, message)
+
+
+def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None,
+          projection_reference: str) -> _Plan:
+    label = src.label
+    key, t, inputs = _domain_inputs(domain)
+    required = ("user_id", key, t, *inputs)
+    found = ", ".join(src.columns) or "(none)"
+    missing = [c for c in required if c not in src.columns]
+    if missing:
+        raise ValidationError([
+            _file_problem(label, c, "required column",
+                          f"column is missing; domain {domain.name!r} ({domain.kind}) needs "
+                          f"{', '.join(required)}; the input has {found}")
+            for c in missing])
+    problems: list[Problem] = []
+    types = src.columns
+    for c in ("user_id", key):
+        ty = types[c]
+        if not (ty == "VARCHAR" or is_numeric_type(ty)):
+            problems.append(_file_problem(label, c, "dtype",
+                                          f"an id column must hold text or integers, not {ty}"))
+    for c in inputs:
+        ty = types[c]
+        if not (ty == "VARCHAR" or is_numeric_type(ty)):
+            problems.append(_file_problem(label, c, "dtype",
+                                          f"a value column must hold numbers, not {ty}"))
+    tty = types[t]
+    step_unit = domain.kind == "streams" and domain.time_unit == "step"
+    if not (tty == "VARCHAR" or is_numeric_type(tty) or is_temporal_type(tty)):
+        problems.append(_file_problem(label, t, "dtype",
+                                      f"t must hold numbers or ISO 8601 date/times, not {tty}"))
+    elif step_unit and is_temporal_type(tty):
+        problems.append(_file_problem(
+            label, t, "dtype", "time_unit \"step\" needs integer step indices, but t holds "
+            "date/times; declare a duration time_unit and step in the domain"))
+    if problems:
+        raise ValidationError(problems)
+    n = src.count()
+    if n == 0:
+        raise ValidationError(_file_problem(label, None, "not empty", "the input has no data rows"))
+    # Text columns: one bad cell is one bad row, but a column with no number at all
+    # is a wrong dtype for the whole column (a file-level problem).
+    q = quote_ident
+    text_cols = [c for c in (*inputs, t) if types[c] == "VARCHAR"]
+    if text_cols:
+        aggs = []
+        for c in text_cols:
+            parsed = (f"TRY_CAST({q(c)} AS DOUBLE) IS NOT NULL OR "
+                      f"TRY_CAST({q(c)} AS TIMESTAMPTZ) IS NOT NULL") if c == t else (
+                f"TRY_CAST({q(c)} AS DOUBLE) IS NOT NULL")
+            aggs.append(f"count({q(c)}), count(*) FILTER (WHERE {parsed})")
+        counts = src.con.execute(f"SELECT {', '.join(aggs)} FROM {src.relation}").fetchone()  # noqa: S608
+        for i, c in enumerate(text_cols):
+            nonnull, ok = counts[2 * i], counts[2 * i + 1]
+            if nonnull > 0 and ok == 0:
+                what = "numbers or ISO 8601 date/times" if c == t else "numbers"
+                problems.append(_file_problem(label, c, "dtype",
+                                              f"no value of this column parses as {what}"))
+        if problems:
+            raise ValidationError(problems)
+    dataset_lat = None
+    if domain.projection == "equirectangular" and projection_reference == "dataset":
+        lat = q(domain.lat_column)
+        row = src.con.execute(
+            f"SELECT avg(v) FROM (SELECT TRY_CAST({lat} AS DOUBLE) AS v FROM {src.relation}) "  # noqa: S608
+            "WHERE isfinite(v) AND v BETWEEN -90 AND 90").fetchone()
+        dataset_lat = None if row[0] is None else float(row[0])
+    if input_time_unit is None or domain.seconds_per_unit is None:
+        factor = 1.0
+    else:
+        factor = INPUT_TIME_UNITS[input_time_unit] / domain.seconds_per_unit
+    return _Plan(domain=domain, label=label, key=key, inputs=inputs,
+                 sql=_select_sql(src, key, t, inputs), number_factor=factor,
+                 projection_reference=projection_reference, dataset_lat=dataset_lat)
+
+
+def _select_sql(src: OpenedSource, key: str, t: str, inputs: tuple[str, ...]) -> str:
+    q = quote_ident
+    types = src.columns
+    cols = ["_row", f"CAST({q('user_id')} AS VARCHAR) AS _user", f"CAST({q(key)} AS VARCHAR) AS _key"]
+    tty = types[t]
+    tq = q(t)
+    if is_numeric_type(tty):
+        cols += [f"CAST({tq} AS DOUBLE) AS _t_num", "CAST(NULL AS BIGINT) AS _t_us",
+                 "CAST(NULL AS VARCHAR) AS _t_raw"]
+    elif is_temporal_type(tty):
+        ts = tq if "TIME ZONE" in tty else f"CAST({tq} AS TIMESTAMP)"
+        cols += ["CAST(NULL AS DOUBLE) AS _t_num", f"epoch_us({ts}) AS _t_us",
+                 "CAST(NULL AS VARCHAR) AS _t_raw"]
+    else:
+        cols += [
+            f"TRY_CAST({tq} AS DOUBLE) AS _t_num",
+            f"CASE WHEN TRY_CAST({tq} AS DOUBLE) IS NULL "
+            f"THEN epoch_us(TRY_CAST({tq} AS TIMESTAMPTZ)) END AS _t_us",
+            f"CASE WHEN {tq} IS NOT NULL AND TRY_CAST({tq} AS DOUBLE) IS NULL AND "
+            f"TRY_CAST({tq} AS TIMESTAMPTZ) IS NULL THEN {tq} END AS _t_raw",
+        ]
+    for i, c in enumerate(inputs):
+        cq = q(c)
+        if types[c] == "VARCHAR":
+            cols += [f"TRY_CAST({cq} AS DOUBLE) AS _v{i}",
+                     f"CASE WHEN {cq} IS NOT NULL AND TRY_CAST({cq} AS DOUBLE) IS NULL "
+                     f"THEN {cq} END AS _raw{i}"]
+        else:
+            cols += [f"CAST({cq} AS DOUBLE) AS _v{i}", f"CAST(NULL AS VARCHAR) AS _raw{i}"]
+    return (f"SELECT {', '.join(cols)} FROM {src.relation} "  # noqa: S608
+            "ORDER BY _user ASC NULLS LAST, _key ASC NULLS LAST, _row ASC")
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def _user_array(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    return batch.column("_user").to_numpy(zero_copy_only=False)
+
+
+def _last_user_start(users: np.ndarray) -> int:
+    last = users[-1]
+    diff = np.flatnonzero(users != last)
+    return int(diff[-1]) + 1 if diff.size else 0
+
+
+def _blocks(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Table]:
+    """Yield Arrow tables that each hold whole users, in sorted order."""
+    reader = src.con.execute(plan.sql).fetch_record_batch(batch_rows)
+    pending: list[pa.RecordBatch] = []
+    pending_user: object = None
+    for batch in reader:
+        if batch.num_rows == 0:
+            continue
+        users = _user_array(batch)
+        cut = _last_user_start(users)
+        if cut == 0 and (not pending or users[0] == pending_user):
+            pending.append(batch)
+            pending_user = users[0]
+            continue
+        if cut == 0:
+            yield pa.Table.from_batches(pending)
+            pending, pending_user = [batch], users[0]
+            continue
+        yield pa.Table.from_batches([*pending, batch.slice(0, cut)])
+        pending, pending_user = [batch.slice(cut)], users[cut]
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def _float(col: pa.ChunkedArray) -> np.ndarray:
+    return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _isnull(col: pa.ChunkedArray) -> np.ndarray:
+    return pc.is_null(col).to_numpy(zero_copy_only=False)
+
+
+def _group_starts(users: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    n = len(users)
+    start = np.ones(n, dtype=bool)
+    if n > 1:
+        start[1:] = (users[1:] != users[:-1]) | (keys[1:] != keys[:-1])
+    return start
+
+
+def _reduce_min(values: np.ndarray, starts: np.ndarray, fill: float | int) -> np.ndarray:
+    return np.minimum.reduceat(values, starts) if len(values) else np.empty(0, values.dtype)
+
+
+class _Batch:
+    """One block of whole users, converted and validated."""
+
+    def __init__(self, tbl: pa.Table, plan: _Plan):
+        self.plan = plan
+        d = plan.domain
+        self.n = n = tbl.num_rows
+        self.row = tbl.column("_row").to_numpy(zero_copy_only=False).astype(np.int64)
+        self.users = _user_array(tbl)
+        self.keys = tbl.column("_key").to_numpy(zero_copy_only=False)
+        self.problems: list[Problem] = []
+        user_null = np.equal(self.users, None)
+        key_null = np.equal(self.keys, None)
+        gstart = _group_starts(self.users, self.keys)
+        self.gid = np.cumsum(gstart) - 1
+        self.gstarts = np.flatnonzero(gstart)
+
+        # ---- time: kind per row, then conversion per group
+        t_num = _float(tbl.column("_t_num"))
+        num_ok = ~_isnull(tbl.column("_t_num"))
+        t_us_col = tbl.column("_t_us")
+        us_ok = ~_isnull(t_us_col)
+        t_us = pc.fill_null(t_us_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        t_raw = tbl.column("_t_raw")
+        t_bad = ~_isnull(t_raw)
+        kind = np.where(num_ok, _NUMBER, np.where(us_ok, _DATETIME, 0))
+        first_kind = np.zeros(len(self.gstarts), dtype=np.int64)
+        if n:
+            # the group's kind is the kind of its first row that has a time at all
+            known = kind > 0
+            idx = np.where(known, np.arange(n), n)
+            first_idx = np.minimum.reduceat(idx, self.gstarts)
+            first_kind = np.where(first_idx < n, kind[np.minimum(first_idx, n - 1)], 0)
+        gkind = first_kind[self.gid] if n else np.zeros(0, np.int64)
+        mixed = (kind > 0) & (kind != gkind)
+        t_missing = (kind == 0) & ~t_bad
+
+        self.t, self.start_of_group = self._convert_time(t_num, t_us, kind, gkind)
+        if d.kind == "streams" and d.time_unit == "step":
+            dt_in_step = kind == _DATETIME
+        else:
+            dt_in_step = np.zeros(n, dtype=bool)
+
+        # ---- values
+        nin = len(plan.inputs)
+        self.v = np.empty((n, nin), dtype=np.float64)
+        v_missing, v_bad = [], []
+        for i in range(nin):
+            col = tbl.column(f"_v{i}")
+            self.v[:, i] = _float(col)
+            bad = ~_isnull(tbl.column(f"_raw{i}"))
+            v_bad.append(bad)
+            v_missing.append(_isnull(col) & ~bad)
+
+        # ---- conversion-time problems (specific causes; pandera adds the rest)
+        pre: list[tuple[np.ndarray, str, str, str, object]] = [
+            (user_null, "user_id", RULE_REQUIRED, message_for(RULE_REQUIRED), None),
+            (key_null, plan.key, RULE_REQUIRED, message_for(RULE_REQUIRED), None),
+            (t_missing, "t", RULE_REQUIRED, message_for(RULE_REQUIRED), None),
+            (t_bad, "t", RULE_T_FORMAT,
+             "t is neither a number nor an ISO 8601 date/time", t_raw),
+            (mixed, "t", RULE_T_FORMAT,
+             "t mixes plain numbers and date/times within one curve or stream", None),
+            (dt_in_step, "t", S.RULE_INTEGER_STEP,
+             "time_unit \"step\" needs integer step indices, not date/times", None),
+        ]
+        for i, c in enumerate(plan.inputs):
+            pre.append((v_missing[i], c, RULE_REQUIRED, message_for(RULE_REQUIRED), None))
+            pre.append((v_bad[i], c, RULE_NUMBER, "not a number", tbl.column(f"_raw{i}")))
+        for mask, column, rule, message, raw in pre:
+            for j in np.flatnonzero(mask):
+                value = None
+                if raw is not None:
+                    value = raw[int(j)].as_py()
+                    value = value if value is None or len(value) <= 80 else value[:77] + "..."
+                self.problems.append(Problem(
+                    plan.label, int(self.row[j]), column, rule, message,
+                    user_id=self.users[j], value=value))
+
+        # ---- sort by t within a group when the domain asks
+        if d.sort and n:
+            order = np.lexsort((np.arange(n), self.t, self.gid))
+            if np.any(order != np.arange(n)):
+                for name in ("row", "users", "keys", "t", "v"):
+                    setattr(self, name, getattr(self, name)[order])
+
+        self._validate()
+
+    def _convert_time(self, t_num: np.ndarray, t_us: np.ndarray, kind: np.ndarray,
+                      gkind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d, n = self.plan.domain, self.n
+        starts = self.gstarts
+        out = np.full(n, np.nan)
+        start = np.full(len(starts), np.nan)
+        if n == 0:
+            return out, start
+        spu = d.seconds_per_unit
+        is_num = (kind == _NUMBER) & (gkind == _NUMBER)
+        is_dt = (kind == _DATETIME) & (gkind == _DATETIME)
+        num = t_num * self.plan.number_factor
+        if d.kind == "curves":
+            fin = is_num & np.isfinite(num)
+            g0 = np.minimum.reduceat(np.where(fin, num, np.inf), starts)
+            o = g0[self.gid]
+            with np.errstate(invalid="ignore"):
+                out = np.where(is_num, num - o, out)
+            start = np.where(np.isfinite(g0), g0, start)
+            big = np.iinfo(np.int64).max
+            g0us = np.minimum.reduceat(np.where(is_dt, t_us, big), starts)
+            has = g0us != big
+            dt_rel = (t_us - g0us[self.gid]) / 1e6 / spu
+            out = np.where(is_dt, dt_rel, out)
+            start = np.where(has, g0us / 1e6 / spu, start)
+            # exact zero at each curve's first point, whatever the rounding
+            return out, start
+        # streams: absolute step indices
+        if d.time_unit == "step":
+            out = np.where(is_num, t_num, out)
+            return out, start
+        step = float(d.step)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = np.where(is_num, np.floor(num / step), out)
+        step_us = step * spu * 1e6
+        if step_us == round(step_us) and step_us >= 1:
+            steps_dt = (t_us // int(round(step_us))).astype(np.float64)
+        else:
+            steps_dt = np.floor(t_us / step_us)
+        out = np.where(is_dt, steps_dt, out)
+        return out, start
+
+    def _frame(self) -> pd.DataFrame:
+        plan = self.plan
+        cols: dict[str, object] = {
+            "user_id": pd.array(np.where(np.equal(self.users, None), "", self.users), dtype="str"),
+            plan.key: pd.array(np.where(np.equal(self.keys, None), "", self.keys), dtype="str"),
+            "t": self.t,
+        }
+        for i, c in enumerate(plan.inputs):
+            cols[c] = self.v[:, i]
+        return pd.DataFrame(cols, index=pd.Index(self.row, name=S.ROW_INDEX))
+
+    def _schema(self):
+        d = self.plan.domain
+        if d.kind == "curves":
+            lon_lat = (d.lon_column, d.lat_column) if d.projection else None
+            return S.curve_samples_schema(d.value_columns, lon_lat=lon_lat,
+                                          mercator=d.projection == "mercator")
+        return S.stream_samples_schema(d.value_range, integer_steps=d.time_unit == "step")
+
+    def _validate(self) -> None:
+        if self.n == 0:
+            return
+        user_of = dict(zip(self.row.tolist(), self.users.tolist(), strict=True))
+        d = self.plan.domain
+
+        def range_text(rule: str, column: str) -> str | None:
+            if rule == S.RULE_VALUE_RANGE and d.value_range is not None:
+                lo, hi = d.value_range
+                return f"domain {d.name!r} declares value_range [{lo:g}, {hi:g}] {d.value_unit}"
+            return None
+
+        try:
+            self._schema().validate(self._frame(), lazy=True)
+            found: list[Problem] = []
+        except pa_errors.SchemaErrors as err:
+            found = problems_from_schema_errors(err, file=self.plan.label,
+                                                user_of_row=user_of.get, range_text=range_text)
+        self.problems = dedupe([*self.problems, *found])
+
+    # ------------------------------------------------------------------ results
+
+    def results(self, keep: bool = True) -> Iterator[UserCurves | UserStreams | Rejection]:
+        """Yield each user of the block, in order: accepted objects or rejections."""
+        n = self.n
+        if n == 0:
+            return
+        plan, d = self.plan, self.plan.domain
+        by_user: dict[object, list[Problem]] = {}
+        for p in self.problems:
+            by_user.setdefault(p.user_id, []).append(p)
+        values = self.v
+        if d.kind == "curves" and d.projection:
+            values = self._projected()
+        elif d.kind == "streams" and d.value_range is not None:
+            lo, hi = d.value_range
+            values = (self.v - lo) / (hi - lo)
+        ustart = np.ones(n, dtype=bool)
+        ustart[1:] = self.users[1:] != self.users[:-1]
+        ubounds = np.append(np.flatnonzero(ustart), n)
+        gstart = _group_starts(self.users, self.keys)
+        gbounds = np.append(np.flatnonzero(gstart), n)
+        columns = d.value_columns
+        for a, b in zip(ubounds[:-1], ubounds[1:], strict=True):
+            user = self.users[a]
+            probs = by_user.get(user)
+            if user is None or probs:
+                ps = sorted(probs or [], key=lambda p: (p.row or 0, p.column or "", p.rule))
+                yield Rejection(user_id="" if user is None else user, problems=ps)
+                continue
+            lo = np.searchsorted(gbounds, a)
+            hi = np.searchsorted(gbounds, b)
+            items: list[Curve] | list[Stream] = []
+            for g0, g1 in zip(gbounds[lo:hi], gbounds[lo + 1:hi + 1], strict=True):
+                if d.kind == "curves":
+                    gi = int(self.gid[g0]) if not d.sort else None
+                    t = self.t[g0:g1].copy()
+                    start = (float(self.start_of_group[gi]) if gi is not None
+                             else self._start_after_sort(g0))
+                    items.append(Curve(curve_id=self.keys[g0], t=t,
+                                       values=values[g0:g1].copy(), start=start))
+                else:
+                    items.append(Stream(stream_id=self.keys[g0],
+                                        steps=self.t[g0:g1].astype(np.int64),
+                                        values=values[g0:g1, 0].copy()))
+            fp = user_fingerprint(user, items, columns)
+            if d.kind == "curves":
+                yield UserCurves(user_id=user, curves=items, fingerprint=fp)  # type: ignore[arg-type]
+            else:
+                yield UserStreams(user_id=user, streams=items, fingerprint=fp)  # type: ignore[arg-type]
+
+    def _start_after_sort(self, g0: int) -> float | None:
+        # gid is in pre-sort order, but a sort never moves rows across groups, so
+        # the group of row g0 is found by its (user, key) run position.
+        gi = int(np.searchsorted(self.gstarts, g0, side="right") - 1)
+        s = self.start_of_group[gi]
+        return None if not np.isfinite(s) else float(s)
+
+    def _projected(self) -> np.ndarray:
+        d, plan = self.plan.domain, self.plan
+        lon, lat = self.v[:, 0], self.v[:, 1]
+        if d.projection == "mercator":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x, y = project(lon, lat, projection="mercator")
+        else:
+            if plan.projection_reference == "dataset" and plan.dataset_lat is not None:
+                ref: float | np.ndarray = plan.dataset_lat
+            else:
+                gs = _group_starts(self.users, self.keys)
+                gid = np.cumsum(gs) - 1
+                starts = np.flatnonzero(gs)
+                fin = np.isfinite(lat)
+                sums = np.add.reduceat(np.where(fin, lat, 0.0), starts)
+                counts = np.add.reduceat(fin.astype(np.float64), starts)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    ref = (sums / counts)[gid]
+            with np.errstate(invalid="ignore"):
+                x, y = project(lon, lat, projection="equirectangular", ref_lat=ref)
+        return np.column_stack([x, y])
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def iter_users(
+    source: str | Path | pd.DataFrame,
+    domain: Domain,
+    *,
+    table: str | None = None,
+    batch_rows: int = 200_000,
+    input_time_unit: str | None = None,
+    projection_reference: str = "curve",
+    memory_limit: str = "1GB",
+) -> Iterator[UserCurves | UserStreams | Rejection]:
+    """Stream the validated users of an input, in sorted user-id order.
+
+    Args:
+        source: CSV (optionally ``.gz``), Parquet or DuckDB file, or a DataFrame.
+            Columns: ``user_id``, ``curve_id`` (curves) or ``stream_id``
+            (streams), ``t``, and the domain's value columns (``lon``/``lat``
+            columns for a projected domain). Other columns are ignored.
+        domain: the policy domain that fixes units, projection and range.
+        table: the table name inside a DuckDB file.
+        batch_rows: rows per Arrow batch read from DuckDB (memory bound; a user
+            is never split, so one user larger than this makes a larger batch).
+        input_time_unit: unit of plain numbers in ``t`` (ns, us, ms, s, min, h,
+            d); None means they are already in the domain's time unit. ISO 8601
+            strings and date/time columns are always understood.
+        projection_reference: standard parallel of the equirectangular
+            projection: each ``"curve"``'s mean latitude, or the ``"dataset"``'s.
+        memory_limit: DuckDB memory limit for reading and sorting.
+
+    Yields:
+        `UserCurves` or `UserStreams` for accepted users, `Rejection` for users
+        with any invalid row (``user_id == ""``: rows that carry no user id).
+
+    Raises:
+        ValidationError: file-level problems (missing or unreadable file,
+            missing column, wrong dtype for a whole column, empty input).
+        ParameterError: invalid arguments (checked before the file is read).
+    """
+    _check_parameters(domain, batch_rows, input_time_unit, projection_reference)
+    with open_source(source, table=table, memory_limit=memory_limit) as src:
+        plan = _plan(src, domain, input_time_unit, projection_reference)
+        for block in _blocks(src, plan, batch_rows):
+            yield from _Batch(block, plan).results()
+
+
+def scan(
+    source: str | Path | pd.DataFrame,
+    domain: Domain,
+    *,
+    table: str | None = None,
+    batch_rows: int = 200_000,
+    input_time_unit: str | None = None,
+    projection_reference: str = "curve",
+    memory_limit: str = "1GB",
+) -> IngestReport:
+    """Validate a whole input in one streaming pass and summarise it.
+
+    Same arguments as `iter_users`; per-user arrays are dropped as soon as a
+    user is counted, so memory does not grow with the input.
+
+    Returns:
+        An `IngestReport` (counts, time span, value ranges, rejections,
+        per-user and whole-input fingerprints).
+
+    Raises:
+        ValidationError: file-level problems (see `iter_users`).
+        ParameterError: invalid arguments.
+    """
+    _check_parameters(domain, batch_rows, input_time_unit, projection_reference)
+    users = items = points = rows = 0
+    t_lo, t_hi = np.inf, -np.inf
+    ncols = len(domain.value_columns)
+    v_lo, v_hi = np.full(ncols, np.inf), np.full(ncols, -np.inf)
+    rejected: list[Rejection] = []
+    file_problems: list[Problem] = []
+    fps: dict[str, str] = {}
+    with open_source(source, table=table, memory_limit=memory_limit) as src:
+        plan = _plan(src, domain, input_time_unit, projection_reference)
+        label = src.label
+        for block in _blocks(src, plan, batch_rows):
+            rows += block.num_rows
+            for r in _Batch(block, plan).results():
+                if isinstance(r, Rejection):
+                    if r.user_id == "" and all(p.user_id is None for p in r.problems):
+                        file_problems.extend(r.problems)
+                    else:
+                        rejected.append(r)
+                    continue
+                users += 1
+                fps[r.user_id] = r.fingerprint
+                parts = r.curves if isinstance(r, UserCurves) else r.streams
+                for it in parts:
+                    items += 1
+                    tt = it.t if isinstance(it, Curve) else it.steps
+                    points += len(tt)
+                    t_lo, t_hi = min(t_lo, float(tt[0])), max(t_hi, float(tt[-1]))
+                    if isinstance(it, Curve):
+                        raw = it.values
+                    elif domain.value_range is not None:
+                        lo, hi = domain.value_range
+                        raw = (it.values * (hi - lo) + lo)[:, None]
+                    else:
+                        raw = it.values[:, None]
+                    v_lo = np.minimum(v_lo, raw.min(axis=0))
+                    v_hi = np.maximum(v_hi, raw.max(axis=0))
+    return IngestReport(
+        source=label, kind=domain.kind, domain=domain.name, rows=rows, users=users,
+        curves_or_streams=items, points=points,
+        t_span=(t_lo, t_hi) if users else None,
+        value_ranges=({c: (float(v_lo[i]), float(v_hi[i]))
+                       for i, c in enumerate(domain.value_columns)} if users else {}),
+        rejected=rejected, file_problems=file_problems,
+        fingerprint=input_fingerprint(fps), user_fingerprints=fps, time_unit=domain.time_unit,
+    )

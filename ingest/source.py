@@ -1,0 +1,208 @@
+"""Open an input (CSV, Parquet, DuckDB table, or a pandas DataFrame) in DuckDB.
+
+Each source becomes a SQL relation with the input's columns plus ``_row``, the
+1-based data row as in the file (header excluded), so that every problem can
+name its row after DuckDB has sorted the data:
+
+- CSV (any other suffix, optionally gzip-compressed): read as text
+  (``all_varchar``) into a table of a private temporary DuckDB file, whose
+  insertion order is the file's record order; ``_row = rowid + 1``. Reading
+  everything as text means one bad cell makes one bad row, not a bad column.
+  A quoted field spanning several lines counts as one row.
+- Parquet (``.parquet``, ``.pq``): ``file_row_number + 1``.
+- DuckDB (``.duckdb``, ``.ddb``, ``.db`` with ``table=``): attached read-only;
+  ``_row = rowid + 1`` (the table's storage order).
+- pandas DataFrame: its position + 1.
+
+DuckDB runs with a memory limit and spills sorts to the temporary directory,
+so files larger than memory can be validated.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from schemas.errors import Problem, ValidationError
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+DUCKDB_SUFFIXES = (".duckdb", ".ddb", ".db")
+NUMERIC_TYPES = (
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL",
+)
+TEMPORAL_PREFIXES = ("TIMESTAMP", "DATE")
+
+
+def quote_ident(name: str) -> str:
+    """Quote a SQL identifier for DuckDB (any text, including quotes, is safe)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """Quote a SQL string literal for DuckDB."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def is_numeric_type(t: str) -> bool:
+    """True for DuckDB integer, float and decimal types."""
+    return t in NUMERIC_TYPES or t.startswith("DECIMAL")
+
+
+def is_temporal_type(t: str) -> bool:
+    """True for DuckDB DATE and TIMESTAMP types (with or without time zone)."""
+    return t.startswith(TEMPORAL_PREFIXES)
+
+
+@dataclass
+class OpenedSource:
+    """An input opened in a private DuckDB connection.
+
+    Attributes:
+        con: the connection (memory-limited; spills to a temporary directory).
+        relation: SQL text of a relation with the input's columns and ``_row``.
+        columns: the input's columns and their DuckDB types, in file order.
+        label: the input's name used in problems (path, or ``path::table``).
+    """
+
+    con: duckdb.DuckDBPyConnection
+    relation: str
+    columns: dict[str, str]
+    label: str
+
+    def count(self) -> int:
+        """Number of data rows."""
+        return int(self.con.execute(f"SELECT count(*) FROM {self.relation}").fetchone()[0])  # noqa: S608
+
+
+def _file_error(label: str, rule: str, message: str, column: str | None = None) -> ValidationError:
+    return ValidationError(Problem(label, None, column, rule, message))
+
+
+def source_label(source: object, table: str | None = None) -> str:
+    """Human name of a source: its path, ``path::table``, or ``<DataFrame>``."""
+    if isinstance(source, pd.DataFrame):
+        return "<DataFrame>"
+    return f"{source}::{table}" if table else str(source)
+
+
+@contextmanager
+def open_source(
+    source: str | Path | pd.DataFrame,
+    *,
+    table: str | None = None,
+    memory_limit: str = "1GB",
+    threads: int | None = None,
+) -> Iterator[OpenedSource]:
+    """Open `source` in a fresh DuckDB connection backed by a private temp directory.
+
+    Args:
+        source: a CSV, Parquet or DuckDB file path, or a pandas DataFrame.
+        table: the table name inside a DuckDB file (required for DuckDB files).
+        memory_limit: DuckDB's memory limit; larger sorts spill to disk.
+        threads: DuckDB threads (None: DuckDB's default).
+
+    Yields:
+        The opened source; the connection and its temporary files are removed
+        on exit.
+
+    Raises:
+        ValidationError: missing or unreadable file, missing table (file-level
+            problems naming the file and the rule).
+    """
+    label = source_label(source, table)
+    tmp = Path(tempfile.mkdtemp(prefix="privpipe-ingest-"))
+    con = duckdb.connect(str(tmp / "ingest.duckdb"))
+    try:
+        con.execute(f"SET memory_limit = {quote_literal(memory_limit)}")
+        con.execute(f"SET temp_directory = {quote_literal(str(tmp / 'spill'))}")
+        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET TimeZone = 'UTC'")
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
+        relation = _attach(con, source, table, label)
+        try:
+            desc = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()  # noqa: S608
+        except duckdb.Error as err:
+            raise _file_error(label, "readable", f"cannot read the input: {_first_line(err)}") from None
+        if sum(1 for r in desc if r[0] == "_row") > 1:
+            raise _file_error(label, "reserved column", "the column name _row is reserved", "_row")
+        columns = {str(r[0]): str(r[1]) for r in desc if r[0] != "_row"}
+        yield OpenedSource(con=con, relation=relation, columns=columns, label=label)
+    finally:
+        con.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, label: str) -> str:
+    if isinstance(source, pd.DataFrame):
+        if table is not None:
+            raise _file_error(label, "table", "table= only applies to DuckDB files")
+        if "_row" in source.columns:
+            raise _file_error(label, "reserved column", "the column name _row is reserved", "_row")
+        df = source.copy(deep=False)
+        df.insert(0, "_row", range(1, len(df) + 1))
+        con.register("src_df", df)
+        return "src_df"
+    path = Path(str(source))
+    if not path.exists():
+        raise _file_error(label, "exists", "no such file")
+    if not path.is_file():
+        raise _file_error(label, "exists", "not a regular file")
+    name = path.name.lower()
+    if name.endswith(DUCKDB_SUFFIXES):
+        if not table:
+            raise _file_error(label, "table", "a DuckDB input needs --table NAME (table=...)")
+        try:
+            con.execute(f"ATTACH {quote_literal(str(path))} AS srcdb (READ_ONLY)")
+        except duckdb.Error as err:
+            raise _file_error(label, "readable",
+                              f"not a readable DuckDB file: {_first_line(err)}") from None
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'srcdb' "
+            "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = 'srcdb'"
+        ).fetchall()]
+        if table not in tables:
+            known = ", ".join(sorted(tables)) or "(none)"
+            raise _file_error(label, "table", f"no table of that name; the file has: {known}")
+        return f"(SELECT rowid + 1 AS _row, * FROM srcdb.main.{quote_ident(table)})"
+    if table is not None:
+        raise _file_error(label, "table", "table= only applies to DuckDB files")
+    if name.endswith(PARQUET_SUFFIXES):
+        rel = (f"(SELECT file_row_number + 1 AS _row, * EXCLUDE (file_row_number) "
+               f"FROM read_parquet({quote_literal(str(path))}, file_row_number = true))")
+        try:
+            con.execute(f"SELECT * FROM {rel} LIMIT 0")  # noqa: S608
+        except duckdb.Error as err:
+            raise _file_error(label, "readable",
+                              f"not a readable Parquet file: {_first_line(err)}") from None
+        return rel
+    try:
+        con.execute(
+            "CREATE TABLE src_csv AS SELECT * FROM read_csv(?, all_varchar = true, "
+            "header = true, auto_detect = true)", [str(path)])
+    except duckdb.Error as err:
+        raise _file_error(label, "readable", f"not a readable CSV file: {_first_line(err)}") from None
+    return "(SELECT rowid + 1 AS _row, * FROM src_csv)"
+
+
+def sniff_csv_types(path: str | Path) -> dict[str, str]:
+    """DuckDB's guess of a CSV file's column types (from a sample of rows)."""
+    con = duckdb.connect()
+    try:
+        rows = con.execute("DESCRIBE SELECT * FROM read_csv(?, header = true)", [str(path)]).fetchall()
+    finally:
+        con.close()
+    return {str(r[0]): str(r[1]) for r in rows}

@@ -1,0 +1,224 @@
+"""DDL, migrations and auditor views of the ledger database.
+
+Tables (amounts are integer quanta, see `ledger.amounts`):
+
+* ``schema_version(component, version, migrated_at)``: one row,
+  component ``privpipe-ledger``. A file without it is foreign; a newer version
+  is refused (upgrade privpipe).
+* ``meta(key, value)``: ledger id, quantum, noise-key fingerprint (an HMAC, never
+  the key).
+* ``chain_head(id, last_seq, last_hash, seal)``: the tip of the hash chain and a
+  keyed seal over it; every writing transaction updates this one row, which
+  also serialises concurrent writers inside one process.
+* ``domains``: the policy's domains (notion, cap, w, units).
+* ``accounts(user_id, domain, stream_id, cap, spent)``: ``stream_id`` is ``''``
+  for curve domains. ``spent`` is the running total (gp, cgp) or the current
+  largest window sum (wevent); `verify` recomputes it from the entries.
+* ``entries``: the append-only, hash-chained log (kinds reserve, settle,
+  refund, deny, close). ``cap`` and ``balance_after`` record what each decision
+  was checked against, so every admission can be re-checked by an auditor.
+* ``step_runs``: the w-event per-step costs of an entry as runs
+  ``[run_start, run_stop)`` (its kind, user, domain and stream copied for
+  fast lookups), hashed with their entry.
+* ``releases``: manifest JSON and state (reserved | settled | closed | failed).
+
+Views for auditors (plain ``duckdb`` CLI): ``balances``, ``release_summary``,
+``denials``, ``near_cap``, ``user_history``. ε/ρ columns in views are DOUBLE for
+reading; the exact values are the ``*_quanta`` columns divided by
+``units_per_epsilon``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+
+from ledger.amounts import UNITS_PER_EPSILON
+
+COMPONENT = "privpipe-ledger"
+SCHEMA_VERSION = 1
+
+_U = f"CAST({UNITS_PER_EPSILON} AS DOUBLE)"
+
+TABLES: tuple[str, ...] = (
+    """CREATE TABLE schema_version (
+        component VARCHAR PRIMARY KEY,
+        version INTEGER NOT NULL,
+        migrated_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)""",
+    """CREATE TABLE chain_head (
+        id INTEGER PRIMARY KEY,
+        last_seq BIGINT NOT NULL,
+        last_hash VARCHAR NOT NULL,
+        seal VARCHAR NOT NULL)""",
+    """CREATE TABLE domains (
+        domain VARCHAR PRIMARY KEY,
+        kind VARCHAR NOT NULL,
+        notion VARCHAR NOT NULL CHECK (notion IN ('gp', 'cgp', 'wevent')),
+        cap HUGEINT NOT NULL CHECK (cap >= 0),
+        cap_exact VARCHAR NOT NULL,
+        w INTEGER,
+        time_unit VARCHAR NOT NULL,
+        value_unit VARCHAR NOT NULL,
+        units_label VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        updated_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE accounts (
+        user_id VARCHAR NOT NULL,
+        domain VARCHAR NOT NULL,
+        stream_id VARCHAR NOT NULL,
+        cap HUGEINT NOT NULL,
+        spent HUGEINT NOT NULL,
+        PRIMARY KEY (user_id, domain, stream_id))""",
+    """CREATE TABLE entries (
+        seq BIGINT NOT NULL,
+        entry_id VARCHAR NOT NULL,
+        prev_hash VARCHAR NOT NULL,
+        hash VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        actor VARCHAR NOT NULL,
+        release_id VARCHAR NOT NULL,
+        user_id VARCHAR NOT NULL,
+        domain VARCHAR NOT NULL,
+        step VARCHAR NOT NULL,
+        stream_id VARCHAR NOT NULL,
+        kind VARCHAR NOT NULL,
+        amount HUGEINT NOT NULL,
+        notion VARCHAR NOT NULL,
+        cap HUGEINT,
+        balance_after HUGEINT,
+        mechanism VARCHAR,
+        parameters VARCHAR,
+        detail VARCHAR,
+        reason VARCHAR,
+        flow_run_id VARCHAR,
+        input_fingerprint VARCHAR)""",
+    """CREATE TABLE step_runs (
+        seq BIGINT NOT NULL,
+        kind VARCHAR NOT NULL,
+        user_id VARCHAR NOT NULL,
+        domain VARCHAR NOT NULL,
+        stream_id VARCHAR NOT NULL,
+        run_start BIGINT NOT NULL,
+        run_stop BIGINT NOT NULL,
+        amount HUGEINT NOT NULL)""",
+    """CREATE TABLE releases (
+        release_id VARCHAR PRIMARY KEY,
+        state VARCHAR NOT NULL CHECK (state IN ('reserved', 'settled', 'closed', 'failed')),
+        manifest VARCHAR,
+        created_at TIMESTAMP NOT NULL,
+        updated_at TIMESTAMP NOT NULL)""",
+)
+
+# Signed contribution of an entry kind to an account's spend.
+_SIGN = "CASE e.kind WHEN 'reserve' THEN 1 WHEN 'refund' THEN -1 WHEN 'close' THEN -1 ELSE 0 END"
+
+VIEWS: tuple[str, ...] = (
+    f"""CREATE OR REPLACE VIEW balances AS
+    SELECT a.user_id, a.domain, a.stream_id, d.notion,
+           CAST(a.cap AS DOUBLE) / {_U} AS cap,
+           CAST(a.spent AS DOUBLE) / {_U} AS spent,
+           CAST(a.cap - a.spent AS DOUBLE) / {_U} AS remaining,
+           d.units_label AS units,
+           a.cap AS cap_quanta, a.spent AS spent_quanta
+    FROM accounts a JOIN domains d ON d.domain = a.domain""",
+    f"""CREATE OR REPLACE VIEW release_summary AS
+    SELECT e.release_id, r.state, e.domain,
+           count(DISTINCT CASE WHEN e.kind = 'reserve' THEN e.user_id END) AS users_admitted,
+           count(DISTINCT CASE WHEN e.kind = 'deny' THEN e.user_id END) AS users_denied,
+           CAST(sum(CASE WHEN e.kind = 'reserve' THEN e.amount ELSE 0 END) AS DOUBLE) / {_U}
+               AS reserved,
+           CAST(sum(CASE WHEN e.kind = 'settle' THEN e.amount ELSE 0 END) AS DOUBLE) / {_U}
+               AS settled,
+           CAST(sum(CASE WHEN e.kind = 'refund' THEN e.amount ELSE 0 END) AS DOUBLE) / {_U}
+               AS refunded,
+           CAST(sum(CASE WHEN e.kind = 'close' THEN e.amount ELSE 0 END) AS DOUBLE) / {_U}
+               AS closed,
+           CAST(sum({_SIGN} * e.amount) AS DOUBLE) / {_U} AS net_spent,
+           min(e.seq) AS first_seq, max(e.seq) AS last_seq,
+           min(e.created_at) AS first_at, max(e.created_at) AS last_at
+    FROM entries e LEFT JOIN releases r ON r.release_id = e.release_id
+    WHERE e.user_id <> ''
+    GROUP BY e.release_id, r.state, e.domain""",
+    f"""CREATE OR REPLACE VIEW denials AS
+    SELECT e.seq, e.entry_id, e.created_at, e.release_id, e.user_id, e.domain, e.step,
+           e.stream_id, e.notion,
+           CAST(e.amount AS DOUBLE) / {_U} AS requested,
+           CAST(e.cap - e.balance_after AS DOUBLE) / {_U} AS remaining_before,
+           e.reason, e.mechanism, e.actor
+    FROM entries e WHERE e.kind = 'deny'""",
+    """CREATE OR REPLACE VIEW near_cap AS
+    SELECT * FROM balances
+    WHERE cap_quanta = 0 OR CAST(spent_quanta AS DOUBLE) >= 0.9 * CAST(cap_quanta AS DOUBLE)""",
+    f"""CREATE OR REPLACE VIEW user_history AS
+    SELECT e.user_id, e.seq, e.entry_id, e.created_at, e.release_id, e.domain, e.step,
+           e.stream_id, e.kind, e.notion,
+           CAST(e.amount AS DOUBLE) / {_U} AS amount,
+           {_SIGN} * e.amount AS signed_quanta,
+           CAST(e.balance_after AS DOUBLE) / {_U} AS balance_after,
+           CAST(e.cap AS DOUBLE) / {_U} AS cap,
+           d.units_label AS units,
+           e.mechanism, e.parameters, e.detail, e.reason, e.actor, e.flow_run_id,
+           e.input_fingerprint
+    FROM entries e LEFT JOIN domains d ON d.domain = e.domain
+    WHERE e.user_id <> ''""",
+)
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+MIGRATIONS: dict[int, Migration] = {}
+"""``MIGRATIONS[v]`` upgrades a ledger from schema version v to v + 1 (in one transaction)."""
+
+
+def create(con: duckdb.DuckDBPyConnection, now: str) -> None:
+    """Create every table and view of the current schema version (inside a transaction)."""
+    for ddl in TABLES:
+        con.execute(ddl)
+    for ddl in VIEWS:
+        con.execute(ddl)
+    con.execute(
+        "INSERT INTO schema_version VALUES (?, ?, CAST(? AS TIMESTAMP))",
+        [COMPONENT, SCHEMA_VERSION, now],
+    )
+
+
+def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """Schema version of an open database, or None if it is not a privpipe ledger."""
+    has = con.execute(
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_name = 'schema_version' AND table_schema = 'main'"
+    ).fetchone()
+    if not has or not has[0]:
+        return None
+    try:
+        row = con.execute(
+            "SELECT version FROM schema_version WHERE component = ?", [COMPONENT]
+        ).fetchone()
+    except duckdb.Error:
+        return None
+    return int(row[0]) if row else None
+
+
+def migrate(con: duckdb.DuckDBPyConnection, version: int, now: str) -> list[int]:
+    """Apply the migrations from `version` up to `SCHEMA_VERSION`; return the versions applied.
+
+    Raises:
+        LookupError: a step of the upgrade path is missing.
+    """
+    applied = []
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise LookupError(f"no migration from ledger schema version {version}")
+        step(con)
+        version += 1
+        con.execute(
+            "UPDATE schema_version SET version = ?, migrated_at = CAST(? AS TIMESTAMP) "
+            "WHERE component = ?",
+            [version, now, COMPONENT],
+        )
+        applied.append(version)
+    if applied:
+        for ddl in VIEWS:
+            con.execute(ddl)
+    return applied

@@ -1,0 +1,163 @@
+"""LBD (LDP-IDS budget distribution) adapted to one numeric stream (spec §2.7).
+
+Ren et al., "LDP-IDS: Local Differential Privacy for Infinite Data Streams",
+SIGMOD'22 (arXiv 2204.00526), Sec. 5 (LBD); public code
+``pumpkinbo/LDP-IDS/budget_division/LBD.py``. Frequency oracles are replaced by
+the Square Wave unbiased estimator on [0, 1].
+
+At step t (half of ε per window is for dissimilarity, half for publication):
+  - M_{t,1}: c_t = x̂ from SW at ε_{t,1} = ε/(2w); dis = (c_t − r_{t−1})² − Var₁.
+  - ε_rm = ε/2 − Σ_{i=t−w+1}^{t−1} ε_{i,2};  candidate ε_{t,2} = ε_rm / 2.
+  - err = Var₂ = variance of the SW estimate at ε_{t,2}.
+  - if dis > err: publish r_t = x̂ from SW at ε_{t,2}; else r_t = r_{t−1}, ε_{t,2} = 0.
+  - t = 1 always publishes with ε_{1,2} = ε/4.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from mechanisms.errors import MechanismParameterError
+from mechanisms.streams.square_wave import (
+    _inverse_cdf,
+    square_wave_estimate,
+    square_wave_params,
+    square_wave_worst_variance,
+)
+from mechanisms.streams.wevent import (
+    StreamRelease,
+    _check_stream,
+    check_wevent_params,
+    float_at_most,
+    wevent_cost_from_steps,
+)
+
+__all__ = ["lbd_release", "LBD_VARIANCES"]
+
+LBD_VARIANCES = ("worst_case", "laplace")
+
+_DEFAULT_QUANTUM = Fraction(1, 10**6)
+
+
+def _variance(eps: float, kind: str) -> float:
+    if kind == "laplace":
+        return 2.0 / eps**2
+    return square_wave_worst_variance(eps)
+
+
+def lbd_release(
+    x: object,
+    *,
+    epsilon: float | int | str | Fraction,
+    w: int,
+    rng: np.random.Generator,
+    start_step: int = 0,
+    variance: str = "worst_case",
+    quantum: Fraction | None = _DEFAULT_QUANTUM,
+) -> StreamRelease:
+    """Release a [0, 1] stream with LBD: adaptive publication budgets under w-event LDP.
+
+    Privacy: ε-w-event LDP (neighbouring relation: any change of the values
+    inside one window of w steps). Every step spends ε/(2w) on the dissimilarity
+    report, so any w consecutive steps spend ε/2 on those; the publication
+    budget ε_{t,2} is at most half of what the last w − 1 steps left of ε/2, so
+    the publication budgets of any window sum to at most ε/2 (LDP-IDS Thm 5.2).
+    Per-step cost ε/(2w) + ε_{t,2}, exact; it varies by step and is returned as
+    runs of a `WEventCost` whose every window is ≤ ε. The decisions depend only
+    on already-released reports, so the adaptive choice is itself private.
+    The windows are those of this release (`start_step` only shifts the indices);
+    the ledger checks windows that straddle earlier releases.
+    Reference: Ren et al. SIGMOD'22 Alg. 3 (LBD) and code ``LBD.py``; spec §2.7.
+
+    Args:
+        x: 1-D stream in [0, 1].
+        epsilon: ε per window (read exactly).
+        w: window length.
+        rng: injected generator.
+        start_step: absolute index of ``x[0]``.
+        variance: ``"worst_case"`` (SW estimate variance maximised over x, the
+            default) or ``"laplace"`` (2/ε², the single-series alternative), used
+            for Var₁ and Var₂.
+        quantum: ε_{t,2} is rounded *down* to a multiple of this exact amount so
+            that costs stay short rationals the ledger stores exactly (the
+            mechanism only gets more private); None keeps exact halving.
+
+    Returns:
+        `StreamRelease`: ``y`` holds r_t (published or carried over, unclipped
+        SW estimates), ``published`` marks fresh publications, the per-step float
+        budgets are in ``epsilon_per_step``, and ``info`` counts publications.
+    """
+    eps = check_wevent_params(epsilon, w, start_step)
+    if variance not in LBD_VARIANCES:
+        raise MechanismParameterError(f"variance must be one of {LBD_VARIANCES}, got {variance!r}")
+    if quantum is not None:
+        quantum = Fraction(quantum)
+        if quantum <= 0:
+            raise MechanismParameterError("quantum must be > 0 or None")
+    if not isinstance(rng, np.random.Generator):
+        raise MechanismParameterError("rng must be a numpy.random.Generator")
+    w = int(w)
+    eps1 = eps / (2 * w)
+    eps1_f = float_at_most(eps1)
+    b1, p1, q1 = square_wave_params(eps1_f)
+    var1 = _variance(eps1_f, variance)
+    arr = _check_stream(x)
+    n = arr.size
+
+    # All dissimilarity reports use a constant budget: draw them at once.
+    c = square_wave_estimate(_inverse_cdf(arr, rng.random(n), b1, p1, q1), epsilon_per_step=eps1_f)
+    u2 = rng.random(n)  # uniforms for the publication reports (used only if published)
+
+    half = eps / 2
+    eps2: list[Fraction] = [Fraction(0)] * n
+    r = np.empty(n)
+    published = np.zeros(n, dtype=bool)
+    window_sum = Fraction(0)  # Σ ε_{i,2} over the previous w − 1 steps
+    for t in range(n):
+        if t >= w:
+            window_sum -= eps2[t - w]
+        # window_sum now covers steps t−w+1 .. t−1
+        if t == 0:
+            cand = eps / 4
+        else:
+            cand = (half - window_sum) / 2
+        if quantum is not None:
+            cand = math.floor(cand / quantum) * quantum
+        publish = False
+        cand_f = float_at_most(cand) if cand > 0 else 0.0
+        if cand_f > 0 and math.isfinite(cand_f):
+            if t == 0:
+                publish = True
+            else:
+                dis = (c[t] - r[t - 1]) ** 2 - var1
+                publish = dis > _variance(cand_f, variance)
+        if publish:
+            b2, p2, q2 = square_wave_params(cand_f)
+            y2 = _inverse_cdf(arr[t : t + 1], u2[t : t + 1], b2, p2, q2)
+            r[t] = square_wave_estimate(y2, epsilon_per_step=cand_f)[0]
+            eps2[t] = cand
+            published[t] = True
+        else:
+            r[t] = r[t - 1] if t > 0 else 0.5
+        window_sum += eps2[t]
+
+    per_step = [eps1 + e for e in eps2]
+    cost = wevent_cost_from_steps(eps, w, per_step, start_step=int(start_step))
+    eps_float = np.array([eps1_f + float_at_most(e) if e else eps1_f for e in eps2])
+    return StreamRelease(
+        y=r,
+        cost=cost,
+        mechanism="lbd",
+        epsilon_per_step=eps_float,
+        published=published,
+        start_step=int(start_step),
+        info={
+            "publications": int(published.sum()),
+            "variance": variance,
+            "epsilon_dissimilarity": str(eps1),
+            "quantum": None if quantum is None else str(quantum),
+        },
+    )

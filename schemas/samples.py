@@ -1,0 +1,221 @@
+"""Pandera models of the sample tables that enter privpipe: curves and streams.
+
+Ingestion converts each batch of input rows to the domain's units and then
+validates it with the schema built here. The frame's index is the 1-based data
+row of the input file (header excluded), so every failure maps back to a row.
+Rows arrive sorted by (user, curve or stream, file row), which is what the two
+frame-wide rules ("t strictly increasing", "at least 2 points") rely on.
+
+Rule names (the ``check`` of each failure) are stable: `schemas.problems` turns
+them into `Problem` records with text that never includes the failing value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+ROW_INDEX = "_row"
+CURVE_KEYS = ("user_id", "curve_id", "t")
+STREAM_KEYS = ("user_id", "stream_id", "t")
+LON_RANGE = (-180.0, 180.0)
+LAT_RANGE = (-90.0, 90.0)
+
+RULE_FINITE = "finite"
+RULE_INCREASING = "t strictly increasing"
+RULE_MIN_POINTS = "at least 2 points"
+RULE_INTEGER_STEP = "integer step"
+RULE_VALUE_RANGE = "value range"
+RULE_LON = "lon in [-180, 180]"
+RULE_LAT = "lat in [-90, 90]"
+RULE_LAT_MERCATOR = "lat in (-90, 90)"
+
+
+def _finite(s: pd.Series) -> pd.Series:
+    return pd.Series(np.isfinite(s.to_numpy(dtype=np.float64)), index=s.index)
+
+
+def finite_check() -> pa.Check:
+    """Pandera check: every value is a finite float (NaN, missing and ±inf fail).
+
+    Float columns are declared nullable so that a NaN reaches this check and is
+    reported as "finite" (pandera would otherwise call it a null); a genuinely
+    missing cell is reported as "required" by ingestion before validation.
+    """
+    return pa.Check(_finite, name=RULE_FINITE, error="must be a finite number", ignore_na=False)
+
+
+def _same_group_as_previous(df: pd.DataFrame, key: str) -> np.ndarray:
+    u = df["user_id"].to_numpy(dtype=object)
+    k = df[key].to_numpy(dtype=object)
+    same = np.zeros(len(df), dtype=bool)
+    if len(df) > 1:
+        same[1:] = (u[1:] == u[:-1]) & (k[1:] == k[:-1])
+    return same
+
+
+def increasing_check(key: str) -> pa.Check:
+    """Frame check: within a (user, `key`) group, t strictly increases row by row.
+
+    Rows whose t (or the previous row's t) is missing pass here: they already
+    fail the "required" or "finite" rule, and one cause is reported once.
+    """
+
+    def _check(df: pd.DataFrame) -> pd.Series:
+        t = df["t"].to_numpy(dtype=np.float64)
+        ok = np.ones(len(df), dtype=bool)
+        if len(df) > 1:
+            same = _same_group_as_previous(df, key)
+            with np.errstate(invalid="ignore"):
+                bad = same[1:] & (t[1:] <= t[:-1]) & np.isfinite(t[1:]) & np.isfinite(t[:-1])
+            ok[1:] = ~bad
+        return pd.Series(ok, index=df.index)
+
+    return pa.Check(_check, name=RULE_INCREASING)
+
+
+def min_points_check(key: str, minimum: int = 2) -> pa.Check:
+    """Frame check: every (user, `key`) group has at least `minimum` rows."""
+
+    def _check(df: pd.DataFrame) -> pd.Series:
+        n = len(df)
+        if n == 0:
+            return pd.Series(np.ones(0, dtype=bool), index=df.index)
+        start = ~_same_group_as_previous(df, key)
+        gid = np.cumsum(start) - 1
+        counts = np.bincount(gid)
+        return pd.Series(counts[gid] >= minimum, index=df.index)
+
+    return pa.Check(_check, name=RULE_MIN_POINTS)
+
+
+class _Samples(pa.DataFrameModel):
+    user_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
+    t: Series[float] = pa.Field(nullable=True)
+
+    class Config:
+        """Extra columns (raw helpers) are allowed; dtypes are checked, not coerced."""
+
+        strict = False
+        coerce = False
+
+    @pa.check("t", name=RULE_FINITE, ignore_na=False)
+    @classmethod
+    def _t_finite(cls, s: Series[float]) -> Series[bool]:
+        return _finite(s)
+
+
+class CurveSamples(_Samples):
+    """Curve samples after conversion: one row per (user, curve, time) sample.
+
+    Columns: ``user_id`` (non-empty text), ``curve_id`` (non-empty text), ``t``
+    (float, domain time unit from the curve's start) and one or more float value
+    columns added per domain by `curve_samples_schema`. Rules: finite numbers;
+    t strictly increasing within a curve; at least 2 points per curve.
+    """
+
+    curve_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
+
+    @pa.dataframe_check(name=RULE_INCREASING)
+    @classmethod
+    def _increasing(cls, df: pd.DataFrame) -> Series[bool]:
+        return increasing_check("curve_id")._check_fn(df)
+
+    @pa.dataframe_check(name=RULE_MIN_POINTS)
+    @classmethod
+    def _min_points(cls, df: pd.DataFrame) -> Series[bool]:
+        return min_points_check("curve_id")._check_fn(df)
+
+
+class StreamSamples(_Samples):
+    """Stream samples after conversion: one row per (user, stream, step) sample.
+
+    Columns: ``user_id``, ``stream_id`` (non-empty text), ``t`` (the absolute
+    step index as a float, integral) and ``value`` (float, the domain's value
+    unit before normalisation). Rules: finite; steps strictly increasing within
+    a stream (no duplicates); values inside the declared range when one is
+    given (added by `stream_samples_schema`).
+    """
+
+    stream_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
+    value: Series[float] = pa.Field(nullable=True)
+
+    @pa.check("value", name=RULE_FINITE, ignore_na=False)
+    @classmethod
+    def _value_finite(cls, s: Series[float]) -> Series[bool]:
+        return _finite(s)
+
+    @pa.dataframe_check(name=RULE_INCREASING)
+    @classmethod
+    def _increasing(cls, df: pd.DataFrame) -> Series[bool]:
+        return increasing_check("stream_id")._check_fn(df)
+
+
+def curve_samples_schema(
+    value_columns: Sequence[str],
+    *,
+    lon_lat: tuple[str, str] | None = None,
+    mercator: bool = False,
+) -> pa.DataFrameSchema:
+    """Build the curve-sample schema of one domain.
+
+    Args:
+        value_columns: the float value columns (e.g. ``["value"]``), each finite.
+        lon_lat: for projected domains, the (lon, lat) input columns instead of
+            value columns: finite, lon in [-180, 180], lat in [-90, 90].
+        mercator: with `lon_lat`, require lat strictly inside (-90, 90) (the
+            Mercator y is infinite at the poles).
+
+    Returns:
+        A `pandera.DataFrameSchema` (the `CurveSamples` model plus the columns).
+    """
+    schema = CurveSamples.to_schema()
+    cols: dict[str, pa.Column] = {}
+    if lon_lat is None:
+        for c in value_columns:
+            cols[c] = pa.Column(float, checks=[finite_check()], nullable=True)
+    else:
+        lon, lat = lon_lat
+        lat_check = (
+            pa.Check(lambda s: (s > LAT_RANGE[0]) & (s < LAT_RANGE[1]), name=RULE_LAT_MERCATOR)
+            if mercator
+            else pa.Check.in_range(*LAT_RANGE, name=RULE_LAT)
+        )
+        cols[lon] = pa.Column(float, checks=[finite_check(), pa.Check.in_range(
+            *LON_RANGE, name=RULE_LON)], nullable=True)
+        cols[lat] = pa.Column(float, checks=[finite_check(), lat_check], nullable=True)
+    return schema.add_columns(cols)
+
+
+def stream_samples_schema(
+    value_range: tuple[float, float] | None = None, *, integer_steps: bool = False
+) -> pa.DataFrameSchema:
+    """Build the stream-sample schema of one domain.
+
+    Args:
+        value_range: the declared [low, high] of raw values; values outside are
+            rejected (never clipped). None: only finiteness is checked.
+        integer_steps: require t to be a whole number (time_unit ``"step"``).
+
+    Returns:
+        A `pandera.DataFrameSchema` (the `StreamSamples` model plus range rules).
+    """
+    schema = StreamSamples.to_schema()
+    updates: dict[str, pa.Column] = {}
+    if value_range is not None:
+        lo, hi = value_range
+        col = schema.columns["value"]
+        updates["value"] = col.set_checks(
+            [*col.checks, pa.Check.in_range(lo, hi, name=RULE_VALUE_RANGE)])
+    if integer_steps:
+        col = schema.columns["t"]
+        updates["t"] = col.set_checks([*col.checks, pa.Check(
+            lambda s: pd.Series(np.floor(s.to_numpy()) == s.to_numpy(), index=s.index),
+            name=RULE_INTEGER_STEP)])
+    if updates:
+        schema = schema.update_columns({k: {"checks": v.checks} for k, v in updates.items()})
+    return schema

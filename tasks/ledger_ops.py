@@ -1,0 +1,78 @@
+"""Ledger tasks. They run in the flow process only (called, never submitted).
+
+Workers never touch the ledger: the flow reserves before any chunk is
+submitted, writes the noise seeds of admitted users next to their chunk, and
+settles each chunk's actual costs as its task returns.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+from ledger import Ledger, Request, Settlement
+from mechanisms.cost import StepRun
+from tasks.privatize import ChunkResult
+from tasks.stage import StagePlan
+from tasks.staging import write_seeds
+
+
+def plan_requests(plan: StagePlan, domain: str, notion: str, amount: Fraction | None = None,
+                  per_step: Fraction | None = None) -> list[Request]:
+    """One ledger request per (user, curve) or (user, stream) of the staged input."""
+    requests: list[Request] = []
+    for user_id in sorted(plan.steps):
+        for step, stream_id in plan.steps[user_id]:
+            if notion == "wevent":
+                ranges = plan.stream_steps[(user_id, stream_id)]
+                runs = tuple(StepRun(a, b, per_step) for a, b in ranges)  # type: ignore[arg-type]
+                requests.append(Request(user_id=user_id, domain=domain, step=step,
+                                        notion="wevent", stream_id=stream_id, runs=runs))
+            else:
+                requests.append(Request(user_id=user_id, domain=domain, step=step,
+                                        notion=notion, amount=amount))
+    return requests
+
+
+def reserve_fn(ledger_path: str, release_id: str, requests: list[Request], *, mechanism: str,
+               parameters: dict[str, Any], input_fingerprint: str,
+               flow_run_id: str | None) -> tuple[set[str], list[dict[str, Any]]]:
+    """Reserve every request in one ledger transaction; return admitted users and denials."""
+    ledger = Ledger(ledger_path)
+    result = ledger.reserve(release_id, requests, mechanism=mechanism, parameters=parameters,
+                            flow_run_id=flow_run_id, input_fingerprint=input_fingerprint)
+    admitted = {d.user_id for d in result.admitted}
+    denied_users: dict[str, dict[str, Any]] = {}
+    for d in result.denied:
+        denied_users.setdefault(d.user_id, {"user_id": d.user_id, "reason": d.reason})
+    return admitted - set(denied_users), sorted(denied_users.values(), key=lambda r: r["user_id"])
+
+
+def write_chunk_seeds_fn(ledger_path: str, release_id: str, plan: StagePlan,
+                         admitted: set[str]) -> list[str]:
+    """Write each chunk's seeds file for its admitted users (noise keys never leave here)."""
+    ledger = Ledger(ledger_path)
+    paths = []
+    for chunk in plan.chunks:
+        seeds = {u: ledger.noise_seed(release_id, u) for u in chunk.user_ids if u in admitted}
+        path = Path(chunk.path).with_suffix(".seeds.json")
+        write_seeds(seeds, path)
+        paths.append(str(path))
+    return paths
+
+
+def settle_fn(ledger_path: str, release_id: str, domain: str, result: ChunkResult) -> None:
+    """Settle one chunk's actual costs (idempotent: a rerun writes nothing new)."""
+    ledger = Ledger(ledger_path)
+    ledger.settle(release_id, [
+        Settlement(user_id=u, domain=domain, step=step, cost=cost, stream_id=sid)
+        for u, step, cost, sid in result.costs
+    ])
+
+
+reserve_budget = task(reserve_fn, name="ledger-reserve", persist_result=False)
+write_chunk_seeds = task(write_chunk_seeds_fn, name="write-seeds", persist_result=False)
+settle_chunk = task(settle_fn, name="ledger-settle", persist_result=False)
