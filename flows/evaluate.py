@@ -52,8 +52,9 @@ def evaluate_fn(out_dir: str, epsilons: list[float], seed: int = 0, n_curves: in
                                             n_curves),
          "PrivFuncSeg", lambda t, v, e: mc.privfuncseg(t, v, epsilon=e, rng=rng)),
         ("ECG records (mV, s)", _curves(loaders.ecg_curves(), ["value"], n_curves),
-         "P&P sinc (m=200)",
-         lambda t, v, e: mc.project_and_privatize(t, v, "sinc", epsilon=e, rng=rng, m=200)),
+         "P&P sinc (200 terms, 0.05 s)",
+         lambda t, v, e: mc.project_and_privatize(t, v, "sinc", epsilon=e, rng=rng, n_terms=200,
+                                                  spacing=0.05, first=0)),
     ]
     for name, curves, mech_name, mech in suites:
         for eps in epsilons:

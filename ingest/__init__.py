@@ -1,5 +1,29 @@
-"""Validated, streaming ingestion of curve and stream inputs (CSV, Parquet, DuckDB)."""
+"""Validated, streaming ingestion of curve and stream inputs (CSV, Parquet, DuckDB).
 
+Plain functions, called by the Prefect tasks and by ``privpipe validate``:
+`iter_users` streams validated users, `scan` summarises an input in one pass.
+"""
+
+from ingest.defaults import default_domain
+from ingest.fingerprint import input_fingerprint, user_fingerprint
+from ingest.pipeline import INPUT_TIME_UNITS, PROJECTION_REFERENCES, iter_users, scan
+from ingest.projection import EARTH_RADIUS_M, project
 from ingest.types import Curve, IngestReport, Rejection, Stream, UserCurves, UserStreams
 
-__all__ = ["Curve", "IngestReport", "Rejection", "Stream", "UserCurves", "UserStreams"]
+__all__ = [
+    "EARTH_RADIUS_M",
+    "INPUT_TIME_UNITS",
+    "PROJECTION_REFERENCES",
+    "Curve",
+    "IngestReport",
+    "Rejection",
+    "Stream",
+    "UserCurves",
+    "UserStreams",
+    "default_domain",
+    "input_fingerprint",
+    "iter_users",
+    "project",
+    "scan",
+    "user_fingerprint",
+]

@@ -159,7 +159,7 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None,
                       f"TRY_CAST({q(c)} AS TIMESTAMPTZ) IS NOT NULL") if c == t else (
                 f"TRY_CAST({q(c)} AS DOUBLE) IS NOT NULL")
             aggs.append(f"count({q(c)}), count(*) FILTER (WHERE {parsed})")
-        counts = src.con.execute(f"SELECT {', '.join(aggs)} FROM {src.relation}").fetchone()  # noqa: S608
+        counts = src.con.execute(f"SELECT {', '.join(aggs)} FROM {src.relation}").fetchall()[0]  # noqa: S608
         for i, c in enumerate(text_cols):
             nonnull, ok = counts[2 * i], counts[2 * i + 1]
             if nonnull > 0 and ok == 0:
@@ -173,7 +173,7 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None,
         lat = q(domain.lat_column)
         row = src.con.execute(
             f"SELECT avg(v) FROM (SELECT TRY_CAST({lat} AS DOUBLE) AS v FROM {src.relation}) "  # noqa: S608
-            "WHERE isfinite(v) AND v BETWEEN -90 AND 90").fetchone()
+            "WHERE isfinite(v) AND v BETWEEN -90 AND 90").fetchall()[0]
         dataset_lat = None if row[0] is None else float(row[0])
     if input_time_unit is None or domain.seconds_per_unit is None:
         factor = 1.0
@@ -187,7 +187,8 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None,
 def _select_sql(src: OpenedSource, key: str, t: str, inputs: tuple[str, ...]) -> str:
     q = quote_ident
     types = src.columns
-    cols = ["_row", f"CAST({q('user_id')} AS VARCHAR) AS _user", f"CAST({q(key)} AS VARCHAR) AS _key"]
+    cols = ["_row", f"CAST({q('user_id')} AS VARCHAR) AS _user",
+            f"CAST({q(key)} AS VARCHAR) AS _key"]
     tty = types[t]
     tq = q(t)
     if is_numeric_type(tty):
@@ -232,7 +233,7 @@ def _last_user_start(users: np.ndarray) -> int:
 
 def _blocks(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Table]:
     """Yield Arrow tables that each hold whole users, in sorted order."""
-    reader = src.con.execute(plan.sql).fetch_record_batch(batch_rows)
+    reader = src.con.sql(plan.sql).to_arrow_reader(batch_rows)
     pending: list[pa.RecordBatch] = []
     pending_user: object = None
     for batch in reader:
@@ -271,10 +272,6 @@ def _group_starts(users: np.ndarray, keys: np.ndarray) -> np.ndarray:
     if n > 1:
         start[1:] = (users[1:] != users[:-1]) | (keys[1:] != keys[:-1])
     return start
-
-
-def _reduce_min(values: np.ndarray, starts: np.ndarray, fill: float | int) -> np.ndarray:
-    return np.minimum.reduceat(values, starts) if len(values) else np.empty(0, values.dtype)
 
 
 class _Batch:
@@ -338,10 +335,10 @@ class _Batch:
             (t_missing, "t", RULE_REQUIRED, message_for(RULE_REQUIRED), None),
             (t_bad, "t", RULE_T_FORMAT,
              "t is neither a number nor an ISO 8601 date/time", t_raw),
-            (mixed, "t", RULE_T_FORMAT,
-             "t mixes plain numbers and date/times within one curve or stream", None),
             (dt_in_step, "t", S.RULE_INTEGER_STEP,
              "time_unit \"step\" needs integer step indices, not date/times", None),
+            (mixed, "t", RULE_T_FORMAT,
+             "t mixes plain numbers and date/times within one curve or stream", None),
         ]
         for i, c in enumerate(plan.inputs):
             pre.append((v_missing[i], c, RULE_REQUIRED, message_for(RULE_REQUIRED), None))
@@ -356,7 +353,8 @@ class _Batch:
                     plan.label, int(self.row[j]), column, rule, message,
                     user_id=self.users[j], value=value))
 
-        # ---- sort by t within a group when the domain asks
+        # ---- sort by t within a group when the domain asks (rows never leave their
+        # group, so group ids and group starts stay valid position by position)
         if d.sort and n:
             order = np.lexsort((np.arange(n), self.t, self.gid))
             if np.any(order != np.arange(n)):
@@ -390,7 +388,6 @@ class _Batch:
             dt_rel = (t_us - g0us[self.gid]) / 1e6 / spu
             out = np.where(is_dt, dt_rel, out)
             start = np.where(has, g0us / 1e6 / spu, start)
-            # exact zero at each curve's first point, whatever the rounding
             return out, start
         # streams: absolute step indices
         if d.time_unit == "step":
@@ -429,7 +426,6 @@ class _Batch:
     def _validate(self) -> None:
         if self.n == 0:
             return
-        user_of = dict(zip(self.row.tolist(), self.users.tolist(), strict=True))
         d = self.plan.domain
 
         def range_text(rule: str, column: str) -> str | None:
@@ -442,6 +438,7 @@ class _Batch:
             self._schema().validate(self._frame(), lazy=True)
             found: list[Problem] = []
         except pa_errors.SchemaErrors as err:
+            user_of = dict(zip(self.row.tolist(), self.users.tolist(), strict=True))
             found = problems_from_schema_errors(err, file=self.plan.label,
                                                 user_of_row=user_of.get, range_text=range_text)
         self.problems = dedupe([*self.problems, *found])
@@ -453,7 +450,7 @@ class _Batch:
         n = self.n
         if n == 0:
             return
-        plan, d = self.plan, self.plan.domain
+        d = self.plan.domain
         by_user: dict[object, list[Problem]] = {}
         for p in self.problems:
             by_user.setdefault(p.user_id, []).append(p)
@@ -481,10 +478,9 @@ class _Batch:
             items: list[Curve] | list[Stream] = []
             for g0, g1 in zip(gbounds[lo:hi], gbounds[lo + 1:hi + 1], strict=True):
                 if d.kind == "curves":
-                    gi = int(self.gid[g0]) if not d.sort else None
+                    s0 = self.start_of_group[int(self.gid[g0])]
+                    start = float(s0) if np.isfinite(s0) else None
                     t = self.t[g0:g1].copy()
-                    start = (float(self.start_of_group[gi]) if gi is not None
-                             else self._start_after_sort(g0))
                     items.append(Curve(curve_id=self.keys[g0], t=t,
                                        values=values[g0:g1].copy(), start=start))
                 else:
@@ -496,13 +492,6 @@ class _Batch:
                 yield UserCurves(user_id=user, curves=items, fingerprint=fp)  # type: ignore[arg-type]
             else:
                 yield UserStreams(user_id=user, streams=items, fingerprint=fp)  # type: ignore[arg-type]
-
-    def _start_after_sort(self, g0: int) -> float | None:
-        # gid is in pre-sort order, but a sort never moves rows across groups, so
-        # the group of row g0 is found by its (user, key) run position.
-        gi = int(np.searchsorted(self.gstarts, g0, side="right") - 1)
-        s = self.start_of_group[gi]
-        return None if not np.isfinite(s) else float(s)
 
     def _projected(self) -> np.ndarray:
         d, plan = self.plan.domain, self.plan

@@ -79,7 +79,7 @@ class OpenedSource:
 
     def count(self) -> int:
         """Number of data rows."""
-        return int(self.con.execute(f"SELECT count(*) FROM {self.relation}").fetchone()[0])  # noqa: S608
+        return int(self.con.execute(f"SELECT count(*) FROM {self.relation}").fetchall()[0][0])  # noqa: S608
 
 
 def _file_error(label: str, rule: str, message: str, column: str | None = None) -> ValidationError:
@@ -124,6 +124,7 @@ def open_source(
         con.execute(f"SET memory_limit = {quote_literal(memory_limit)}")
         con.execute(f"SET temp_directory = {quote_literal(str(tmp / 'spill'))}")
         con.execute("SET preserve_insertion_order = true")
+        con.execute("SET enable_progress_bar = false")
         con.execute("SET TimeZone = 'UTC'")
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
@@ -131,7 +132,8 @@ def open_source(
         try:
             desc = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()  # noqa: S608
         except duckdb.Error as err:
-            raise _file_error(label, "readable", f"cannot read the input: {_first_line(err)}") from None
+            raise _file_error(label, "readable",
+                              f"cannot read the input: {_first_line(err)}") from None
         if sum(1 for r in desc if r[0] == "_row") > 1:
             raise _file_error(label, "reserved column", "the column name _row is reserved", "_row")
         columns = {str(r[0]): str(r[1]) for r in desc if r[0] != "_row"}
@@ -177,11 +179,12 @@ def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, l
         if table not in tables:
             known = ", ".join(sorted(tables)) or "(none)"
             raise _file_error(label, "table", f"no table of that name; the file has: {known}")
-        return f"(SELECT rowid + 1 AS _row, * FROM srcdb.main.{quote_ident(table)})"
+        # the table name is quoted as an identifier: any text is safe
+        return f"(SELECT rowid + 1 AS _row, * FROM srcdb.main.{quote_ident(table)})"  # noqa: S608
     if table is not None:
         raise _file_error(label, "table", "table= only applies to DuckDB files")
     if name.endswith(PARQUET_SUFFIXES):
-        rel = (f"(SELECT file_row_number + 1 AS _row, * EXCLUDE (file_row_number) "
+        rel = (f"(SELECT file_row_number + 1 AS _row, * EXCLUDE (file_row_number) "  # noqa: S608
                f"FROM read_parquet({quote_literal(str(path))}, file_row_number = true))")
         try:
             con.execute(f"SELECT * FROM {rel} LIMIT 0")  # noqa: S608
@@ -194,15 +197,6 @@ def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, l
             "CREATE TABLE src_csv AS SELECT * FROM read_csv(?, all_varchar = true, "
             "header = true, auto_detect = true)", [str(path)])
     except duckdb.Error as err:
-        raise _file_error(label, "readable", f"not a readable CSV file: {_first_line(err)}") from None
+        raise _file_error(label, "readable",
+                          f"not a readable CSV file: {_first_line(err)}") from None
     return "(SELECT rowid + 1 AS _row, * FROM src_csv)"
-
-
-def sniff_csv_types(path: str | Path) -> dict[str, str]:
-    """DuckDB's guess of a CSV file's column types (from a sample of rows)."""
-    con = duckdb.connect()
-    try:
-        rows = con.execute("DESCRIBE SELECT * FROM read_csv(?, header = true)", [str(path)]).fetchall()
-    finally:
-        con.close()
-    return {str(r[0]): str(r[1]) for r in rows}

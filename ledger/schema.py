@@ -170,6 +170,12 @@ MIGRATIONS: dict[int, Migration] = {}
 """``MIGRATIONS[v]`` upgrades a ledger from schema version v to v + 1 (in one transaction)."""
 
 
+def first_row(cur: duckdb.DuckDBPyConnection) -> tuple | None:
+    """First row of a result (or None), consuming the whole result as DuckDB 2 requires."""
+    rows = cur.fetchall()
+    return rows[0] if rows else None
+
+
 def create(con: duckdb.DuckDBPyConnection, now: str) -> None:
     """Create every table and view of the current schema version (inside a transaction)."""
     for ddl in TABLES:
@@ -184,16 +190,16 @@ def create(con: duckdb.DuckDBPyConnection, now: str) -> None:
 
 def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
     """Schema version of an open database, or None if it is not a privpipe ledger."""
-    has = con.execute(
+    has = first_row(con.execute(
         "SELECT count(*) FROM information_schema.tables "
         "WHERE table_name = 'schema_version' AND table_schema = 'main'"
-    ).fetchone()
+    ))
     if not has or not has[0]:
         return None
     try:
-        row = con.execute(
+        row = first_row(con.execute(
             "SELECT version FROM schema_version WHERE component = ?", [COMPONENT]
-        ).fetchone()
+        ))
     except duckdb.Error:
         return None
     return int(row[0]) if row else None

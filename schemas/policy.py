@@ -112,7 +112,8 @@ def _cap(source: str, key: str, value: Any) -> Fraction:
         else:
             cap = Fraction(str(value).strip())
     except (ValueError, ZeroDivisionError):
-        raise _fail(source, key, "must be a positive number or a ratio string like \"1/2\"") from None
+        raise _fail(source, key,
+                    "must be a positive number or a ratio string like \"1/2\"") from None
     if cap <= 0:
         raise _fail(source, key, "must be > 0")
     return cap
@@ -150,7 +151,8 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
             raise _fail(source, f"{k}.notion",
                         f"for kind {kind!r} must be one of {', '.join(NOTIONS_BY_KIND[kind])}")
         if "cap" not in d:
-            raise _fail(source, f"{k}.cap", "is required (ε for gp, ρ for cgp, ε per window for wevent)")
+            raise _fail(source, f"{k}.cap",
+                        "is required (ε for gp, ρ for cgp, ε per window for wevent)")
         cap = _cap(source, f"{k}.cap", d["cap"])
         w = d.get("w")
         if kind == "streams":
@@ -185,7 +187,8 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
                 or len(set(cols)) != len(cols)):
             raise _fail(source, f"{k}.value_columns", "must be a non-empty list of distinct names")
         if kind == "streams" and cols != ["value"]:
-            raise _fail(source, f"{k}.value_columns", "streams have exactly one column, [\"value\"]")
+            raise _fail(source, f"{k}.value_columns",
+                        "streams have exactly one column, [\"value\"]")
         if set(cols) & {"user_id", "curve_id", "stream_id", "t"}:
             raise _fail(source, f"{k}.value_columns",
                         "must not reuse the key columns user_id, curve_id, stream_id, t")
@@ -208,7 +211,8 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
             raise _fail(source, f"{k}.sort", "must be true or false")
         sched = d.get("schedule")
         if sched is not None and (not isinstance(sched, str) or len(sched.split()) != 5):
-            raise _fail(source, f"{k}.schedule", "must be a 5-field cron string, e.g. \"0 2 * * *\"")
+            raise _fail(source, f"{k}.schedule",
+                        "must be a 5-field cron string, e.g. \"0 2 * * *\"")
         for key in ("value_unit", "lon_column", "lat_column", "description"):
             if key in d and not isinstance(d[key], str):
                 raise _fail(source, f"{k}.{key}", "must be a string")

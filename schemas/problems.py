@@ -33,6 +33,9 @@ _MESSAGES = {
     s.RULE_LAT: "latitude must be in [-90, 90] degrees",
     s.RULE_LAT_MERCATOR: "the Mercator projection needs latitude strictly inside (-90, 90)",
     "dtype": "wrong data type for this column",
+    "required column": "the column is missing",
+    "unknown column": "the column is not part of this table",
+    s.RULE_VALUE_RANGE: "outside the declared value range",
 }
 
 
@@ -49,10 +52,10 @@ def _rule_of(check: str, column: str | None) -> str:
         return "non-empty id"
     if check.startswith("dtype("):
         return "dtype"
-    if check.startswith("in_range"):
-        if column == "value":
-            return s.RULE_VALUE_RANGE
-        return check
+    if check == "column_in_dataframe":
+        return "required column"
+    if check == "column_in_schema":
+        return "unknown column"
     return check
 
 
@@ -92,15 +95,21 @@ def problems_from_schema_errors(
     fc = err.failure_cases
     out: list[Problem] = []
     seen: set[tuple[int | None, str | None, str]] = set()
+    present = set(zip(fc["index"], fc["check"], fc["column"], strict=True))
     for rec in fc.itertuples(index=False):
         check = str(rec.check)
         column = None if pd.isna(rec.column) else str(rec.column)
         if rec.schema_context == "DataFrameSchema" and check in _FRAME_CHECK_COLUMN:
+            # a frame-wide rule reports every non-missing cell of a failing row: keep
+            # one problem, on the column the rule is about
             wanted = _FRAME_CHECK_COLUMN[check]
             if wanted is None:
                 wanted = next((c for c in ("curve_id", "stream_id") if c in set(fc.column)), None)
-            if column != wanted:
+            if column != wanted and (rec.index, check, wanted) in present:
                 continue
+            column = wanted
+        if check in ("column_in_dataframe", "column_in_schema"):
+            column = str(rec.failure_case)
         rule = _rule_of(check, column)
         row = None if rec.index is None or pd.isna(rec.index) else int(rec.index)
         key = (row, column, rule)

@@ -46,7 +46,18 @@ def finite_check() -> pa.Check:
     reported as "finite" (pandera would otherwise call it a null); a genuinely
     missing cell is reported as "required" by ingestion before validation.
     """
-    return pa.Check(_finite, name=RULE_FINITE, error="must be a finite number", ignore_na=False)
+    return pa.Check(_finite, name=RULE_FINITE, ignore_na=False)
+
+
+def range_check(low: float, high: float, name: str, *, strict: bool = False) -> pa.Check:
+    """Pandera check: low <= value <= high (strictly inside with `strict`); NaN skipped."""
+
+    def _check(s: pd.Series) -> pd.Series:
+        v = s.to_numpy(dtype=np.float64)
+        ok = ((v > low) & (v < high)) if strict else ((v >= low) & (v <= high))
+        return pd.Series(ok, index=s.index)
+
+    return pa.Check(_check, name=name)
 
 
 def _same_group_as_previous(df: pd.DataFrame, key: str) -> np.ndarray:
@@ -180,13 +191,10 @@ def curve_samples_schema(
             cols[c] = pa.Column(float, checks=[finite_check()], nullable=True)
     else:
         lon, lat = lon_lat
-        lat_check = (
-            pa.Check(lambda s: (s > LAT_RANGE[0]) & (s < LAT_RANGE[1]), name=RULE_LAT_MERCATOR)
-            if mercator
-            else pa.Check.in_range(*LAT_RANGE, name=RULE_LAT)
-        )
-        cols[lon] = pa.Column(float, checks=[finite_check(), pa.Check.in_range(
-            *LON_RANGE, name=RULE_LON)], nullable=True)
+        lat_check = (range_check(*LAT_RANGE, RULE_LAT_MERCATOR, strict=True) if mercator
+                     else range_check(*LAT_RANGE, RULE_LAT))
+        cols[lon] = pa.Column(float, checks=[finite_check(), range_check(*LON_RANGE, RULE_LON)],
+                              nullable=True)
         cols[lat] = pa.Column(float, checks=[finite_check(), lat_check], nullable=True)
     return schema.add_columns(cols)
 
@@ -210,7 +218,7 @@ def stream_samples_schema(
         lo, hi = value_range
         col = schema.columns["value"]
         updates["value"] = col.set_checks(
-            [*col.checks, pa.Check.in_range(lo, hi, name=RULE_VALUE_RANGE)])
+            [*col.checks, range_check(lo, hi, RULE_VALUE_RANGE)])
     if integer_steps:
         col = schema.columns["t"]
         updates["t"] = col.set_checks([*col.checks, pa.Check(

@@ -10,6 +10,7 @@ report without touching raw data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,9 @@ class PrivateFunction:
             itself, e.g. sinc on R).
         error_factor: multiplier on the noise bound (2 after the continuity
             projection, spec §1.7).
+        bound_kind: ``"eta"`` (joint noise of dimension `dim`) or
+            ``"points"`` (the baseline: independent noise per released point,
+            with `noise_budget` the per-point budget).
     """
 
     breakpoints: np.ndarray
@@ -56,6 +60,7 @@ class PrivateFunction:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     outside: str = "clamp"
     error_factor: float = 1.0
+    bound_kind: str = "eta"
 
     def basis(self) -> LocalBasis | SincBasis:
         """Rebuild the basis object from `basis_name` and `basis_params`."""
@@ -97,6 +102,12 @@ class PrivateFunction:
         if self.noise_budget <= 0:
             return 0.0
         p = 1 if self.noise_notion == "gp" else 2
+        if self.bound_kind == "points":
+            # ∫‖e‖² of the interpolated point noise ≤ h·Σ‖e_i‖² ≤ h·k·max‖e_i‖², union bound
+            k = int(self.diagnostics["k"])
+            h = float(self.breakpoints[-1] - self.breakpoints[0]) / (k - 1)
+            per_point = eta(beta / k, self.n_outputs, p, closed_form=closed_form)
+            return math.sqrt(h * k) * per_point * noise_scale(self.noise_notion, self.noise_budget)
         return (
             self.error_factor
             * eta(beta, self.dim, p, closed_form=closed_form)

@@ -46,6 +46,7 @@ _PRESETS = {
         "refine": False,
         "multiple_test": False,
         "rep_score": "cosine",
+        "final": "vote",
     },
     "improved": {
         "mapping": "harmonic",
@@ -53,6 +54,7 @@ _PRESETS = {
         "refine": True,
         "multiple_test": True,
         "rep_score": "zscore",
+        "final": "ftest",
     },
 }
 
@@ -70,6 +72,21 @@ class PeriodDetection:
 
     period: int
     diagnostics: dict = field(default_factory=dict)
+
+
+def _jsonable(obj: object) -> object:
+    """Diagnostics as strict-JSON values: non-finite floats become None."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
 
 
 def _check_reports(y: object) -> np.ndarray:
@@ -107,7 +124,10 @@ def fold_anova(y: np.ndarray, period: int) -> tuple[float, float, float]:
     counts = np.bincount(phase, minlength=t)
     sums = np.bincount(phase, weights=yc, minlength=t)
     ssb = float(np.sum(sums**2 / counts))
-    ssw = max(float(np.dot(yc, yc)) - ssb, 0.0)
+    sst = float(np.dot(yc, yc))
+    ssw = sst - ssb
+    if ssw <= 1e-12 * sst:  # exact fold up to rounding
+        ssw = 0.0
     if ssw <= 0.0:
         return ssb, ssw, 0.0 if ssb > 0 else 1.0
     f = (ssb / (t - 1)) / (ssw / (n - t))
@@ -365,7 +385,8 @@ def _multiples(
             better, info = _nested_better(y, t // m, t, alpha=alpha, gain=gain)
             info["test"] = f"divisor/{m}"
             log.append(info)
-            if not better:
+            # a divisor wins unless the extra structure is significant at all
+            if info["p"] is not None and info["p"] >= alpha:
                 t = t // m
                 break
     # multiples: accept the best significant one
@@ -380,6 +401,34 @@ def _multiples(
         if better and (best_sig is None or info["signal_large"] > best_sig):
             best, best_sig = big, info["signal_large"]
     return int(best), log
+
+
+def _fold_log_p(y: np.ndarray, period: int) -> tuple[float, float]:
+    """(log p-value, F) of the fold ANOVA at `period` (log p avoids underflow)."""
+    ssb, ssw, _ = fold_anova(y, period)
+    n = y.size
+    if ssw <= 0:
+        return -math.inf, math.inf
+    f = (ssb / (period - 1)) / (ssw / (n - period))
+    return float(stats.f.logsf(f, period - 1, n - period)), float(f)
+
+
+def _ftest_select(
+    y: np.ndarray, voted: int, per_scale: list[dict], *, t_min: int, t_max: int
+) -> tuple[int, dict]:
+    """Pick, among the detector's own candidates, the most significant fold (spec §5 iii)."""
+    cands = {int(voted)}
+    for e in per_scale:
+        cands.update(int(t) for t in e["window_periods"])
+        if "T_s" in e:
+            cands.update({math.floor(e["T_s"]), math.ceil(e["T_s"])})
+    cands = {t for t in cands if t_min <= t <= min(t_max, y.size - 1)}
+    scored = {t: _fold_log_p(y, t) for t in sorted(cands)}
+    best = min(scored, key=lambda t: (scored[t][0], -scored[t][1], t))
+    return int(best), {
+        "candidates": {str(t): {"log_p": v[0], "F": v[1]} for t, v in scored.items()},
+        "selected": int(best),
+    }
 
 
 def _fperiodogram(y: np.ndarray, t_min: int, t_max: int) -> tuple[int, dict]:
@@ -398,6 +447,8 @@ def _resolve(method: str, **given: object) -> dict:
             base[k] = v
     if base["mapping"] not in ("round", "harmonic"):
         raise MechanismParameterError("mapping must be 'round' or 'harmonic'")
+    if base["final"] not in ("vote", "ftest"):
+        raise MechanismParameterError("final must be 'vote' or 'ftest'")
     if base["rep_score"] not in ("cosine", "zscore"):
         raise MechanismParameterError("rep_score must be 'cosine' or 'zscore'")
     if base["tie_break"] not in ("smaller", "closeness"):
@@ -422,6 +473,7 @@ def detect_period_details(
     refine_radius: int | None = None,
     multiple_test: bool | None = None,
     rep_score: str | None = None,
+    final: str | None = None,
     multiple_factors: tuple[int, ...] = (2, 3, 4),
     multiple_alpha: float = 1e-3,
     multiple_gain: float = 0.25,
@@ -449,6 +501,13 @@ def detect_period_details(
         tie_break: ``"smaller"`` (paper) or ``"closeness"`` (to per-scale T_s).
         refine: phase-folding F-test refinement within ±`refine_radius`.
         refine_radius: default max(2, ⌈2τT̂⌉).
+        rep_score: per-window choice among candidates by raw repeatability
+            (``"cosine"``, paper) or chance-corrected ``"zscore"``
+            (Rep·√((M−1)(T−1)); a 2-sample de-meaned segment has |cos| = 1 by
+            chance, which is why the literal detector returns tiny periods).
+        final: ``"vote"`` (the paper: the voted period) or ``"ftest"`` (among
+            the voted period, the per-scale medians and every window's T*, the
+            one whose phase fold of the whole stream is most significant).
         multiple_test: test divisors and multiples (`multiple_factors`) of the
             winner with a nested F-test (level `multiple_alpha`, and the larger
             period must explain `multiple_gain` more signal variance).
@@ -461,7 +520,13 @@ def detect_period_details(
         `PeriodDetection` with the period and JSON-able diagnostics.
     """
     opts = _resolve(
-        method, mapping=mapping, tie_break=tie_break, refine=refine, multiple_test=multiple_test
+        method,
+        mapping=mapping,
+        tie_break=tie_break,
+        refine=refine,
+        multiple_test=multiple_test,
+        rep_score=rep_score,
+        final=final,
     )
     for name, val in (
         ("top_k", top_k),
@@ -521,6 +586,10 @@ def detect_period_details(
             vote["rule"] = "fft_fallback"
         diag["votes"] = vote
         diag["voted_period"] = int(period)
+        if opts["final"] == "ftest":
+            period, diag["ftest_select"] = _ftest_select(
+                arr, period, per_scale, t_min=t_min, t_max=tmax
+            )
         if opts["refine"]:
             radius = (
                 max(2, math.ceil(2 * tau * period)) if refine_radius is None else int(refine_radius)
@@ -553,7 +622,7 @@ def detect_period_details(
     diag["fold_variance_explained"] = float(ssb / (ssb + ssw)) if ssb + ssw > 0 else 0.0
     seg = arr[: (n // period) * period]
     diag["repeatability"] = repeatability(seg, period) if n // period >= 2 else None
-    return PeriodDetection(period=int(period), diagnostics=diag)
+    return PeriodDetection(period=int(period), diagnostics=_jsonable(diag))  # type: ignore[arg-type]
 
 
 def detect_period(y: object, **options: object) -> int:

@@ -83,7 +83,8 @@ def lbd_release(
             for Var₁ and Var₂.
         quantum: ε_{t,2} is rounded *down* to a multiple of this exact amount so
             that costs stay short rationals the ledger stores exactly (the
-            mechanism only gets more private); None keeps exact halving.
+            mechanism only gets more private); the first step keeps exactly ε/4.
+            None keeps exact halving everywhere.
 
     Returns:
         `StreamRelease`: ``y`` holds r_t (published or carried over, unclipped
@@ -124,7 +125,7 @@ def lbd_release(
             cand = eps / 4
         else:
             cand = (half - window_sum) / 2
-        if quantum is not None:
+        if quantum is not None and t > 0:
             cand = math.floor(cand / quantum) * quantum
         publish = False
         cand_f = float_at_most(cand) if cand > 0 else 0.0
@@ -146,7 +147,7 @@ def lbd_release(
 
     per_step = [eps1 + e for e in eps2]
     cost = wevent_cost_from_steps(eps, w, per_step, start_step=int(start_step))
-    eps_float = np.array([eps1_f + float_at_most(e) if e else eps1_f for e in eps2])
+    eps_float = np.array([float_at_most(eps1 + e) for e in eps2])
     return StreamRelease(
         y=r,
         cost=cost,

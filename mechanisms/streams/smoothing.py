@@ -32,7 +32,7 @@ def _check_series(y: object) -> np.ndarray:
     return arr
 
 
-def moving_average(y: object, *, window: int = 5) -> np.ndarray:
+def moving_average(y: object, window: int = 5) -> np.ndarray:
     """Centred moving average, truncated at the ends (mean of the available samples).
 
     Post-processing of already-private reports: no privacy cost. Spec §2.7

@@ -49,9 +49,12 @@ def _check_epsilon(epsilon: float, name: str = "epsilon_per_step") -> float:
 
 def _check_unit_interval(x: object, name: str = "x") -> np.ndarray:
     arr = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
+    if arr.size == 0:
+        return arr
+    lo, hi = float(arr.min()), float(arr.max())  # NaN propagates through min/max
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise MechanismParameterError(f"{name} must be finite (found NaN or inf)")
-    if arr.size and (arr.min() < 0.0 or arr.max() > 1.0):
+    if lo < 0.0 or hi > 1.0:
         raise MechanismParameterError(
             f"{name} must lie in [0, 1]; normalise the stream with its public range first"
         )
@@ -98,14 +101,21 @@ def square_wave_params(epsilon: float) -> tuple[float, float, float]:
 
 
 def _inverse_cdf(x: np.ndarray, u: np.ndarray, b: float, p: float, q: float) -> np.ndarray:
-    """Map uniforms u to SW outputs for inputs x (vectorised inverse CDF, spec §2.2)."""
-    qx = q * x
-    first = u <= qx
-    second = ~first & (u <= qx + 2.0 * b * p)
-    y = (u - qx - 2.0 * b * p) / q + x + b  # third branch
-    y = np.where(second, (u - qx) / p + x - b, y)
-    y = np.where(first, u / q - b, y)
-    return y
+    """Map uniforms u to SW outputs for inputs x (vectorised inverse CDF, spec §2.2).
+
+    The three branches of the spec (u ≤ qx; u ≤ qx + 2bp; else) are one
+    expression: y = u/q − b − ((p − q)/q)·clip((u − qx)/p, 0, 2b). Below qx the
+    clip is 0 (y = u/q − b); inside, y = (u − qx)/p + x − b; above, the clip is
+    2b and y = (u − qx − 2bp)/q + x + b. Computed in place, no branch masks.
+    """
+    t = np.multiply(x, -q)
+    t += u
+    t *= 1.0 / p
+    np.clip(t, 0.0, 2.0 * b, out=t)
+    t *= -(p - q) / q
+    t += u * (1.0 / q)
+    t -= b
+    return t
 
 
 def square_wave(x: object, *, epsilon_per_step: float, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,144 @@
+"""``privpipe validate``: check an input file against a policy domain, locally.
+
+Prints a summary (users, curves or streams, points, time span, value ranges,
+fingerprint) when the input is valid, or a rejection table (file, row, column,
+rule, user, message) when it is not. Raw values appear only with
+``--show-values``, and only on this local terminal. Exit code 0 when valid,
+2 when any row, user or the file is rejected.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flows.cli_common import OutputFormat, err_console, handle_errors, print_rows
+from ingest import IngestReport, default_domain, scan
+from ingest.pipeline import INPUT_TIME_UNITS
+from schemas.errors import EXIT_BAD_INPUT, ParameterError, Problem, ValidationError
+from schemas.policy import Domain, load_policy
+
+
+class Kind(str, Enum):  # noqa: UP042 - same style as cli_common.OutputFormat
+    """What the input holds."""
+
+    curves = "curves"
+    streams = "streams"
+
+
+PROBLEM_COLUMNS = ("file", "row", "column", "rule", "user", "message")
+
+
+def problem_rows(problems: list[Problem], *, show_values: bool = False) -> list[dict[str, Any]]:
+    """Rows of the rejection table; the ``value`` column only with `show_values`."""
+    rows = []
+    for p in problems:
+        r: dict[str, Any] = {"file": p.file, "row": p.row, "column": p.column, "rule": p.rule,
+                             "user": p.user_id, "message": p.message}
+        if show_values:
+            r["value"] = p.value
+        rows.append(r)
+    return rows
+
+
+def summary_rows(report: IngestReport, domain: Domain, note: str | None) -> list[dict[str, Any]]:
+    """Rows (field, value) of the summary of a valid input."""
+    unit = domain.time_unit
+    items = "curves" if report.kind == "curves" else "streams"
+    rows: list[dict[str, Any]] = [
+        {"field": "file", "value": report.source},
+        {"field": "domain", "value": f"{domain.name} ({domain.kind}, {domain.notion}, "
+                                     f"{domain.units_label()})"},
+    ]
+    if note:
+        rows.append({"field": "note", "value": note})
+    rows += [
+        {"field": "rows", "value": report.rows},
+        {"field": "users", "value": report.users},
+        {"field": items, "value": report.curves_or_streams},
+        {"field": "points", "value": report.points},
+    ]
+    if report.t_span is not None:
+        lo, hi = report.t_span
+        what = "t span (from each curve's start)" if report.kind == "curves" else "step span"
+        rows.append({"field": what, "value": f"{lo:g} .. {hi:g} {unit}"})
+    vunit = domain.value_unit
+    for col, (lo, hi) in report.value_ranges.items():
+        rows.append({"field": f"range of {col}", "value": f"{lo:.6g} .. {hi:.6g} {vunit}"})
+    rows.append({"field": "rejected users", "value": len(report.rejected)})
+    rows.append({"field": "fingerprint (sha256)", "value": report.fingerprint})
+    return rows
+
+
+def _pick_domain(policy_path: Path | None, name: str | None, kind: str, file: Path,
+                 table: str | None) -> tuple[Domain, str | None]:
+    if policy_path is None:
+        if name is not None:
+            raise ParameterError("--domain needs --policy")
+        dom = default_domain(kind, file, table=table)
+        if kind == "curves":
+            note = (f"no --policy: default curves domain (value columns "
+                    f"{', '.join(dom.value_columns)}; plain-number t as given, ISO 8601 t in "
+                    f"seconds from each curve's start)")
+        else:
+            note = ("no --policy: default streams domain (t = integer step; values checked "
+                    "for finiteness only, no declared range, not normalised)")
+        return dom, note
+    policy = load_policy(policy_path)
+    if name is not None:
+        dom = policy.domain(name)
+        if dom.kind != kind:
+            raise ParameterError(f"domain {name!r} is a {dom.kind} domain, but --kind is {kind}")
+        return dom, None
+    matching = [d for d in policy.domains.values() if d.kind == kind]
+    if len(matching) == 1:
+        return matching[0], None
+    names = ", ".join(sorted(d.name for d in matching)) or "(none)"
+    raise ParameterError(f"choose a {kind} domain with --domain; the policy has: {names}")
+
+
+@handle_errors
+def validate(
+    file: Annotated[Path, typer.Argument(help="CSV, Parquet or DuckDB file to check.")],
+    kind: Annotated[Kind, typer.Option("--kind", help="What the file holds.")],
+    policy: Annotated[Path | None, typer.Option(
+        "--policy", help="Policy TOML; without it a permissive default domain is used.")] = None,
+    domain: Annotated[str | None, typer.Option(
+        "--domain", help="Domain of the policy (needed when several have this kind).")] = None,
+    table: Annotated[str | None, typer.Option(
+        "--table", help="Table name inside a DuckDB file.")] = None,
+    input_time_unit: Annotated[str | None, typer.Option(
+        "--input-time-unit",
+        help=f"Unit of plain numbers in t ({', '.join(INPUT_TIME_UNITS)}); default: "
+             "already in the domain's time unit.")] = None,
+    show_values: Annotated[bool, typer.Option(
+        "--show-values", help="Also print offending raw values (local terminal only).")] = False,
+    fmt: Annotated[OutputFormat, typer.Option(
+        "--format", help="Output format.")] = OutputFormat.table,
+) -> None:
+    """Validate an input file; exit 0 when valid, 2 when anything is rejected."""
+    dom, note = _pick_domain(policy, domain, kind.value, file, table)
+    try:
+        report = scan(file, dom, table=table, input_time_unit=input_time_unit)
+    except ValidationError as err:
+        if fmt is OutputFormat.table:
+            err_console.print(f"[bold red]invalid:[/] {file}", highlight=False)
+        cols = (*PROBLEM_COLUMNS, "value") if show_values else PROBLEM_COLUMNS
+        print_rows(problem_rows(err.problems, show_values=show_values), fmt,
+                   title="file rejected", columns=cols)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if report.valid:
+        print_rows(summary_rows(report, dom, note), fmt, title=f"{file}: valid",
+                   columns=("field", "value"))
+        return
+    cols = (*PROBLEM_COLUMNS, "value") if show_values else PROBLEM_COLUMNS
+    if fmt is OutputFormat.table:
+        print_rows(summary_rows(report, dom, note), fmt, title=f"{file}: accepted part",
+                   columns=("field", "value"))
+    print_rows(problem_rows(report.problems, show_values=show_values), fmt,
+               title=f"rejected: {len(report.rejected)} user(s), "
+                     f"{len(report.file_problems)} row(s) without a user", columns=cols)
+    raise typer.Exit(EXIT_BAD_INPUT)

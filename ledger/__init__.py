@@ -1,0 +1,63 @@
+"""The DuckDB privacy ledger: exact budgets, reservations, hash-chained audit.
+
+See ``ledger/README.md`` for the accounting model, the concurrency guarantee,
+the audit chain, the CLI and the SQL views for auditors.
+"""
+
+from ledger.amounts import (
+    UNITS_PER_EPSILON,
+    cap_units,
+    charge_units,
+    format_fraction,
+    format_units,
+    from_units,
+    is_exact,
+)
+from ledger.errors import (
+    BudgetExceededError,
+    LedgerBusyError,
+    LedgerIntegrityError,
+    LedgerInternalError,
+    LedgerOpenError,
+    NotionMismatchError,
+    PolicyChangeError,
+    ReplayConflictError,
+)
+from ledger.keys import key_path_for
+from ledger.ledger import (
+    Decision,
+    Ledger,
+    Request,
+    ReserveResult,
+    Settlement,
+    VerifyReport,
+    default_actor,
+    default_ledger_path,
+)
+
+__all__ = [
+    "UNITS_PER_EPSILON",
+    "BudgetExceededError",
+    "Decision",
+    "Ledger",
+    "LedgerBusyError",
+    "LedgerIntegrityError",
+    "LedgerInternalError",
+    "LedgerOpenError",
+    "NotionMismatchError",
+    "PolicyChangeError",
+    "ReplayConflictError",
+    "Request",
+    "ReserveResult",
+    "Settlement",
+    "VerifyReport",
+    "cap_units",
+    "charge_units",
+    "default_actor",
+    "default_ledger_path",
+    "format_fraction",
+    "format_units",
+    "from_units",
+    "is_exact",
+    "key_path_for",
+]

@@ -1,0 +1,1725 @@
+"""The privacy ledger: reserve, settle and close privacy budget on a DuckDB file.
+
+A `Ledger` is a path to a DuckDB file plus its noise key (``<path>.key``). Every
+operation opens a connection, runs one short transaction and closes the
+connection again, so several processes can share one ledger file.
+
+Guarantees (see also ``ledger/README.md``):
+
+* **No overspend.** `reserve` admits a user only if, after all of that user's
+  requests in the call, every cap still holds (GP/CGP totals, every w-event
+  window, history of earlier releases included). All checks and all writes of a
+  call are one DuckDB transaction: admitted or denied, nothing is half-written,
+  also under SIGKILL (DuckDB commits through its write-ahead log).
+* **Serialised writers.** DuckDB lets one process open a file for writing at a
+  time; a second process gets ``IOException: Could not set lock``. Threads of
+  one process share one database instance; every writing transaction updates
+  the single ``chain_head`` row, so two concurrent transactions of one process
+  conflict (``TransactionException``) instead of both committing, and threads of
+  one process additionally queue on a per-file lock. Either way the loser rolls
+  back and retries with jittered exponential backoff (5 ms doubling to 250 ms)
+  until `lock_timeout` seconds (default 60) have passed, then raises
+  `LedgerBusyError`. A retried transaction re-reads every balance, so a waiting
+  writer sees what the winner committed: no lost entry, no double spend.
+* **Idempotency.** Decisions are keyed by (release_id, user_id, step,
+  stream_id). A replay returns the recorded decision and writes nothing; a
+  replay with a different request is refused (`ReplayConflictError`). `settle`
+  and `close` are idempotent the same way.
+* **Audit.** Entries are append-only and hash-chained (`ledger.chain`);
+  `verify` recomputes the chain, the keyed seal over its head, the noise-key
+  fingerprint and every balance, and names the first bad entry.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined]
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from ledger import accounting, keys, schema
+from ledger.schema import first_row
+from ledger.accounting import Run
+from ledger.amounts import (
+    UNITS_PER_EPSILON,
+    cap_units,
+    charge_units,
+    format_units,
+    from_units,
+)
+from ledger.chain import GENESIS_HASH, BatchEncoder, canonical, entry_hash, format_ts
+from ledger.errors import (
+    BudgetExceededError,
+    LedgerBusyError,
+    LedgerIntegrityError,
+    LedgerInternalError,
+    LedgerOpenError,
+    NotionMismatchError,
+    PolicyChangeError,
+    ReplayConflictError,
+)
+from mechanisms.cost import Cost, StepRun, WEventCost, exact
+from schemas.errors import ParameterError
+from schemas.policy import Policy
+
+T = TypeVar("T")
+
+RELEASE_STATES = ("reserved", "settled", "closed", "failed")
+_MAX_ID_CHARS = 65536
+_SIGN = {"reserve": 1, "refund": -1, "close": -1}
+
+
+def default_ledger_path() -> Path:
+    """The ledger used when none is given: ``$PRIVPIPE_HOME/ledger.duckdb``, else ``./.privpipe/ledger.duckdb``."""
+    home = os.environ.get("PRIVPIPE_HOME")
+    base = Path(home) if home else Path.cwd() / ".privpipe"
+    return base / "ledger.duckdb"
+
+
+def default_actor() -> str:
+    """``user@host`` of the current process (recorded on every entry)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Request:
+    """One budget request of a release for one user.
+
+    Attributes:
+        user_id: the user whose budget is charged.
+        domain: the policy domain (its notion and cap apply).
+        step: name of the mechanism step (idempotency key part), e.g. ``"release"``.
+        notion: the mechanism's guarantee: ``gp`` (amount is ε), ``cgp`` (ρ) or
+            ``wevent`` (use `runs`).
+        amount: ε or ρ for gp/cgp requests (Fraction, int, float or string).
+        stream_id: the stream of a w-event request (``""`` for curves).
+        runs: w-event per-step costs at absolute time steps of the stream.
+    """
+
+    user_id: str
+    domain: str
+    step: str = "release"
+    notion: str = "gp"
+    amount: Fraction | None = None
+    stream_id: str = ""
+    runs: tuple[StepRun, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The ledger's answer to one request.
+
+    ``requested`` is the request's cost in the domain's own notion (ε²/2 for an
+    ε-GP request on a CGP domain; for w-event the request's sum in its worst
+    window). ``remaining`` is the headroom *after* the charge when admitted and
+    *before* it when denied (for w-event: in that worst window), so a denial
+    shows ``requested - remaining > 0``.
+    """
+
+    user_id: str
+    domain: str
+    step: str
+    stream_id: str
+    admitted: bool
+    reason: str
+    requested: Fraction
+    remaining: Fraction
+    entry_seq: int
+    replayed: bool = False
+    notion: str = ""
+    units: str = ""
+
+    def raise_if_denied(self, release_id: str | None = None) -> None:
+        """Raise `BudgetExceededError` (exit 3) when this decision is a denial."""
+        if not self.admitted:
+            raise BudgetExceededError(
+                user_id=self.user_id, domain=self.domain, requested=self.requested,
+                remaining=self.remaining, units=self.units, release_id=release_id,
+                reason=self.reason,
+            )
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    """Decisions of one `Ledger.reserve` call, in request order within each list."""
+
+    admitted: list[Decision] = field(default_factory=list)
+    denied: list[Decision] = field(default_factory=list)
+
+    @property
+    def admitted_users(self) -> set[str]:
+        """Users whose requests were all admitted."""
+        return {d.user_id for d in self.admitted}
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The actual cost of an admitted request, reported after the mechanism ran.
+
+    ``cost`` is a `mechanisms.cost.Cost` (gp/cgp, with its sub-step breakdown) or
+    a `WEventCost` whose runs use the same absolute steps as the reservation.
+    """
+
+    user_id: str
+    domain: str
+    step: str
+    cost: Cost | WEventCost
+    stream_id: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of `Ledger.verify`."""
+
+    ok: bool
+    entries_checked: int
+    first_bad_seq: int | None
+    message: str
+    first_bad_entry_id: str | None = None
+
+
+@dataclass
+class _Prepared:
+    index: int
+    req: Request
+    key: tuple[str, str, str]  # (user_id, step, stream_id)
+    account: tuple[str, str, str]  # (user_id, domain, stream_id)
+    notion: str = ""  # the account's notion
+    units: int = 0  # gp/cgp charge in quanta; w-event: total over steps
+    runs: list[Run] = field(default_factory=list)
+    signature: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Account:
+    cap: int
+    spent: int
+    notion: str
+    w: int | None
+    runs: list[Run] = field(default_factory=list)
+    exists: bool = True
+    dirty: bool = False
+
+
+# --------------------------------------------------------------------------- helpers
+
+_process_locks: dict[str, threading.RLock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _process_lock(path: Path) -> threading.RLock:
+    k = str(path.resolve())
+    with _process_locks_guard:
+        lock = _process_locks.get(k)
+        if lock is None:
+            lock = _process_locks[k] = threading.RLock()
+        return lock
+
+
+def _check_id(value: Any, what: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ParameterError(f"{what} must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise ParameterError(f"{what} must not be empty")
+    if len(value) > _MAX_ID_CHARS:
+        raise ParameterError(f"{what} is longer than {_MAX_ID_CHARS} characters")
+    if "\x00" in value:
+        raise ParameterError(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ParameterError(f"{what} is not valid Unicode text (lone surrogate)") from None
+    return value
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Fraction):
+        return str(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def _canonical_json(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                          default=_json_default, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ParameterError(f"{what} must be JSON-serialisable: {err}") from None
+
+
+def _now() -> str:
+    return format_ts(datetime.now(UTC).replace(tzinfo=None))
+
+
+def _is_lock_error(err: Exception) -> bool:
+    text = str(err)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _units_text(dom: dict[str, Any]) -> str:
+    symbol = {"gp": "ε", "cgp": "ρ", "wevent": "ε per window"}[dom["notion"]]
+    return f"{symbol} ({dom['units_label']})"
+
+
+def _arrow(columns: dict[str, list[Any]], hugeint: Iterable[str] = ()) -> pa.Table:
+    big = set(hugeint)
+    arrays = {}
+    for name, values in columns.items():
+        if name in big:
+            arrays[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
+        else:
+            arrays[name] = pa.array(values)
+    return pa.table(arrays)
+
+
+_ENTRY_COLUMNS = (
+    "seq", "entry_id", "prev_hash", "hash", "created_at", "actor", "release_id", "user_id",
+    "domain", "step", "stream_id", "kind", "amount", "notion", "cap", "balance_after",
+    "mechanism", "parameters", "detail", "reason", "flow_run_id", "input_fingerprint",
+)
+_ENTRY_HUGE = ("amount", "cap", "balance_after")
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+class Ledger:
+    """An audited privacy-budget ledger stored in one DuckDB file plus a noise key.
+
+    Open an existing ledger with ``Ledger(path)`` or `Ledger.open`; create one
+    with `Ledger.init`. The object holds no open connection, so it can be shared
+    by threads and kept for the life of a flow.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        actor: str | None = None,
+        lock_timeout: float = 60.0,
+    ):
+        """Open an existing ledger.
+
+        Args:
+            path: the DuckDB file.
+            actor: who is writing (recorded on each entry); default ``user@host``.
+            lock_timeout: seconds to keep retrying when another process holds the file.
+
+        Raises:
+            LedgerOpenError: the file is missing, unreadable, not a privpipe ledger,
+                of a newer schema, or its noise key is missing, malformed or has
+                permissions wider than 0600.
+        """
+        self.path = Path(path)
+        self.key_path = keys.key_path_for(self.path)
+        self.actor = _check_id(actor, "actor") if actor is not None else default_actor()
+        if lock_timeout <= 0:
+            raise ParameterError("lock_timeout must be > 0 seconds")
+        self.lock_timeout = float(lock_timeout)
+        if not self.path.exists():
+            raise LedgerOpenError(
+                f"no ledger at {str(self.path)!r}; create one with `privpipe ledger init`"
+            )
+        if not self.path.is_file():
+            raise LedgerOpenError(f"{str(self.path)!r} is not a file")
+        self._key = keys.load_key(self.key_path)
+        stored_fp = self._transact(self._open_tx)
+        self._key_ok = stored_fp == keys.key_fingerprint(self._key)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], *, actor: str | None = None, lock_timeout: float = 60.0
+    ) -> Ledger:
+        """Open an existing ledger (same as the constructor)."""
+        return cls(path, actor=actor, lock_timeout=lock_timeout)
+
+    @classmethod
+    def init(
+        cls, path: str | os.PathLike[str], *, actor: str | None = None, lock_timeout: float = 60.0
+    ) -> Ledger:
+        """Create a ledger and its noise key, or open it if both exist (idempotent).
+
+        Raises:
+            LedgerOpenError: only one of the two files exists (a lost key is never
+                regenerated; a stray key is never adopted), or a file cannot be created.
+        """
+        p = Path(path)
+        kp = keys.key_path_for(p)
+        if p.exists() and kp.exists():
+            return cls(p, actor=actor, lock_timeout=lock_timeout)
+        if p.exists():
+            raise LedgerOpenError(
+                f"the ledger {str(p)!r} exists but its noise key {str(kp)!r} is missing; "
+                "restore the key from backup (privpipe never regenerates it)"
+            )
+        if kp.exists():
+            raise LedgerOpenError(
+                f"a noise key {str(kp)!r} exists without its ledger {str(p)!r}; restore the "
+                "ledger or move the key away before creating a new ledger"
+            )
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise LedgerOpenError(f"cannot create directory {str(p.parent)!r}: {err.strerror}") from None
+        key = keys.create_key(kp)
+        try:
+            con = duckdb.connect(str(p))
+        except duckdb.Error as err:
+            kp.unlink(missing_ok=True)
+            raise LedgerOpenError(f"cannot create the ledger {str(p)!r}: {err}") from None
+        try:
+            now = _now()
+            con.execute("BEGIN TRANSACTION")
+            schema.create(con, now)
+            con.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [
+                    ["ledger_id", os.urandom(16).hex()],
+                    ["units_per_epsilon", str(UNITS_PER_EPSILON)],
+                    ["key_fingerprint", keys.key_fingerprint(key)],
+                    ["created_at", now],
+                ],
+            )
+            con.execute(
+                "INSERT INTO chain_head VALUES (1, 0, ?, ?)",
+                [GENESIS_HASH, keys.chain_seal(key, 0, GENESIS_HASH)],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.close()
+            p.unlink(missing_ok=True)
+            Path(str(p) + ".wal").unlink(missing_ok=True)
+            kp.unlink(missing_ok=True)
+            raise
+        con.close()
+        return cls(p, actor=actor, lock_timeout=lock_timeout)
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connect(self, deadline: float, attempt: int) -> duckdb.DuckDBPyConnection:
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as err:
+                if not _is_lock_error(err):
+                    raise LedgerOpenError(
+                        f"cannot open the ledger {str(self.path)!r}: not a readable DuckDB "
+                        f"database ({str(err).splitlines()[0]})"
+                    ) from None
+            except duckdb.Error as err:
+                raise LedgerOpenError(
+                    f"cannot open the ledger {str(self.path)!r}: {str(err).splitlines()[0]}"
+                ) from None
+            attempt = self._backoff(deadline, attempt, "another process holds the ledger file")
+
+    def _backoff(self, deadline: float, attempt: int, why: str) -> int:
+        now = time.monotonic()
+        if now >= deadline:
+            raise LedgerBusyError(
+                f"gave up after {self.lock_timeout:g} s: {why} ({str(self.path)!r}); "
+                "retry when the other release has finished"
+            )
+        delay = min(0.25, 0.005 * 2**min(attempt, 6))
+        time.sleep(min(random.uniform(0, delay) + 0.001, max(0.0, deadline - now)))
+        return attempt + 1
+
+    def _transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run `fn(con)` in one transaction, retrying on file locks and conflicts."""
+        deadline = time.monotonic() + self.lock_timeout
+        attempt = 0
+        with _process_lock(self.path):
+            while True:
+                con = self._connect(deadline, attempt)
+                try:
+                    con.execute("BEGIN TRANSACTION")
+                    result = fn(con)
+                    con.execute("COMMIT")
+                    return result
+                except duckdb.TransactionException:
+                    _rollback(con)
+                    attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
+                except BaseException:
+                    _rollback(con)
+                    raise
+                finally:
+                    con.close()
+
+    def _open_tx(self, con: duckdb.DuckDBPyConnection) -> str:
+        try:
+            version = schema.stored_version(con)
+        except duckdb.Error as err:
+            raise LedgerOpenError(f"cannot read {str(self.path)!r}: {err}") from None
+        if version is None:
+            raise LedgerOpenError(
+                f"{str(self.path)!r} is a DuckDB file but not a privpipe ledger "
+                "(no privpipe-ledger schema_version)"
+            )
+        if version > schema.SCHEMA_VERSION:
+            raise LedgerOpenError(
+                f"the ledger {str(self.path)!r} has schema version {version}, newer than this "
+                f"privpipe supports ({schema.SCHEMA_VERSION}); upgrade privpipe"
+            )
+        if version < schema.SCHEMA_VERSION:
+            try:
+                schema.migrate(con, version, _now())
+            except LookupError as err:
+                raise LedgerOpenError(f"cannot upgrade {str(self.path)!r}: {err}") from None
+        row = first_row(con.execute("SELECT value FROM meta WHERE key = 'key_fingerprint'"))
+        units = first_row(con.execute("SELECT value FROM meta WHERE key = 'units_per_epsilon'"))
+        if not row or not units:
+            raise LedgerOpenError(f"the ledger {str(self.path)!r} lacks its metadata")
+        if int(units[0]) != UNITS_PER_EPSILON:
+            raise LedgerOpenError(
+                f"the ledger {str(self.path)!r} uses a different amount quantum; "
+                "it was written by an incompatible privpipe"
+            )
+        return str(row[0])
+
+    def _require_key(self) -> None:
+        if not self._key_ok:
+            raise LedgerIntegrityError(
+                f"the noise key {str(self.key_path)!r} does not match the fingerprint stored in "
+                "the ledger (replaced or edited key); restore the original key"
+            )
+
+    def _head(self, con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
+        row = first_row(con.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1"))
+        if row is None:
+            raise LedgerIntegrityError("the ledger's chain_head row is missing")
+        return int(row[0]), str(row[1])
+
+    def _domains(self, con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+        rows = con.execute(
+            "SELECT domain, kind, notion, cap, cap_exact, w, time_unit, value_unit, units_label "
+            "FROM domains"
+        ).fetchall()
+        names = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit", "value_unit",
+                 "units_label")
+        return {r[0]: dict(zip(names, r, strict=True)) for r in rows}
+
+    def _append(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        rows: list[dict[str, Any]],
+        runs: list[list[Run]],
+        shared: dict[str, Any],
+    ) -> list[int]:
+        """Hash-chain and bulk-insert entries; returns their seqs. Updates chain_head."""
+        if not rows:
+            return []
+        last_seq, last_hash = self._head(con)
+        enc = BatchEncoder(shared)
+        n = len(rows)
+        ids = os.urandom(16 * n).hex()
+        varying = [c for c in _ENTRY_COLUMNS if c not in shared]
+        cols: dict[str, list[Any]] = {c: [] for c in varying}
+        run_cols: dict[str, list[Any]] = {
+            c: [] for c in ("seq", "kind", "user_id", "domain", "stream_id", "run_start",
+                            "run_stop", "amount")
+        }
+        prev = last_hash
+        seqs = list(range(last_seq + 1, last_seq + 1 + n))
+        for i, (row, rr) in enumerate(zip(rows, runs, strict=True)):
+            seq = seqs[i]
+            row["seq"] = seq
+            row["entry_id"] = ids[32 * i: 32 * i + 32]
+            row["prev_hash"] = prev
+            prev = row["hash"] = entry_hash(prev, enc.encode(row, rr))
+            for c in varying:
+                cols[c].append(row.get(c))
+            for a, b, q in rr:
+                run_cols["seq"].append(seq)
+                run_cols["kind"].append(row["kind"])
+                run_cols["user_id"].append(row["user_id"])
+                run_cols["domain"].append(row["domain"])
+                run_cols["stream_id"].append(row["stream_id"])
+                run_cols["run_start"].append(a)
+                run_cols["run_stop"].append(b)
+                run_cols["amount"].append(q)
+        for c in _ENTRY_COLUMNS:
+            if c in shared:
+                cols[c] = [shared[c]] * n
+        cols = {c: cols[c] for c in _ENTRY_COLUMNS}
+        tbl = _arrow(cols, _ENTRY_HUGE)  # noqa: F841 - scanned by DuckDB below
+        select = ", ".join(
+            f"CAST({c} AS HUGEINT)" if c in _ENTRY_HUGE
+            else "CAST(created_at AS TIMESTAMP)" if c == "created_at"
+            else c
+            for c in _ENTRY_COLUMNS
+        )
+        con.register("_pp_new_entries", tbl)
+        try:
+            con.execute(f"INSERT INTO entries SELECT {select} FROM _pp_new_entries")  # noqa: S608
+        finally:
+            con.unregister("_pp_new_entries")
+        if run_cols["seq"]:
+            rtbl = _arrow(run_cols, ("amount",))
+            con.register("_pp_new_runs", rtbl)
+            try:
+                con.execute(
+                    "INSERT INTO step_runs SELECT seq, kind, user_id, domain, stream_id, "
+                    "run_start, run_stop, CAST(amount AS HUGEINT) FROM _pp_new_runs"
+                )
+            finally:
+                con.unregister("_pp_new_runs")
+        new_seq = last_seq + n
+        con.execute(
+            "UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ? WHERE id = 1",
+            [new_seq, prev, keys.chain_seal(self._key, new_seq, prev)],
+        )
+        return seqs
+
+    def _load_accounts(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        wanted: Iterable[tuple[str, str, str]],
+        domains: dict[str, dict[str, Any]],
+    ) -> dict[tuple[str, str, str], _Account]:
+        wanted = list(dict.fromkeys(wanted))
+        out: dict[tuple[str, str, str], _Account] = {}
+        if not wanted:
+            return out
+        keys_tbl = pa.table({  # noqa: F841 - scanned by DuckDB below
+            "user_id": [k[0] for k in wanted],
+            "domain": [k[1] for k in wanted],
+            "stream_id": [k[2] for k in wanted],
+        })
+        con.register("_pp_keys", keys_tbl)
+        try:
+            rows = con.execute(
+                "SELECT a.user_id, a.domain, a.stream_id, a.cap, a.spent FROM accounts a "
+                "JOIN _pp_keys k ON a.user_id = k.user_id AND a.domain = k.domain "
+                "AND a.stream_id = k.stream_id"
+            ).fetchall()
+            has_wevent = any(domains[k[1]]["notion"] == "wevent" for k in wanted)
+            run_rows = []
+            if has_wevent:
+                run_rows = con.execute(
+                    "SELECT r.user_id, r.domain, r.stream_id, r.kind, r.run_start, r.run_stop, "
+                    "r.amount FROM step_runs r JOIN _pp_keys k ON r.user_id = k.user_id "
+                    "AND r.domain = k.domain AND r.stream_id = k.stream_id "
+                    "WHERE r.kind IN ('reserve', 'refund', 'close')"
+                ).fetchall()
+        finally:
+            con.unregister("_pp_keys")
+        for u, d, s, cap, spent in rows:
+            dom = domains[d]
+            out[(u, d, s)] = _Account(int(cap), int(spent), dom["notion"], dom["w"])
+        for k in wanted:
+            if k not in out:
+                dom = domains[k[1]]
+                out[k] = _Account(int(dom["cap"]), 0, dom["notion"], dom["w"], exists=False)
+        for u, d, s, kind, a, b, q in run_rows:
+            out[(u, d, s)].runs.append((int(a), int(b), _SIGN[kind] * int(q)))
+        for acc in out.values():
+            if acc.runs:
+                acc.runs = accounting.profile(acc.runs)
+        return out
+
+    def _save_accounts(
+        self, con: duckdb.DuckDBPyConnection, accounts: dict[tuple[str, str, str], _Account]
+    ) -> None:
+        changed = [(k, a) for k, a in accounts.items() if a.dirty or not a.exists]
+        if not changed:
+            return
+        tbl = _arrow(  # noqa: F841 - scanned by DuckDB below
+            {
+                "user_id": [k[0] for k, _ in changed],
+                "domain": [k[1] for k, _ in changed],
+                "stream_id": [k[2] for k, _ in changed],
+                "cap": [a.cap for _, a in changed],
+                "spent": [a.spent for _, a in changed],
+            },
+            ("cap", "spent"),
+        )
+        con.register("_pp_acc", tbl)
+        try:
+            con.execute(
+                "INSERT INTO accounts SELECT user_id, domain, stream_id, CAST(cap AS HUGEINT), "
+                "CAST(spent AS HUGEINT) FROM _pp_acc ON CONFLICT (user_id, domain, stream_id) "
+                "DO UPDATE SET spent = excluded.spent"
+            )
+        finally:
+            con.unregister("_pp_acc")
+        for _, a in changed:
+            a.exists = True
+            a.dirty = False
+
+    def _touch_release(self, con: duckdb.DuckDBPyConnection, release_id: str, now: str) -> str | None:
+        row = first_row(con.execute("SELECT state FROM releases WHERE release_id = ?", [release_id]))
+        if row is None:
+            con.execute(
+                "INSERT INTO releases VALUES (?, 'reserved', NULL, CAST(? AS TIMESTAMP), "
+                "CAST(? AS TIMESTAMP))",
+                [release_id, now, now],
+            )
+            return None
+        return str(row[0])
+
+    # ------------------------------------------------------------------ policy
+
+    def apply_policy(self, policy: Policy) -> list[str]:
+        """Create or update the ledger's domains from a validated policy (idempotent).
+
+        Cap changes are allowed (they apply to future requests; accounts take the
+        new cap). Changing a domain's notion, window w, kind or units once it has
+        entries is refused: it would change the meaning of budget already spent.
+        Domains absent from the policy are kept (their history stays auditable).
+
+        Returns:
+            One line per change (empty when the ledger already matches the policy).
+
+        Raises:
+            PolicyChangeError: a charged domain's notion, w, kind or units would change.
+        """
+        self._require_key()
+
+        def tx(con: duckdb.DuckDBPyConnection) -> list[str]:
+            now = _now()
+            current = self._domains(con)
+            changes: list[str] = []
+            for name, d in sorted(policy.domains.items()):
+                _check_id(name, "domain name")
+                cap_q = cap_units(d.cap)
+                units_label = d.units_label()
+                new = {"kind": d.kind, "notion": d.notion, "w": d.w, "time_unit": d.time_unit,
+                       "value_unit": d.value_unit}
+                old = current.get(name)
+                symbol = {"gp": "ε", "cgp": "ρ", "wevent": "ε per window"}[d.notion]
+                if old is None:
+                    con.execute(
+                        "INSERT INTO domains VALUES (?, ?, ?, CAST(? AS HUGEINT), ?, ?, ?, ?, ?, "
+                        "CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP))",
+                        [name, d.kind, d.notion, str(cap_q), str(d.cap), d.w, d.time_unit,
+                         d.value_unit, units_label, now, now],
+                    )
+                    changes.append(
+                        f"added domain {name!r}: {d.notion}, cap {format_units(cap_q)} {symbol} "
+                        f"({units_label})"
+                    )
+                    continue
+                diffs = [k for k, v in new.items() if old[k] != v]
+                if diffs:
+                    used = first_row(con.execute(
+                        "SELECT count(*) FROM entries WHERE domain = ?", [name]
+                    ))
+                    if used and used[0]:
+                        raise PolicyChangeError(
+                            f"policy {policy.source!r} changes {', '.join(diffs)} of domain "
+                            f"{name!r}, which already has {used[0]} ledger entries; the meaning of "
+                            "its spent budget would change. Define a new domain instead."
+                        )
+                    con.execute(
+                        "UPDATE domains SET kind = ?, notion = ?, w = ?, time_unit = ?, "
+                        "value_unit = ?, units_label = ?, updated_at = CAST(? AS TIMESTAMP) "
+                        "WHERE domain = ?",
+                        [d.kind, d.notion, d.w, d.time_unit, d.value_unit, units_label, now, name],
+                    )
+                    changes.append(f"domain {name!r}: changed {', '.join(diffs)} (no charges yet)")
+                if int(old["cap"]) != cap_q or old["cap_exact"] != str(d.cap):
+                    con.execute(
+                        "UPDATE domains SET cap = CAST(? AS HUGEINT), cap_exact = ?, "
+                        "updated_at = CAST(? AS TIMESTAMP) WHERE domain = ?",
+                        [str(cap_q), str(d.cap), now, name],
+                    )
+                    con.execute(
+                        "UPDATE accounts SET cap = CAST(? AS HUGEINT) WHERE domain = ?",
+                        [str(cap_q), name],
+                    )
+                    changes.append(
+                        f"domain {name!r}: cap {format_units(int(old['cap']))} -> "
+                        f"{format_units(cap_q)} {symbol}"
+                    )
+                elif old["units_label"] != units_label and not diffs:
+                    con.execute(
+                        "UPDATE domains SET units_label = ? WHERE domain = ?", [units_label, name]
+                    )
+            return changes
+
+        return self._transact(tx)
+
+    def domains(self) -> list[dict[str, Any]]:
+        """The ledger's domains: name, kind, notion, cap (exact Fraction), w and units."""
+        def tx(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+            return [
+                {**d, "cap": from_units(int(d["cap"]))}
+                for _, d in sorted(self._domains(con).items())
+            ]
+        return self._transact(tx)
+
+    # ------------------------------------------------------------------ reserve
+
+    def _prepare(self, i: int, r: Request) -> _Prepared:
+        if not isinstance(r, Request):
+            raise ParameterError(f"request {i} is not a ledger.Request")
+        _check_id(r.user_id, "user_id")
+        _check_id(r.domain, "domain")
+        _check_id(r.step, "step")
+        _check_id(r.stream_id, "stream_id", allow_empty=True)
+        if r.notion not in ("gp", "cgp", "wevent"):
+            raise ParameterError(f"request notion must be gp, cgp or wevent, got {r.notion!r}")
+        return _Prepared(i, r, (r.user_id, r.step, r.stream_id), (r.user_id, r.domain, r.stream_id))
+
+    def _charge(self, p: _Prepared, dom: dict[str, Any], cache: dict[Any, Any]) -> None:
+        r = p.req
+        p.notion = dom["notion"]
+        if p.notion == "wevent" or r.notion == "wevent":
+            if p.notion != r.notion:
+                accounting.charged_amount(p.notion, r.notion, Fraction(0))  # raises
+            if r.amount is not None:
+                raise ParameterError("a w-event request gives per-step costs in `runs`, not `amount`")
+            if not r.runs:
+                raise ParameterError(f"w-event request for user {r.user_id!r} has no runs")
+            raw = []
+            for run in r.runs:
+                if not isinstance(run, StepRun):
+                    raise ParameterError("w-event runs must be mechanisms.cost.StepRun")
+                raw.append((run.start, run.stop, charge_units(run.epsilon)))
+            p.runs = accounting.profile(raw)
+            p.units = accounting.total(p.runs)
+            p.signature = json.dumps(["wevent", r.domain, [[a, b, str(q)] for a, b, q in p.runs]])
+            p.detail = {"request_notion": "wevent",
+                        "runs": [[run.start, run.stop, str(exact(run.epsilon))] for run in r.runs]}
+            return
+        if r.runs:
+            raise ParameterError("runs are only for w-event requests")
+        if r.amount is None:
+            raise ParameterError(f"request for user {r.user_id!r} needs an amount (ε or ρ)")
+        ck = (p.notion, r.notion, r.amount)
+        hit = cache.get(ck)
+        if hit is None:
+            try:
+                amount = exact(r.amount)
+            except ValueError as err:
+                raise ParameterError(f"invalid amount: {err}") from None
+            if amount <= 0:
+                raise ParameterError(f"a requested amount must be > 0, got {amount}")
+            charged = accounting.charged_amount(p.notion, r.notion, amount)
+            q = charge_units(charged)
+            detail = {"request_notion": r.notion, "request_amount": str(amount)}
+            if r.notion != p.notion:
+                detail["converted"] = "rho = epsilon^2 / 2"
+            hit = cache[ck] = (q, json.dumps([r.notion, r.domain, str(amount)]), detail)
+        p.units, p.signature, p.detail = hit[0], hit[1], hit[2]
+
+    def reserve(
+        self,
+        release_id: str,
+        requests: Sequence[Request],
+        *,
+        mechanism: str,
+        parameters: dict[str, Any],
+        flow_run_id: str | None = None,
+        input_fingerprint: str | None = None,
+    ) -> ReserveResult:
+        """Reserve budget for a release, all-or-nothing per user, in one transaction.
+
+        A user is admitted iff after *all* of the user's requests in this call
+        every cap still holds (the GP/CGP total; every window of w steps of every
+        stream, earlier releases included). Denied users get a ``deny`` entry
+        with the reason and nothing is charged. A replay of a (release_id,
+        user_id, step, stream_id) returns the recorded decision and writes nothing.
+
+        Args:
+            release_id: id of the release (a rerun uses the same id).
+            requests: the requests; at most one per (user_id, step, stream_id).
+            mechanism: mechanism name, recorded on every entry.
+            parameters: mechanism parameters (JSON-serialisable), recorded.
+            flow_run_id: the orchestrator's run id, recorded.
+            input_fingerprint: fingerprint of the input data, recorded.
+
+        Returns:
+            The admitted and denied decisions.
+
+        Raises:
+            ParameterError: bad ids, amounts or runs, unknown domain, duplicate
+                keys, a closed release.
+            NotionMismatchError: e.g. a CGP request on a GP domain.
+            ReplayConflictError: a key was recorded earlier with a different request.
+            LedgerIntegrityError: the noise key does not match the ledger.
+        """
+        self._require_key()
+        _check_id(release_id, "release_id")
+        _check_id(mechanism, "mechanism")
+        if flow_run_id is not None:
+            _check_id(flow_run_id, "flow_run_id")
+        if input_fingerprint is not None:
+            _check_id(input_fingerprint, "input_fingerprint")
+        if not isinstance(parameters, dict):
+            raise ParameterError("parameters must be a dict")
+        params_json = _canonical_json(parameters, "parameters")
+        prepared = [self._prepare(i, r) for i, r in enumerate(requests)]
+        seen: set[tuple[str, str, str]] = set()
+        for p in prepared:
+            if p.key in seen:
+                raise ParameterError(
+                    f"duplicate request for user {p.key[0]!r}, step {p.key[1]!r}, stream "
+                    f"{p.key[2]!r} in one reserve call"
+                )
+            seen.add(p.key)
+
+        def tx(con: duckdb.DuckDBPyConnection) -> ReserveResult:
+            return self._reserve_tx(con, release_id, prepared, mechanism, params_json,
+                                    flow_run_id, input_fingerprint)
+
+        return self._transact(tx)
+
+    def _reserve_tx(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        release_id: str,
+        prepared: list[_Prepared],
+        mechanism: str,
+        params_json: str,
+        flow_run_id: str | None,
+        input_fingerprint: str | None,
+    ) -> ReserveResult:
+        now = _now()
+        domains = self._domains(con)
+        cache: dict[Any, Any] = {}
+        for p in prepared:
+            dom = domains.get(p.req.domain)
+            if dom is None:
+                known = ", ".join(sorted(domains)) or "(none: run `privpipe ledger policy apply`)"
+                raise ParameterError(f"unknown domain {p.req.domain!r}; the ledger knows: {known}")
+            self._charge(p, dom, cache)
+        state = self._touch_release(con, release_id, now)
+        decisions: dict[int, Decision] = {}
+        # Earlier decisions of this release (idempotency).
+        earlier: dict[tuple[str, str, str], tuple] = {}
+        denied_users: set[str] = set()
+        if state is not None:
+            for row in con.execute(
+                "SELECT user_id, step, stream_id, kind, seq, domain, amount, cap, balance_after, "
+                "reason, detail, notion FROM entries WHERE release_id = ? "
+                "AND kind IN ('reserve', 'deny')",
+                [release_id],
+            ).fetchall():
+                earlier[(row[0], row[1], row[2])] = row
+                if row[3] == "deny":
+                    denied_users.add(row[0])
+        fresh: list[_Prepared] = []
+        for p in prepared:
+            row = earlier.get(p.key)
+            if row is None:
+                fresh.append(p)
+                continue
+            det = json.loads(row[10])
+            if row[5] != p.req.domain or det.get("signature") != p.signature:
+                raise ReplayConflictError(
+                    f"release {release_id!r} already recorded a different request for user "
+                    f"{p.key[0]!r}, step {p.key[1]!r}, stream {p.key[2]!r}; a new or changed "
+                    "charge needs a new release id"
+                )
+            dom = domains[row[5]]
+            if "requested" in det:  # w-event: the worst window's figures
+                req_q, rem_q = int(det["requested"]), int(det["remaining"])
+            else:
+                req_q, rem_q = int(row[6]), int(row[7]) - int(row[8])
+            decisions[p.index] = Decision(
+                user_id=p.key[0], domain=row[5], step=p.key[1], stream_id=p.key[2],
+                admitted=row[3] == "reserve", reason=row[9] or "",
+                requested=from_units(req_q), remaining=from_units(rem_q),
+                entry_seq=int(row[4]),
+                replayed=True, notion=dom["notion"], units=_units_text(dom),
+            )
+        if fresh and state == "closed":
+            raise ParameterError(
+                f"release {release_id!r} is closed; a new charge needs a new release id"
+            )
+        accounts = self._load_accounts(con, (p.account for p in fresh), domains)
+        by_user: dict[str, list[_Prepared]] = {}
+        for p in fresh:
+            by_user.setdefault(p.key[0], []).append(p)
+        rows: list[dict[str, Any]] = []
+        runs: list[list[Run]] = []
+        pending: list[tuple[_Prepared, bool, str, int, int, int]] = []
+        detail_cache: dict[str, str] = {}
+        for user, group in by_user.items():
+            verdict = self._evaluate(user, group, accounts, domains, denied_users)
+            for p, admitted, reason, requested, remaining, balance in verdict:
+                acc = accounts[p.account]
+                if p.notion == "wevent":
+                    detail = _canonical_json({**p.detail, "signature": p.signature,
+                                              "requested": str(requested),
+                                              "remaining": str(remaining)}, "detail")
+                else:  # requested = amount, remaining = cap - balance_after
+                    detail = detail_cache.get(p.signature)
+                    if detail is None:
+                        detail = detail_cache[p.signature] = _canonical_json(
+                            {**p.detail, "signature": p.signature}, "detail")
+                rows.append({
+                    "user_id": p.key[0], "domain": p.req.domain, "step": p.key[1],
+                    "stream_id": p.key[2], "kind": "reserve" if admitted else "deny",
+                    "amount": p.units, "notion": p.notion, "cap": acc.cap,
+                    "balance_after": balance, "detail": detail, "reason": reason,
+                })
+                runs.append(p.runs)
+                pending.append((p, admitted, reason, requested, remaining, balance))
+        shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
+                  "mechanism": mechanism, "parameters": params_json, "flow_run_id": flow_run_id,
+                  "input_fingerprint": input_fingerprint}
+        seqs = self._append(con, rows, runs, shared)
+        self._save_accounts(con, accounts)
+        for (p, admitted, reason, requested, remaining, _), seq in zip(pending, seqs, strict=True):
+            dom = domains[p.req.domain]
+            decisions[p.index] = Decision(
+                user_id=p.key[0], domain=p.req.domain, step=p.key[1], stream_id=p.key[2],
+                admitted=admitted, reason=reason, requested=from_units(requested),
+                remaining=from_units(remaining), entry_seq=seq, notion=p.notion,
+                units=_units_text(dom),
+            )
+        ordered = [decisions[i] for i in range(len(prepared))]
+        return ReserveResult(admitted=[d for d in ordered if d.admitted],
+                             denied=[d for d in ordered if not d.admitted])
+
+    def _evaluate(
+        self,
+        user: str,
+        group: list[_Prepared],
+        accounts: dict[tuple[str, str, str], _Account],
+        domains: dict[str, dict[str, Any]],
+        denied_users: set[str],
+    ) -> list[tuple[_Prepared, bool, str, int, int, int]]:
+        """Decide one user's new requests together; apply them to `accounts` if admitted.
+
+        Returns per request: (prepared, admitted, reason, requested, remaining, balance_after).
+        """
+        per_account: dict[tuple[str, str, str], list[_Prepared]] = {}
+        for p in group:
+            per_account.setdefault(p.account, []).append(p)
+        failure = ""
+        fail_account = None
+        if user in denied_users:
+            failure = "the user was denied earlier in this release"
+        new_state: dict[tuple[str, str, str], tuple[int, list[Run]]] = {}
+        worst: dict[tuple[str, str, str], tuple[int, int]] = {}  # wevent: (req, remaining)
+        for key, ps in per_account.items():
+            acc = accounts[key]
+            dom = domains[key[1]]
+            symbol = _units_text(dom)
+            if acc.notion == "wevent":
+                w = int(acc.w or 1)
+                new_runs = [r for p in ps for r in p.runs]
+                combined = accounting.profile([*acc.runs, *new_runs])
+                m, s = accounting.max_window(combined, w)
+                req_in = accounting.window_sum(accounting.profile(new_runs), s, w)
+                old_in = accounting.window_sum(acc.runs, s, w)
+                new_state[key] = (m, combined)
+                if m > acc.cap:
+                    worst[key] = (req_in, acc.cap - old_in)
+                    if not failure:
+                        failure = (
+                            f"window of steps [{s}, {s + w}) of stream {key[2]!r} would cost "
+                            f"{format_units(m)} > cap {format_units(acc.cap)} {symbol}"
+                        )
+                        fail_account = key
+                else:  # admitted: the request's own worst window, headroom left after it
+                    worst[key] = (accounting.max_window(new_runs, w)[0], acc.cap - m)
+            else:
+                add = sum(p.units for p in ps)
+                total = acc.spent + add
+                new_state[key] = (total, [])
+                if total > acc.cap and not failure:
+                    failure = (
+                        f"spent {format_units(acc.spent)} + requested {format_units(add)} > cap "
+                        f"{format_units(acc.cap)} {symbol}"
+                    )
+                    fail_account = key
+        out = []
+        if failure:
+            for p in group:
+                acc = accounts[p.account]
+                reason = failure
+                if fail_account is not None and p.account != fail_account:
+                    reason = f"denied together with the user's other requests: {failure}"
+                if acc.notion == "wevent":
+                    req, rem = worst[p.account]
+                    balance = accounting.max_window(acc.runs, int(acc.w or 1))[0]
+                else:
+                    req, rem, balance = p.units, acc.cap - acc.spent, acc.spent
+                out.append((p, False, reason, req, rem, balance))
+            denied_users.add(user)
+            return out
+        for key, ps in per_account.items():
+            acc = accounts[key]
+            total, combined = new_state[key]
+            if acc.notion == "wevent":
+                req, rem = worst[key]
+                cur = acc.runs
+                for p in ps:  # entry by entry, as `verify` replays them
+                    cur = accounting.profile([*cur, *p.runs])
+                    bal = accounting.max_window(cur, int(acc.w or 1))[0]
+                    out.append((p, True, "admitted", req, rem, bal))
+                acc.runs = combined
+                acc.spent = total
+                acc.dirty = True
+            else:
+                running = acc.spent
+                for p in ps:
+                    running += p.units
+                    out.append((p, True, "admitted", p.units, acc.cap - running, running))
+                acc.spent = running
+                acc.dirty = True
+        return out
+
+    # ------------------------------------------------------------------ settle / close
+
+    def _reservations(
+        self, con: duckdb.DuckDBPyConnection, release_id: str
+    ) -> tuple[dict[tuple[str, str, str], dict[str, Any]], dict[tuple[str, str, str], dict[str, Any]]]:
+        """Admitted reservations of a release and their settle/close entries, by key."""
+        res: dict[tuple[str, str, str], dict[str, Any]] = {}
+        done: dict[tuple[str, str, str], dict[str, Any]] = {}
+        rows = con.execute(
+            "SELECT seq, kind, user_id, step, stream_id, domain, amount, notion, detail "
+            "FROM entries WHERE release_id = ? AND kind IN ('reserve', 'deny', 'settle', 'close') "
+            "AND user_id <> '' ORDER BY seq",
+            [release_id],
+        ).fetchall()
+        wevent_seqs = []
+        for seq, kind, u, st, s, d, amount, notion, detail in rows:
+            rec = {"seq": int(seq), "kind": kind, "domain": d, "amount": int(amount),
+                   "notion": notion, "detail": detail, "runs": []}
+            if kind in ("reserve", "deny"):
+                res[(u, st, s)] = rec
+                if notion == "wevent" and kind == "reserve":
+                    wevent_seqs.append(int(seq))
+            else:
+                done[(u, st, s)] = rec
+        if wevent_seqs:
+            by_seq = {res_rec["seq"]: res_rec for res_rec in res.values()}
+            for seq, a, b, q in con.execute(
+                "SELECT r.seq, r.run_start, r.run_stop, r.amount FROM step_runs r JOIN entries e "
+                "ON e.seq = r.seq WHERE e.release_id = ? AND e.kind = 'reserve' "
+                "ORDER BY r.seq, r.run_start",
+                [release_id],
+            ).fetchall():
+                by_seq[int(seq)]["runs"].append((int(a), int(b), int(q)))
+        return res, done
+
+    def settle(self, release_id: str, settlements: Sequence[Settlement]) -> None:
+        """Record the actual cost of admitted requests and refund the unused part.
+
+        Each settlement writes a ``settle`` entry with the per-sub-step breakdown
+        (JSON) and, if the actual cost is below the reservation, a ``refund``
+        entry with the difference (per step for w-event). Settling the same key
+        again with the same cost writes nothing (idempotent).
+
+        Raises:
+            ParameterError: no admitted reservation for a key (unknown, denied or
+                closed), or a domain/notion/w that does not match it.
+            ReplayConflictError: the key was settled earlier with a different cost.
+            LedgerInternalError: the actual cost exceeds the reservation (a bug in
+                the mechanism or its caller).
+        """
+        self._require_key()
+        _check_id(release_id, "release_id")
+        items = list(settlements)
+        seen: set[tuple[str, str, str]] = set()
+        for s in items:
+            if not isinstance(s, Settlement):
+                raise ParameterError("settlements must be ledger.Settlement objects")
+            _check_id(s.user_id, "user_id")
+            _check_id(s.domain, "domain")
+            _check_id(s.step, "step")
+            _check_id(s.stream_id, "stream_id", allow_empty=True)
+            if not isinstance(s.cost, Cost | WEventCost):
+                raise ParameterError("a settlement's cost must be a Cost or WEventCost")
+            k = (s.user_id, s.step, s.stream_id)
+            if k in seen:
+                raise ParameterError(f"duplicate settlement for user {k[0]!r}, step {k[1]!r}")
+            seen.add(k)
+
+        def tx(con: duckdb.DuckDBPyConnection) -> None:
+            self._settle_tx(con, release_id, items)
+
+        self._transact(tx)
+
+    def _settle_tx(
+        self, con: duckdb.DuckDBPyConnection, release_id: str, items: list[Settlement]
+    ) -> None:
+        now = _now()
+        domains = self._domains(con)
+        res, done = self._reservations(con, release_id)
+        rows: list[dict[str, Any]] = []
+        runs: list[list[Run]] = []
+        todo: list[tuple[Settlement, dict[str, Any], int, list[Run], int, list[Run]]] = []
+        cache: dict[Any, Any] = {}
+        for s in items:
+            k = (s.user_id, s.step, s.stream_id)
+            r = res.get(k)
+            what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
+            if r is None or r["kind"] != "reserve":
+                state = "was denied" if r is not None else "has no reservation"
+                raise ParameterError(f"cannot settle release {release_id!r} for {what}: it {state}")
+            if r["domain"] != s.domain:
+                raise ParameterError(
+                    f"settlement for {what} names domain {s.domain!r} but the reservation is "
+                    f"for {r['domain']!r}"
+                )
+            dom = domains[r["domain"]]
+            actual, actual_runs, breakdown, sig = self._actual(s, dom, cache)
+            prior = done.get(k)
+            if prior is not None:
+                if prior["kind"] == "close":
+                    raise ParameterError(
+                        f"cannot settle {what}: the reservation of release {release_id!r} was "
+                        "closed (refunded) by an operator"
+                    )
+                if json.loads(prior["detail"]).get("signature") != sig:
+                    raise ReplayConflictError(
+                        f"release {release_id!r} already settled {what} with a different cost"
+                    )
+                continue
+            if dom["notion"] == "wevent":
+                refund_runs = accounting.difference(r["runs"], actual_runs)
+                refund = accounting.total(refund_runs)
+            else:
+                if actual > r["amount"]:
+                    raise LedgerInternalError(
+                        f"release {release_id!r}, {what}: actual cost {format_units(actual)} "
+                        f"exceeds the reservation {format_units(r['amount'])}"
+                    )
+                refund_runs, refund = [], r["amount"] - actual
+            todo.append((s, r, actual, actual_runs, refund, refund_runs))
+            # Canonical JSON with sorted keys, built by hand: this runs once per user.
+            detail = '{"breakdown":%s,"reserve_seq":%d,"reserved":"%d","signature":%s}' % (
+                breakdown, r["seq"], r["amount"], _estr(sig))
+            rows.append({"user_id": s.user_id, "domain": s.domain, "step": s.step,
+                         "stream_id": s.stream_id, "kind": "settle", "amount": actual,
+                         "notion": dom["notion"], "detail": detail, "reason": "settled"})
+            runs.append(actual_runs)
+            if refund > 0:
+                rows.append({"user_id": s.user_id, "domain": s.domain, "step": s.step,
+                             "stream_id": s.stream_id, "kind": "refund", "amount": refund,
+                             "notion": dom["notion"],
+                             "detail": '{"reserve_seq":%d}' % r["seq"],
+                             "reason": "unused part of the reservation"})
+                runs.append(refund_runs)
+        if not rows:
+            return
+        accounts = self._load_accounts(
+            con, ((s.user_id, s.domain, s.stream_id) for s, *_ in todo), domains
+        )
+        # Rows come in (settle, refund?) pairs per settlement, in `todo` order. A settle
+        # entry keeps the account's balance; a refund shows the balance after it.
+        i = 0
+        for s, _r, _actual, _ar, refund, refund_runs in todo:
+            acc = accounts[(s.user_id, s.domain, s.stream_id)]
+            rows[i]["cap"], rows[i]["balance_after"] = acc.cap, acc.spent
+            i += 1
+            if refund > 0:
+                if acc.notion == "wevent":
+                    acc.runs = accounting.profile(
+                        [*acc.runs, *((a, b, -q) for a, b, q in refund_runs)])
+                    acc.spent = accounting.max_window(acc.runs, int(acc.w or 1))[0]
+                else:
+                    acc.spent -= refund
+                acc.dirty = True
+                rows[i]["cap"], rows[i]["balance_after"] = acc.cap, acc.spent
+                i += 1
+        shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
+                  "mechanism": None, "parameters": None, "flow_run_id": None,
+                  "input_fingerprint": None}
+        self._append(con, rows, runs, shared)
+        self._save_accounts(con, accounts)
+        self._update_release_state(con, release_id, now)
+
+    def _actual(
+        self, s: Settlement, dom: dict[str, Any], cache: dict[Any, Any]
+    ) -> tuple[int, list[Run], str, str]:
+        """Actual cost in quanta, its runs, the breakdown JSON and a signature for replays."""
+        cost = s.cost
+        if isinstance(cost, WEventCost):
+            if dom["notion"] != "wevent":
+                raise NotionMismatchError(
+                    f"a w-event cost cannot settle a {dom['notion']!r} domain ({dom['domain']!r})"
+                )
+            if cost.w != dom["w"]:
+                raise ParameterError(
+                    f"settlement window w={cost.w} differs from domain {dom['domain']!r} "
+                    f"w={dom['w']}"
+                )
+            runs = accounting.profile((r.start, r.stop, charge_units(r.epsilon)) for r in cost.runs)
+            breakdown = _canonical_json(
+                [{"start": r.start, "stop": r.stop, "epsilon": str(r.epsilon)} for r in cost.runs],
+                "breakdown")
+            sig = json.dumps([str(accounting.total(runs)), [[a, b, str(q)] for a, b, q in runs]])
+            return accounting.total(runs), runs, breakdown, sig
+        if dom["notion"] == "wevent":
+            raise NotionMismatchError(f"a {cost.notion!r} cost cannot settle a w-event domain")
+        ck = (dom["notion"], cost)
+        hit = cache.get(ck)
+        if hit is None:
+            accounting.charged_amount(dom["notion"], cost.notion, Fraction(0))  # notion check
+            exact_total = sum(
+                (accounting.charged_amount(dom["notion"], i.notion, i.amount) for i in cost.items),
+                Fraction(0),
+            )
+            q = charge_units(exact_total)
+            hit = cache[ck] = (q, [], _canonical_json(cost.breakdown(), "breakdown"),
+                               json.dumps([str(q), []]))
+        return hit
+
+    def _update_release_state(self, con: duckdb.DuckDBPyConnection, release_id: str, now: str) -> None:
+        row = first_row(con.execute(
+            "SELECT count(*) FILTER (WHERE r.kind = 'reserve'), "
+            "count(*) FILTER (WHERE r.kind = 'reserve' AND d.seq IS NULL) "
+            "FROM entries r LEFT JOIN (SELECT DISTINCT user_id, step, stream_id, 1 AS seq "
+            "FROM entries WHERE release_id = ? AND kind IN ('settle', 'close')) d "
+            "ON d.user_id = r.user_id AND d.step = r.step AND d.stream_id = r.stream_id "
+            "WHERE r.release_id = ?",
+            [release_id, release_id],
+        ))
+        if row and row[0] and row[1] == 0:
+            con.execute(
+                "UPDATE releases SET state = 'settled', updated_at = CAST(? AS TIMESTAMP) "
+                "WHERE release_id = ? AND state = 'reserved'",
+                [now, release_id],
+            )
+
+    def close(self, release_id: str, reason: str) -> None:
+        """Close a release: refund its unsettled reservations with audited ``close`` entries.
+
+        Use this for a release that died and will not be resumed. Only do it if
+        no output of the unsettled users can have left the system: a refunded
+        reservation is budget given back. Settled reservations are untouched. A
+        closed release accepts no new reservations. Idempotent: closing again
+        writes nothing.
+
+        Raises:
+            ParameterError: unknown release or empty reason.
+        """
+        self._require_key()
+        _check_id(release_id, "release_id")
+        _check_id(reason, "reason")
+
+        def tx(con: duckdb.DuckDBPyConnection) -> None:
+            now = _now()
+            row = first_row(con.execute(
+                "SELECT state FROM releases WHERE release_id = ?", [release_id]
+            ))
+            if row is None:
+                raise ParameterError(f"unknown release {release_id!r}")
+            domains = self._domains(con)
+            res, done = self._reservations(con, release_id)
+            open_res = [(k, r) for k, r in res.items() if r["kind"] == "reserve" and k not in done]
+            if row[0] == "closed" and not open_res:
+                return
+            rows: list[dict[str, Any]] = []
+            runs: list[list[Run]] = []
+            accounts = self._load_accounts(
+                con, ((k[0], r["domain"], k[2]) for k, r in open_res), domains
+            )
+            for (u, st, s), r in open_res:
+                acc = accounts[(u, r["domain"], s)]
+                if acc.notion == "wevent":
+                    acc.runs = accounting.profile([*acc.runs, *((a, b, -q) for a, b, q in r["runs"])])
+                    acc.spent = accounting.max_window(acc.runs, int(acc.w or 1))[0]
+                else:
+                    acc.spent -= r["amount"]
+                acc.dirty = True
+                rows.append({"user_id": u, "domain": r["domain"], "step": st, "stream_id": s,
+                             "kind": "close", "amount": r["amount"], "notion": r["notion"],
+                             "cap": acc.cap, "balance_after": acc.spent,
+                             "detail": _canonical_json({"reserve_seq": r["seq"]}, "detail")})
+                runs.append(r["runs"])
+            if not rows:
+                rows.append({"user_id": "", "domain": "", "step": "", "stream_id": "",
+                             "kind": "close", "amount": 0, "notion": "", "cap": None,
+                             "balance_after": None, "detail": None})
+                runs.append([])
+            shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
+                      "mechanism": None, "parameters": None, "flow_run_id": None,
+                      "input_fingerprint": None, "reason": reason}
+            self._append(con, rows, runs, shared)
+            self._save_accounts(con, accounts)
+            con.execute(
+                "UPDATE releases SET state = 'closed', updated_at = CAST(? AS TIMESTAMP) "
+                "WHERE release_id = ?",
+                [now, release_id],
+            )
+
+        self._transact(tx)
+
+    # ------------------------------------------------------------------ releases
+
+    def record_release(self, release_id: str, manifest: dict[str, Any], state: str) -> None:
+        """Store a release's manifest (JSON) and state (reserved | settled | closed | failed).
+
+        Raises:
+            ParameterError: unknown state, non-JSON manifest, or reopening a closed release.
+        """
+        _check_id(release_id, "release_id")
+        if state not in RELEASE_STATES:
+            raise ParameterError(f"release state must be one of {', '.join(RELEASE_STATES)}")
+        if not isinstance(manifest, dict):
+            raise ParameterError("a release manifest must be a dict")
+        text = _canonical_json(manifest, "manifest")
+
+        def tx(con: duckdb.DuckDBPyConnection) -> None:
+            now = _now()
+            row = first_row(con.execute(
+                "SELECT state FROM releases WHERE release_id = ?", [release_id]
+            ))
+            if row is None:
+                con.execute(
+                    "INSERT INTO releases VALUES (?, ?, ?, CAST(? AS TIMESTAMP), "
+                    "CAST(? AS TIMESTAMP))",
+                    [release_id, state, text, now, now],
+                )
+                return
+            if row[0] == "closed" and state != "closed":
+                raise ParameterError(f"release {release_id!r} is closed and cannot be reopened")
+            con.execute(
+                "UPDATE releases SET state = ?, manifest = ?, updated_at = CAST(? AS TIMESTAMP) "
+                "WHERE release_id = ?",
+                [state, text, now, release_id],
+            )
+
+        self._transact(tx)
+
+    def release(self, release_id: str) -> dict[str, Any] | None:
+        """A release's record (state, manifest as a dict, timestamps) or None if unknown."""
+        def tx(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+            row = first_row(con.execute(
+                "SELECT release_id, state, manifest, created_at, updated_at FROM releases "
+                "WHERE release_id = ?",
+                [release_id],
+            ))
+            if row is None:
+                return None
+            return {"release_id": row[0], "state": row[1],
+                    "manifest": json.loads(row[2]) if row[2] else None,
+                    "created_at": row[3], "updated_at": row[4]}
+        return self._transact(tx)
+
+    def entry_range(self, release_id: str) -> tuple[int, int] | None:
+        """(first_seq, last_seq) of a release's entries, or None if it has none."""
+        def tx(con: duckdb.DuckDBPyConnection) -> tuple[int, int] | None:
+            row = first_row(con.execute(
+                "SELECT min(seq), max(seq) FROM entries WHERE release_id = ?", [release_id]
+            ))
+            return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+        return self._transact(tx)
+
+    # ------------------------------------------------------------------ noise key
+
+    def noise_seed(self, release_id: str, user_id: str) -> int:
+        """256-bit seed for ``np.random.default_rng`` = HMAC-SHA256(key, canonical(release_id, user_id)).
+
+        The same (release_id, user_id) always gives the same seed, so a rerun
+        reproduces its noise instead of drawing (and leaking) a fresh sample.
+
+        Raises:
+            LedgerIntegrityError: the key file does not match the ledger's fingerprint.
+        """
+        self._require_key()
+        _check_id(release_id, "release_id")
+        _check_id(user_id, "user_id")
+        return keys.noise_seed(self._key, release_id, user_id)
+
+    # ------------------------------------------------------------------ queries
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        def tx(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+            cur = con.execute(sql, list(params))
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        return self._transact(tx)
+
+    def balances(self, domain: str | None = None) -> list[dict[str, Any]]:
+        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining (exact Fractions), units.
+
+        For w-event accounts ``spent`` is the largest window sum of the history.
+        """
+        rows = self._query(
+            "SELECT a.user_id, a.domain, a.stream_id, d.notion, a.cap, a.spent, "
+            "d.units_label AS units FROM accounts a JOIN domains d ON d.domain = a.domain "
+            "WHERE ? IS NULL OR a.domain = ? ORDER BY a.domain, a.user_id, a.stream_id",
+            [domain, domain],
+        )
+        for r in rows:
+            cap, spent = int(r["cap"]), int(r["spent"])
+            r["cap"], r["spent"], r["remaining"] = (from_units(cap), from_units(spent),
+                                                    from_units(cap - spent))
+        return [{k: r[k] for k in ("user_id", "domain", "stream_id", "notion", "cap", "spent",
+                                   "remaining", "units")} for r in rows]
+
+    def history(self, user_id: str, domain: str | None = None) -> list[dict[str, Any]]:
+        """Every entry of one user in seq order, amounts as exact Fractions."""
+        rows = self._query(
+            "SELECT seq, entry_id, created_at, release_id, domain, step, stream_id, kind, notion, "
+            "amount, balance_after, cap, mechanism, parameters, reason, actor FROM entries "
+            "WHERE user_id = ? AND (? IS NULL OR domain = ?) ORDER BY seq",
+            [user_id, domain, domain],
+        )
+        for r in rows:
+            for c in ("amount", "balance_after", "cap"):
+                r[c] = None if r[c] is None else from_units(int(r[c]))
+        return rows
+
+    def releases(self) -> list[dict[str, Any]]:
+        """Every release: id, state, admitted/denied user counts, net spent, seq range."""
+        rows = self._query(
+            "SELECT r.release_id, r.state, r.created_at, r.updated_at, "
+            "count(DISTINCT e.user_id) FILTER (WHERE e.kind = 'reserve') AS users_admitted, "
+            "count(DISTINCT e.user_id) FILTER (WHERE e.kind = 'deny') AS users_denied, "
+            "CAST(coalesce(sum(CASE e.kind WHEN 'reserve' THEN e.amount WHEN 'refund' THEN "
+            "-e.amount WHEN 'close' THEN -e.amount ELSE 0 END), 0) AS VARCHAR) AS net_quanta, "
+            "min(e.seq) AS first_seq, max(e.seq) AS last_seq "
+            "FROM releases r LEFT JOIN entries e ON e.release_id = r.release_id "
+            "GROUP BY ALL ORDER BY r.created_at, r.release_id"
+        )
+        for r in rows:
+            r["net_spent"] = from_units(int(r.pop("net_quanta")))
+        return rows
+
+    def denials(self) -> list[dict[str, Any]]:
+        """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
+        rows = self._query(
+            "SELECT seq, created_at, release_id, user_id, domain, step, stream_id, notion, "
+            "amount, reason FROM entries WHERE kind = 'deny' ORDER BY seq"
+        )
+        for r in rows:
+            r["requested"] = from_units(int(r.pop("amount")))
+        return rows
+
+    def export(self, path: str | os.PathLike[str], fmt: str = "csv", what: str = "entries") -> int:
+        """Write a table for auditors to `path` as csv, parquet or json; returns the row count.
+
+        Exact amounts are exported as integer quanta in text columns (``*_quanta``)
+        next to readable DOUBLE columns. The noise key is never exported.
+
+        Args:
+            path: output file.
+            fmt: ``csv``, ``parquet`` or ``json`` (a JSON array of objects).
+            what: ``entries`` (the full audit log with step runs), ``balances``,
+                ``releases`` or ``denials``.
+        """
+        if fmt not in ("csv", "parquet", "json"):
+            raise ParameterError("export format must be csv, parquet or json")
+        queries = {
+            "entries": (
+                "SELECT e.seq, e.entry_id, e.prev_hash, e.hash, e.created_at, e.actor, "
+                "e.release_id, e.user_id, e.domain, e.step, e.stream_id, e.kind, e.notion, "
+                "CAST(e.amount AS VARCHAR) AS amount_quanta, "
+                f"CAST(e.amount AS DOUBLE) / {float(UNITS_PER_EPSILON)!r} AS amount, "
+                "CAST(e.cap AS VARCHAR) AS cap_quanta, "
+                "CAST(e.balance_after AS VARCHAR) AS balance_after_quanta, "
+                "e.mechanism, e.parameters, e.detail, e.reason, e.flow_run_id, "
+                "e.input_fingerprint, (SELECT string_agg(r.run_start || ':' || r.run_stop || ':' "
+                "|| CAST(r.amount AS VARCHAR), ';' ORDER BY r.run_start) FROM step_runs r "
+                "WHERE r.seq = e.seq) AS step_runs FROM entries e ORDER BY e.seq"
+            ),
+            "balances": (
+                "SELECT user_id, domain, stream_id, notion, cap, spent, remaining, units, "
+                "CAST(cap_quanta AS VARCHAR) AS cap_quanta, "
+                "CAST(spent_quanta AS VARCHAR) AS spent_quanta FROM balances "
+                "ORDER BY domain, user_id, stream_id"
+            ),
+            "releases": "SELECT * FROM release_summary ORDER BY first_seq",
+            "denials": "SELECT * FROM denials ORDER BY seq",
+        }
+        if what not in queries:
+            raise ParameterError(f"export table must be one of {', '.join(queries)}")
+
+        def tx(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            return con.sql(queries[what]).to_arrow_table()
+
+        tbl = self._transact(tx)
+        out = Path(path)
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(tbl, out)
+        elif fmt == "csv":
+            import pyarrow.csv as pcsv
+
+            pcsv.write_csv(tbl, out)
+        else:
+            out.write_text(json.dumps(tbl.to_pylist(), default=str, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
+        return tbl.num_rows
+
+    # ------------------------------------------------------------------ verify
+
+    def verify(self) -> VerifyReport:
+        """Recompute the hash chain, its keyed seal, the key fingerprint and every balance.
+
+        Returns:
+            A report; ``ok`` is False and ``first_bad_seq``/``first_bad_entry_id``
+            name the first bad entry when anything does not verify.
+        """
+        return self._transact(self._verify_tx)
+
+    def verify_or_raise(self) -> VerifyReport:
+        """Like `verify`, but raise `LedgerIntegrityError` (exit 4) when it fails."""
+        rep = self.verify()
+        if not rep.ok:
+            raise LedgerIntegrityError(rep.message, seq=rep.first_bad_seq,
+                                       entry_id=rep.first_bad_entry_id)
+        return rep
+
+    def _verify_tx(self, con: duckdb.DuckDBPyConnection) -> VerifyReport:  # noqa: C901
+        def bad(n: int, msg: str, seq: int | None = None, eid: str | None = None) -> VerifyReport:
+            where = ""
+            if seq is not None:
+                where = f"entry seq {seq}" + (f" (entry_id {eid})" if eid else "") + ": "
+            return VerifyReport(False, n, seq, f"ledger integrity check failed: {where}{msg}", eid)
+
+        if not self._key_ok:
+            return bad(0, f"the noise key {str(self.key_path)!r} does not match the fingerprint "
+                          "stored in the ledger (replaced or edited key)")
+        domains = self._domains(con)
+        run_map: dict[int, list[tuple[str, str, str, str, int, int, int]]] = {}
+        for seq, kind, u, d, s, a, b, q in con.execute(
+            "SELECT seq, kind, user_id, domain, stream_id, run_start, run_stop, amount "
+            "FROM step_runs ORDER BY seq, run_start, run_stop"
+        ).fetchall():
+            run_map.setdefault(int(seq), []).append((kind, u, d, s, int(a), int(b), int(q)))
+        cur = con.execute("SELECT " + ", ".join(_ENTRY_COLUMNS) + " FROM entries ORDER BY seq")  # noqa: S608
+        prev = GENESIS_HASH
+        expected = 1
+        n = 0
+        spent: dict[tuple[str, str, str], int] = {}
+        wruns: dict[tuple[str, str, str], list[Run]] = {}
+        for values in cur.fetchall():
+            e = dict(zip(_ENTRY_COLUMNS, values, strict=True))
+            seq, eid = int(e["seq"]), e["entry_id"]
+            if seq != expected:
+                if seq < expected:
+                    return bad(n, "duplicate sequence number", seq, eid)
+                return bad(n, f"entries seq {expected}..{seq - 1} are missing (deleted); "
+                              f"the next entry is seq {seq} (entry_id {eid})", expected)
+            rr = run_map.pop(seq, [])
+            for kind, u, d, s, *_ in rr:
+                if (kind, u, d, s) != (e["kind"], e["user_id"], e["domain"], e["stream_id"]):
+                    return bad(n, "a step run does not match its entry", seq, eid)
+            runs = [(a, b, q) for *_, a, b, q in rr]
+            if e["prev_hash"] != prev:
+                return bad(n, "prev_hash does not match the previous entry's hash "
+                              "(entries swapped, inserted or edited)", seq, eid)
+            if entry_hash(prev, canonical(e, runs)) != e["hash"]:
+                return bad(n, "content does not match its hash (edited entry)", seq, eid)
+            prev = e["hash"]
+            expected += 1
+            n += 1
+            msg = self._check_balance(e, runs, domains, spent, wruns)
+            if msg:
+                return bad(n, msg, seq, eid)
+        if run_map:
+            orphan = min(run_map)
+            return bad(n, f"step runs refer to entry seq {orphan}, which does not exist", orphan)
+        head_seq, head_hash = self._head(con)
+        seal = first_row(con.execute("SELECT seal FROM chain_head WHERE id = 1"))
+        if head_seq != n or head_hash != prev:
+            return bad(n, f"the chain head says {head_seq} entries ending in {head_hash[:12]}…, "
+                          f"but the entries end at seq {n} (entries deleted from the end?)",
+                       n + 1 if head_seq > n else None)
+        if seal is None or seal[0] != keys.chain_seal(self._key, head_seq, head_hash):
+            return bad(n, "the keyed seal over the chain head does not match (chain rewritten "
+                          "without the noise key)")
+        stored = {
+            (u, d, s): (int(cap), int(sp))
+            for u, d, s, cap, sp in con.execute(
+                "SELECT user_id, domain, stream_id, cap, spent FROM accounts"
+            ).fetchall()
+        }
+        for key, value in spent.items():
+            if key not in stored:
+                return bad(n, f"account {key!r} has entries but no accounts row")
+            if stored[key][1] != value:
+                return bad(n, f"account {key!r}: stored spent {stored[key][1]} quanta differs from "
+                              f"{value} recomputed from the entries")
+        for key, (_, sp) in stored.items():
+            if key not in spent and sp != 0:
+                return bad(n, f"account {key!r} shows spent {sp} quanta without any entries")
+            if key[1] not in domains:
+                return bad(n, f"account {key!r} refers to an unknown domain")
+        return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint "
+                                           f"and {len(stored)} account balances verified")
+
+    @staticmethod
+    def _check_balance(
+        e: dict[str, Any],
+        runs: list[Run],
+        domains: dict[str, dict[str, Any]],
+        spent: dict[tuple[str, str, str], int],
+        wruns: dict[tuple[str, str, str], list[Run]],
+    ) -> str:
+        """Replay one entry into the recomputed balances; return a problem or ''."""
+        kind = e["kind"]
+        if kind not in ("reserve", "settle", "refund", "deny", "close"):
+            return f"unknown entry kind {kind!r}"
+        if e["user_id"] == "":
+            return "" if kind == "close" and int(e["amount"]) == 0 else "entry without a user"
+        dom = domains.get(e["domain"])
+        if dom is None:
+            return f"unknown domain {e['domain']!r}"
+        if e["notion"] != dom["notion"]:
+            return f"notion {e['notion']!r} differs from domain notion {dom['notion']!r}"
+        key = (e["user_id"], e["domain"], e["stream_id"])
+        amount = int(e["amount"])
+        if amount < 0:
+            return "negative amount"
+        before = spent.get(key, 0)
+        if dom["notion"] == "wevent":
+            if accounting.total(runs) != amount:
+                return "amount differs from the sum of its step runs"
+            hist = wruns.get(key, [])
+            sign = _SIGN.get(kind, 0)
+            if sign:
+                hist = accounting.profile([*hist, *((a, b, sign * q) for a, b, q in runs)])
+                wruns[key] = hist
+                after = accounting.max_window(hist, int(dom["w"]))[0]
+            else:
+                after = before
+        else:
+            if runs:
+                return "a gp/cgp entry has step runs"
+            after = before + _SIGN.get(kind, 0) * amount
+        spent[key] = after
+        if after < 0:
+            return "balance would become negative (refund without reservation)"
+        bal = e["balance_after"]
+        if bal is None or int(bal) != after:
+            return f"recorded balance_after {bal} differs from the recomputed {after}"
+        if kind == "reserve" and (e["cap"] is None or after > int(e["cap"])):
+            return f"admitted although the balance {after} exceeds the cap {e['cap']}"
+        return ""
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass

@@ -1,0 +1,73 @@
+"""Curve mechanisms under geo-privacy (ε-GP / ρ-CGP w.r.t. the L2 distance of functions).
+
+Paper: *Function Privatization in the Local Model* (LSY); specs
+``specs/MECHANISMS.md`` §1. Pure numpy/scipy. Every mechanism takes an injected
+``rng``, exactly one of ``epsilon`` / ``rho``, and returns a `PrivateFunction`
+with ``.evaluate(t)``, ``.cost``, ``.dim``, ``.breakpoints``,
+``.coefficients``, ``.basis_name``, ``.error_bound(beta)``, ``.diagnostics``.
+"""
+
+from mechanisms.curves.baseline import baseline_points, moving_average
+from mechanisms.curves.bases import (
+    FourierBasis,
+    LegendreBasis,
+    LocalBasis,
+    MonomialBasis,
+    PiecewiseBasis,
+    SincBasis,
+    make_basis,
+)
+from mechanisms.curves.bounds import (
+    err_bound,
+    eta,
+    eta_closed_form,
+    expected_noise_norm,
+    noise_scale,
+)
+from mechanisms.curves.continuity import continuity_projection, project_continuous
+from mechanisms.curves.project_and_privatize import (
+    least_squares,
+    privatize_coefficients,
+    project_and_privatize,
+)
+from mechanisms.curves.result import PrivateFunction
+from mechanisms.curves.samplers import correlate, gaussian, laplace, slap
+from mechanisms.curves.segment import DyadicTree, ReduceSegOutcome, privfuncseg, reduce_seg
+from mechanisms.curves.select import privfuncselect
+from mechanisms.curves.svt import SVTResult, svt
+from mechanisms.curves.unbounded import privfuncseg_unbounded
+
+__all__ = [
+    "DyadicTree",
+    "FourierBasis",
+    "LegendreBasis",
+    "LocalBasis",
+    "MonomialBasis",
+    "PiecewiseBasis",
+    "PrivateFunction",
+    "ReduceSegOutcome",
+    "SVTResult",
+    "SincBasis",
+    "baseline_points",
+    "continuity_projection",
+    "correlate",
+    "err_bound",
+    "eta",
+    "eta_closed_form",
+    "expected_noise_norm",
+    "gaussian",
+    "laplace",
+    "least_squares",
+    "make_basis",
+    "moving_average",
+    "noise_scale",
+    "privatize_coefficients",
+    "privfuncselect",
+    "privfuncseg",
+    "privfuncseg_unbounded",
+    "project_and_privatize",
+    "project_continuous",
+    "reduce_seg",
+    "slap",
+    "svt",
+]

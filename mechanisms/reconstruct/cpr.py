@@ -1,0 +1,214 @@
+"""CPR: Cycle and Phase Recovery of a periodic stream from Square Wave reports.
+
+CPR paper (arXiv 2605.02724) Sec. III; spec ``specs/MECHANISMS.md`` §2.3-§2.5.
+Server-side post-processing of ε-w-event LDP reports: it never sees raw data
+and costs no privacy budget.
+
+Steps: detect T̂ (`period.py`), pad the reports by p = T̂ − 1 on each side
+(reflect as in the paper; wrap or none as options), group by phase, fit the SW
+input distribution of every phase with one batched EM on a grid (`em.py`),
+turn each report into a posterior-mean pseudo-sample, take the KDE mode per
+phase as the template value, and tile the template with the padding offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mechanisms.errors import MechanismParameterError
+from mechanisms.reconstruct.em import PSEUDO_SAMPLES, kde_mode, pseudo_samples, sw_em
+from mechanisms.reconstruct.period import _jsonable, detect_period_details, fold_anova
+from mechanisms.streams.square_wave import square_wave_params
+
+__all__ = ["CPRResult", "cpr", "phase_groups", "tile_template", "PADDING_MODES"]
+
+PADDING_MODES = ("reflect", "symmetric", "wrap", "none")
+
+
+@dataclass(frozen=True)
+class CPRResult:
+    """CPR output.
+
+    Attributes:
+        period: the period used (detected, or supplied by the caller).
+        template: (period,) reconstructed cycle R̂ in [0, 1].
+        reconstruction: (n,) the tiled template aligned with the reports.
+        diagnostics: plain JSON-able values: detection diagnostics (candidates
+            per scale, votes, repeatability, tests), EM iterations, padding,
+            ``fallback`` (``"constant"`` when no period was significant, else
+            None) and the boolean ``fallback_constant``.
+    """
+
+    period: int
+    template: np.ndarray
+    reconstruction: np.ndarray
+    diagnostics: dict = field(default_factory=dict)
+
+
+def phase_groups(y: np.ndarray, period: int, *, padding: str = "reflect") -> tuple[np.ndarray, int]:
+    """Group reports by phase after padding (CPR Sec. III-D1, spec §2.4).
+
+    The stream is padded by p = T − 1 samples on each side (``np.pad`` mode
+    `padding`; ``"none"`` pads nothing), M = ⌊|padded|/T⌋, and phase i collects
+    padded[i + mT], m = 0..M−1.
+
+    Args:
+        y: 1-D reports.
+        period: T >= 1.
+        padding: one of `PADDING_MODES`.
+
+    Returns:
+        ((T, M) groups, p) where p is the padding offset used for tiling.
+    """
+    if padding not in PADDING_MODES:
+        raise MechanismParameterError(f"padding must be one of {PADDING_MODES}, got {padding!r}")
+    t = int(period)
+    if t < 1 or t > y.size:
+        raise MechanismParameterError(f"period must be in [1, n], got {period}")
+    pad = 0 if padding == "none" else t - 1
+    padded = np.pad(y, pad, mode=padding) if pad else y
+    m = padded.size // t
+    return padded[: m * t].reshape(m, t).T, pad
+
+
+def tile_template(template: np.ndarray, n: int, offset: int) -> np.ndarray:
+    """Tile R̂ to length n so that X̂_t = R̂[(t + offset) mod T] (0-indexed, spec §2.5).
+
+    Args:
+        template: (T,) cycle.
+        n: output length.
+        offset: padding p (phase i of the padded stream is original index i − p).
+
+    Returns:
+        (n,) reconstruction.
+    """
+    t = template.size
+    return template[(np.arange(n) + int(offset)) % t]
+
+
+def _check_options(padding: str, pseudo: str, significance: float) -> None:
+    if padding not in PADDING_MODES:
+        raise MechanismParameterError(f"padding must be one of {PADDING_MODES}, got {padding!r}")
+    if pseudo not in PSEUDO_SAMPLES:
+        raise MechanismParameterError(f"pseudo_samples must be one of {PSEUDO_SAMPLES}")
+    if not 0 < significance < 1:
+        raise MechanismParameterError("significance must be in (0, 1)")
+
+
+def cpr(
+    y: object,
+    *,
+    epsilon_per_step: float,
+    period: int | None = None,
+    padding: str = "reflect",
+    grid_size: int = 100,
+    max_iter: int = 1000,
+    tol: float = 1e-6,
+    loglik_tol: float = 1e-3,
+    ems_smoothing: bool = False,
+    pseudo_samples_kind: str = "posterior_mean",
+    kde_grid: int = 512,
+    fallback: bool = True,
+    significance: float = 1e-3,
+    rng: np.random.Generator | None = None,
+    **detector_options: object,
+) -> CPRResult:
+    """Reconstruct the dominant periodic component of Square Wave reports (CPR).
+
+    Privacy: post-processing only. The input is the already-released ε-w-event
+    LDP report stream (SW at ε₀ = ε/w per step); CPR never sees raw data and
+    costs nothing (CPR paper Sec. III-E). Reference: CPR paper Sec. III-C
+    (cycle recovery), III-D (phase grouping, SW-aware EM, KDE mode, tiling);
+    spec §2.3-§2.5 and §5.
+
+    Args:
+        y: 1-D SW reports, values in [−b, 1 + b] for `epsilon_per_step`.
+        epsilon_per_step: the ε₀ the reports were made with (for the exact
+            SW likelihood in EM).
+        period: use this period instead of detecting one.
+        padding: ``"reflect"`` (paper), ``"symmetric"``, ``"wrap"`` or ``"none"``.
+        grid_size: EM grid size B (100).
+        max_iter: EM iteration cap.
+        tol: EM L1 stopping threshold.
+        loglik_tol: EM log-likelihood gain threshold.
+        ems_smoothing: EMS smoothing in EM.
+        pseudo_samples_kind: ``"posterior_mean"`` (default), ``"map"`` or ``"sample"``.
+        kde_grid: KDE evaluation grid size on [0, 1].
+        fallback: when the detected period's phase fold is not significant at
+            level `significance`, return a constant (the KDE mode of all reports'
+            pseudo-samples) and say so in the diagnostics. Ignored when `period`
+            is given.
+        significance: level of that fold-ANOVA test.
+        rng: generator, needed only for ``pseudo_samples_kind="sample"``.
+        **detector_options: options of `detect_period_details` (e.g.
+            ``method="paper"``).
+
+    Returns:
+        `CPRResult` with period, template, reconstruction and diagnostics.
+    """
+    b, _, _ = square_wave_params(epsilon_per_step)
+    _check_options(padding, pseudo_samples_kind, significance)
+    if pseudo_samples_kind == "sample" and not isinstance(rng, np.random.Generator):
+        raise MechanismParameterError("pseudo_samples_kind='sample' needs rng")
+    arr = np.asarray(y, dtype=np.float64)
+    if arr.ndim != 1 or arr.size < 8:
+        raise MechanismParameterError("cpr needs a 1-D stream of at least 8 reports")
+    if not np.all(np.isfinite(arr)):
+        raise MechanismParameterError("the reports must be finite")
+    if arr.min() < -b - 1e-9 or arr.max() > 1 + b + 1e-9:
+        raise MechanismParameterError(
+            "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step"
+        )
+    n = arr.size
+    diag: dict = {"n": int(n), "epsilon_per_step": float(epsilon_per_step), "padding": padding}
+    if period is None:
+        det = detect_period_details(arr, **detector_options)  # type: ignore[arg-type]
+        t_hat = det.period
+        diag["detection"] = det.diagnostics
+        diag["period_source"] = "detected"
+        p_value = det.diagnostics["fold_p_value"]
+    else:
+        if isinstance(period, bool) or not isinstance(period, (int, np.integer)):
+            raise MechanismParameterError("period must be an integer")
+        t_hat = int(period)
+        if not 1 <= t_hat <= n:
+            raise MechanismParameterError(f"period must be in [1, n], got {period}")
+        diag["period_source"] = "supplied"
+        p_value = fold_anova(arr, t_hat)[2] if 2 <= t_hat < n else None
+    diag["fold_p_value"] = p_value
+    em_opts = {
+        "epsilon_per_step": epsilon_per_step,
+        "grid_size": grid_size,
+        "max_iter": max_iter,
+        "tol": tol,
+        "loglik_tol": loglik_tol,
+        "smoothing": ems_smoothing,
+    }
+    significant = period is not None or (p_value is not None and p_value < significance)
+    diag["period_significant"] = bool(significant)
+    if fallback and not significant:
+        fit = sw_em(arr[None, :], **em_opts)
+        z = pseudo_samples(
+            arr[None, :], fit, epsilon_per_step=epsilon_per_step, kind=pseudo_samples_kind, rng=rng
+        )
+        level = float(np.clip(kde_mode(z, grid_points=kde_grid)[0], 0.0, 1.0))
+        template = np.full(t_hat, level)
+        diag["fallback"] = "constant"
+        diag["fallback_constant"] = True
+        diag["em_iterations"] = [int(fit.iterations[0])]
+        return CPRResult(t_hat, template, np.full(n, level), _jsonable(diag))  # type: ignore[arg-type]
+    groups, offset = phase_groups(arr, t_hat, padding=padding)
+    fit = sw_em(groups, **em_opts)
+    z = pseudo_samples(
+        groups, fit, epsilon_per_step=epsilon_per_step, kind=pseudo_samples_kind, rng=rng
+    )
+    template = np.clip(kde_mode(z, grid_points=kde_grid), 0.0, 1.0)
+    diag["fallback"] = None
+    diag["fallback_constant"] = False
+    diag["offset"] = int(offset)
+    diag["reports_per_phase"] = int(groups.shape[1])
+    diag["em_iterations_max"] = int(fit.iterations.max())
+    diag["em_all_converged"] = bool(fit.converged.all())
+    return CPRResult(t_hat, template, tile_template(template, n, offset), _jsonable(diag))  # type: ignore[arg-type]

@@ -1,0 +1,74 @@
+"""CLI release/serve commands: argument errors exit 2 with one clear line."""
+
+from __future__ import annotations
+
+import textwrap
+
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.serve import build_deployments, load_schedules
+
+runner = CliRunner()
+
+
+def test_release_curves_needs_exactly_one_of_epsilon_rho(tmp_path):
+    f = tmp_path / "x.csv"
+    f.write_text("user_id,curve_id,t,x,y\n")
+    r = runner.invoke(app, ["release", "curves", str(f), "--domain", "d"])
+    assert r.exit_code == 2
+    assert "exactly one of --epsilon or --rho" in r.output
+    r = runner.invoke(app, ["release", "curves", str(f), "--domain", "d", "--epsilon", "1",
+                            "--rho", "1"])
+    assert r.exit_code == 2
+
+
+def test_release_options_must_be_json_object(tmp_path):
+    f = tmp_path / "x.csv"
+    f.write_text("user_id,curve_id,t,x,y\n")
+    r = runner.invoke(app, ["release", "curves", str(f), "--domain", "d", "--epsilon", "1",
+                            "--options", "[1, 2]"])
+    assert r.exit_code == 2 and "JSON object" in r.output
+
+
+def test_unknown_domain_exits_2(tmp_path, curves_csv, policy_file):
+    r = runner.invoke(app, ["release", "curves", str(curves_csv), "--domain", "nope",
+                            "--epsilon", "1", "--policy", str(policy_file),
+                            "--ledger", str(tmp_path / "l.duckdb"), "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "unknown domain 'nope'" in r.output and "tracks" in r.output
+
+
+def test_cgp_on_gp_domain_is_refused(tmp_path, curves_csv, policy_file, ledger_path):
+    r = runner.invoke(app, ["release", "curves", str(curves_csv), "--domain", "tracks",
+                            "--rho", "0.5", "--policy", str(policy_file),
+                            "--ledger", str(ledger_path), "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "GP" in r.output
+
+
+def test_schedules_file_validation(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text('[[release]]\nname = "x"\nflow = "nope"\ncron = "0 2 * * *"\n')
+    r = runner.invoke(app, ["serve", "--config", str(bad), "--check"])
+    assert r.exit_code == 2
+    assert "release[0].flow" in r.output
+
+
+def test_schedules_build_deployments(tmp_path):
+    good = tmp_path / "s.toml"
+    good.write_text(textwrap.dedent("""
+        [[release]]
+        name = "daily-ais"
+        flow = "release_curves"
+        cron = "0 2 * * *"
+        [release.parameters]
+        input_path = "in.csv"
+        domain = "tracks"
+        epsilon = "0.5"
+    """))
+    schedules = load_schedules(good)
+    deployments = build_deployments(schedules)
+    assert deployments[0].name == "daily-ais"
+    assert deployments[0].schedules[0].schedule.cron == "0 2 * * *"
+    assert deployments[0].parameters["epsilon"] == "0.5"

@@ -1,0 +1,130 @@
+"""`privpipe validate` through typer's CliRunner (on a small app of its own)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from data.loaders import POLICY_FILE
+from flows.cli_validate import validate
+
+app = typer.Typer()
+app.command("validate")(validate)
+
+
+@app.command("noop")
+def _noop() -> None:  # a second command keeps "validate" a named subcommand
+    """Do nothing."""
+
+
+runner = CliRunner()
+
+
+def _curve_csv(path, nan_row=None):
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"user_id": ["a"] * 20 + ["b"] * 20, "curve_id": "c",
+                       "t": list(range(20)) * 2, "value": rng.normal(size=40)})
+    df["value"] = df["value"].map(lambda v: f"{v:.6f}")
+    if nan_row is not None:
+        df.loc[nan_row - 1, "value"] = "NaN"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_nan_in_row_17_exits_2_and_names_row_and_column(tmp_path):
+    f = _curve_csv(tmp_path / "in.csv", nan_row=17)
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--format", "json"])
+    assert res.exit_code == 2, res.output
+    rows = json.loads(res.stdout)
+    assert [(r["row"], r["column"], r["rule"], r["user"]) for r in rows] == [
+        (17, "value", "finite", "a")]
+    assert "value" not in rows[0]   # raw values only with --show-values
+
+
+def test_valid_file_exits_0_with_summary(tmp_path):
+    f = _curve_csv(tmp_path / "in.csv")
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    assert fields["users"] == 2 and fields["curves"] == 2 and fields["points"] == 40
+    assert "default curves domain" in fields["note"]
+    assert fields["t span (from each curve's start)"] == "0 .. 19 s"
+    assert len(fields["fingerprint (sha256)"]) == 64
+
+
+def test_show_values_only_on_request(tmp_path):
+    f = tmp_path / "in.csv"
+    f.write_text("user_id,curve_id,t,value\nu,c,0,SECRET1\nu,c,1,2\n", encoding="utf-8")
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--format", "csv"])
+    assert res.exit_code == 2 and "SECRET1" not in res.output
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--format", "csv",
+                              "--show-values"])
+    assert res.exit_code == 2 and "SECRET1" in res.stdout
+    assert res.stdout.splitlines()[0] == "file,row,column,rule,user,message,value"
+
+
+def test_table_format_prints_rejections(tmp_path):
+    f = _curve_csv(tmp_path / "in.csv", nan_row=3)
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves"], terminal_width=200)
+    assert res.exit_code == 2
+    assert "finite" in res.stdout and "rejected" in res.stdout
+
+
+def test_file_level_problem_exits_2(tmp_path):
+    f = tmp_path / "in.csv"
+    f.write_text("user_id,curve_id,time,value\nu,c,0,1\n", encoding="utf-8")
+    res = runner.invoke(app, ["validate", str(f), "--kind", "streams", "--format", "json"])
+    assert res.exit_code == 2
+    rows = json.loads(res.stdout)
+    assert {r["column"] for r in rows} == {"stream_id", "t"}
+    res = runner.invoke(app, ["validate", str(tmp_path / "none.csv"), "--kind", "curves"])
+    assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--policy", str(POLICY_FILE)], "power_italy, power_taylor"),
+    (["--policy", str(POLICY_FILE), "--domain", "ecg"], "curves domain"),
+    (["--policy", str(POLICY_FILE), "--domain", "nope"], "ais_tracks"),
+    (["--domain", "ecg"], "--policy"),
+])
+def test_domain_selection_errors(tmp_path, args, words):
+    f = _curve_csv(tmp_path / "in.csv")
+    res = runner.invoke(app, ["validate", str(f), "--kind", "streams", *args])
+    assert res.exit_code == 2
+    assert words in " ".join(res.output.split())
+
+
+def test_policy_domain_streams(tmp_path):
+    f = tmp_path / "s.csv"
+    pd.DataFrame({"user_id": "u", "stream_id": "s", "t": range(10),
+                  "value": np.linspace(20000, 30000, 10)}).to_csv(f, index=False)
+    res = runner.invoke(app, ["validate", str(f), "--kind", "streams", "--policy",
+                              str(POLICY_FILE), "--domain", "power_taylor", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    assert fields["step span"] == "0 .. 9 step"
+    assert fields["range of value"] == "20000 .. 30000 MW"
+    f2 = tmp_path / "s2.csv"
+    pd.DataFrame({"user_id": "u", "stream_id": "s", "t": range(2),
+                  "value": [1.0, 70000.0]}).to_csv(f2, index=False)
+    res = runner.invoke(app, ["validate", str(f2), "--kind", "streams", "--policy",
+                              str(POLICY_FILE), "--domain", "power_taylor", "--format", "json"])
+    assert res.exit_code == 2
+    (row,) = json.loads(res.stdout)
+    assert (row["row"], row["rule"]) == (2, "value range") and "[0, 60000]" in row["message"]
+
+
+def test_input_time_unit_option(tmp_path):
+    f = tmp_path / "ms.csv"
+    pd.DataFrame({"user_id": "u", "curve_id": "c", "t": [1_600_000_000_000, 1_600_000_060_000],
+                  "value": [1.0, 2.0]}).to_csv(f, index=False)
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--input-time-unit", "ms",
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    assert fields["t span (from each curve's start)"] == "0 .. 60 s"
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--input-time-unit", "wk"])
+    assert res.exit_code == 2

@@ -1,0 +1,52 @@
+"""Helpers shared by the ledger tests (imported by test modules and conftest)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+POLICY = {
+    "domains": {
+        "ais": {"kind": "curves", "notion": "gp", "cap": "1.0", "value_columns": ["x", "y"],
+                "value_unit": "m"},
+        "ecg": {"kind": "curves", "notion": "cgp", "cap": "1/2", "value_unit": "mV"},
+        "power": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 4,
+                  "value_range": [0.0, 1.0], "value_unit": "MW"},
+    }
+}
+
+POLICY_TOML = """
+[domains.ais]
+kind = "curves"
+notion = "gp"
+cap = "1.0"
+value_columns = ["x", "y"]
+value_unit = "m"
+
+[domains.ecg]
+kind = "curves"
+notion = "cgp"
+cap = "1/2"
+value_unit = "mV"
+
+[domains.power]
+kind = "streams"
+notion = "wevent"
+cap = "1"
+w = 4
+value_range = [0.0, 1.0]
+value_unit = "MW"
+"""
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for child processes: the working tree first on the import path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+PYTHON = sys.executable

@@ -1,0 +1,178 @@
+"""`privpipe ledger ...`: CliRunner tests and real subprocesses (the acceptance scenario)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import duckdb
+import pytest
+from ledger_helpers import POLICY_TOML, PYTHON, REPO, subprocess_env
+from typer.testing import CliRunner
+
+from flows.cli_ledger import ledger_app
+from ledger import key_path_for
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(ledger_app, [str(a) for a in args])
+
+
+@pytest.fixture
+def cli_ledger(tmp_path: Path) -> Path:
+    pol = tmp_path / "policy.toml"
+    pol.write_text(POLICY_TOML)
+    path = tmp_path / "l.duckdb"
+    r = run("init", "--ledger", path, "--policy", pol)
+    assert r.exit_code == 0, r.output
+    assert "added domain 'ais'" in r.output
+    return path
+
+
+def test_init_policy_and_idempotency(cli_ledger, tmp_path):
+    r = run("policy", "apply", tmp_path / "policy.toml", "--ledger", cli_ledger)
+    assert r.exit_code == 0 and "no changes" in r.output
+    r = run("init", "--ledger", cli_ledger)
+    assert r.exit_code == 0
+
+
+def test_charge_admitted_then_denied_with_requested_remaining_difference(cli_ledger):
+    for i in range(2):
+        r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais",
+                "--epsilon", "0.4", "--release", f"r{i}")
+        assert r.exit_code == 0, r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais",
+            "--epsilon", "0.4", "--release", "r2")
+    assert r.exit_code == 3
+    assert "Requested:  0.4 ε" in r.output and "Remaining:  0.2 ε" in r.output
+    assert "Difference: 0.2 ε" in r.output and "L2 over m" in r.output
+    # the same release again: a replay, still denied, nothing new written
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais",
+            "--epsilon", "0.4", "--release", "r2")
+    assert r.exit_code == 3
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais",
+            "--epsilon", "0.4", "--release", "r0")
+    assert r.exit_code == 0 and "already recorded" in r.output
+    r = run("balance", "--ledger", cli_ledger, "--format", "json")
+    rows = json.loads(r.output)
+    assert rows == [{"user_id": "u", "domain": "ais", "stream_id": "", "notion": "gp",
+                     "cap": "1", "spent": "0.8", "remaining": "0.2",
+                     "units": "L2 over m x s^(1/2)"}]
+    r = run("denials", "--ledger", cli_ledger, "--format", "csv")
+    assert r.exit_code == 0 and r.output.count("\n") == 2 and ",r2,u,ais," in r.output
+
+
+def test_charge_cgp_and_wevent(cli_ledger):
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ecg", "--rho", "1/4",
+            "--release", "c1")
+    assert r.exit_code == 0, r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ecg", "--epsilon",
+            "0.5", "--release", "c2")  # ε²/2 = 1/8
+    assert r.exit_code == 0 and "remaining 0.125" in r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais", "--rho", "0.1",
+            "--release", "c3")
+    assert r.exit_code == 2 and "cannot be charged to a GP" in r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.25", "--steps", "0:10", "--stream", "s", "--release", "w1")
+    assert r.exit_code == 0, r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.25", "--steps", "9:11", "--stream", "s", "--release", "w2")
+    assert r.exit_code == 3 and "window of steps" in r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.25", "--release", "w3")
+    assert r.exit_code == 2 and "--steps" in r.output
+    r = run("history", "--ledger", cli_ledger, "--user", "u", "--format", "json")
+    kinds = [h["kind"] for h in json.loads(r.output)]
+    assert kinds == ["reserve", "settle", "reserve", "settle", "reserve", "settle", "deny"]
+    r = run("verify", "--ledger", cli_ledger)
+    assert r.exit_code == 0 and "ok:" in r.output
+
+
+@pytest.mark.parametrize("args", [
+    ("--epsilon", "abc"), ("--epsilon", "-1"), ("--epsilon", "0.1", "--rho", "0.1"), (),
+])
+def test_bad_charge_arguments_exit_2(cli_ledger, args):
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais", "--release",
+            "x", *args)
+    assert r.exit_code == 2
+
+
+def test_unknown_domain_and_missing_ledger_exit_2(cli_ledger, tmp_path):
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "nope", "--epsilon",
+            "0.1", "--release", "x")
+    assert r.exit_code == 2 and "unknown domain 'nope'" in r.output
+    r = run("balance", "--ledger", tmp_path / "missing.duckdb")
+    assert r.exit_code == 2 and "privpipe ledger init" in r.output
+    key_path_for(cli_ledger).chmod(0o644)
+    r = run("balance", "--ledger", cli_ledger)
+    assert r.exit_code == 2 and "0600" in r.output
+
+
+def test_releases_export_and_tampered_verify_exit_4(cli_ledger, tmp_path):
+    for rel in ("a", "b"):
+        assert run("charge", "--ledger", cli_ledger, "--user", "u'; DROP TABLE entries; --",
+                   "--domain", "ais", "--epsilon", "0.1", "--release", rel).exit_code == 0
+    r = run("releases", "--ledger", cli_ledger, "--format", "json")
+    assert [x["release_id"] for x in json.loads(r.output)] == ["a", "b"]
+    out = tmp_path / "e.parquet"
+    r = run("export", "--ledger", cli_ledger, "--out", out, "--fmt", "parquet")
+    assert r.exit_code == 0 and "wrote 4 rows" in r.output
+    con = duckdb.connect()
+    users = con.execute("SELECT DISTINCT user_id FROM read_parquet(?)", [str(out)]).fetchall()
+    con.close()
+    assert users == [("u'; DROP TABLE entries; --",)]
+    con = duckdb.connect(str(cli_ledger))
+    eid = con.execute("SELECT entry_id FROM entries WHERE seq = 3").fetchall()[0][0]
+    con.execute("UPDATE entries SET amount = amount - 1 WHERE seq = 3")
+    con.close()
+    r = run("verify", "--ledger", cli_ledger)
+    assert r.exit_code == 4 and "seq 3" in r.output and eid in r.output.replace("\n", "")
+
+
+def test_default_ledger_path_from_privpipe_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVPIPE_HOME", str(tmp_path / "home"))
+    assert run("init").exit_code == 0
+    assert (tmp_path / "home" / "ledger.duckdb").exists()
+
+
+def _cli() -> list[str]:
+    """The installed console script if it imports this tree, else the module."""
+    probe = subprocess.run([str(REPO / ".venv" / "bin" / "privpipe"), "ledger", "--help"],
+                           capture_output=True, env=subprocess_env(), cwd=REPO)
+    if probe.returncode == 0:
+        return [str(REPO / ".venv" / "bin" / "privpipe"), "ledger"]
+    return [PYTHON, "-m", "flows.cli_ledger"]
+
+
+@pytest.mark.slow
+def test_acceptance_four_processes_ten_charges_each(cli_ledger):
+    cli = _cli()
+    env = subprocess_env()
+
+    def worker(k):
+        codes = []
+        for i in range(10):
+            p = subprocess.run([*cli, "charge", "--ledger", str(cli_ledger), "--user", "alice",
+                                "--domain", "ais", "--epsilon", "0.1", "--release",
+                                f"proc{k}-{i}"], capture_output=True, text=True, env=env, cwd=REPO)
+            codes.append(p.returncode)
+            if p.returncode == 3:
+                assert "Requested:" in p.stderr and "Remaining:" in p.stderr
+        return codes
+
+    with ThreadPoolExecutor(4) as pool:
+        codes = [c for cs in pool.map(worker, range(4)) for c in cs]
+    assert codes.count(0) == 10 and codes.count(3) == 30, codes
+    p = subprocess.run([*cli, "verify", "--ledger", str(cli_ledger)], capture_output=True,
+                       text=True, env=env, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    con = duckdb.connect(str(cli_ledger))
+    con.execute("UPDATE entries SET amount = amount + 1 WHERE seq = 7")
+    con.close()
+    p = subprocess.run([*cli, "verify", "--ledger", str(cli_ledger)], capture_output=True,
+                       text=True, env=env, cwd=REPO)
+    assert p.returncode == 4 and "seq 7" in p.stderr

@@ -1,0 +1,186 @@
+"""Opening and creating ledgers: foreign files, newer schemas, and the noise key."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+
+import duckdb
+import numpy as np
+import pytest
+
+from ledger import (
+    Ledger,
+    LedgerIntegrityError,
+    LedgerOpenError,
+    Request,
+    default_ledger_path,
+    key_path_for,
+)
+from schemas.errors import EXIT_BAD_INPUT, BadInputError
+
+
+def test_init_creates_db_and_private_key_and_is_idempotent(ledger_path):
+    led = Ledger.init(ledger_path)
+    kp = key_path_for(ledger_path)
+    assert kp.name == "ledger.duckdb.key" and kp.parent == ledger_path.parent
+    assert (kp.stat().st_mode & 0o777) == 0o600
+    key_before = kp.read_bytes()
+    again = Ledger.init(ledger_path)
+    assert kp.read_bytes() == key_before
+    assert again.verify().ok and led.verify().entries_checked == 0
+
+
+def test_open_missing_ledger_is_bad_input(tmp_path):
+    with pytest.raises(LedgerOpenError) as err:
+        Ledger(tmp_path / "nope.duckdb")
+    assert isinstance(err.value, BadInputError) and err.value.exit_code == EXIT_BAD_INPUT
+    assert "privpipe ledger init" in str(err.value)
+    assert not (tmp_path / "nope.duckdb").exists()  # opening never creates a file
+
+
+def test_foreign_duckdb_file_is_refused(tmp_path):
+    p = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(p))
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.close()
+    key_path_for(p).write_text("00" * 32)
+    os.chmod(key_path_for(p), 0o600)
+    with pytest.raises(LedgerOpenError, match="not a privpipe ledger"):
+        Ledger(p)
+
+
+def test_non_duckdb_file_is_refused(tmp_path):
+    p = tmp_path / "text.duckdb"
+    p.write_text("this is not a database\n" * 200)
+    key_path_for(p).write_text("00" * 32)
+    os.chmod(key_path_for(p), 0o600)
+    with pytest.raises(LedgerOpenError, match="not a readable DuckDB"):
+        Ledger(p)
+
+
+def test_newer_schema_is_refused(led, ledger_path):
+    con = duckdb.connect(str(ledger_path))
+    con.execute("UPDATE schema_version SET version = 99")
+    con.close()
+    with pytest.raises(LedgerOpenError, match="schema version 99, newer"):
+        Ledger(ledger_path)
+
+
+def test_migration_path_runs_in_order(led, ledger_path, monkeypatch):
+    from ledger import schema
+
+    con = duckdb.connect(str(ledger_path))
+    con.execute("UPDATE schema_version SET version = 0")
+    con.close()
+    calls = []
+    monkeypatch.setitem(schema.MIGRATIONS, 0, lambda c: calls.append(
+        c.execute("SELECT count(*) FROM entries").fetchall()[0][0]))
+    Ledger(ledger_path)
+    assert calls == [0]
+    con = duckdb.connect(str(ledger_path))
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    con.close()
+    monkeypatch.delitem(schema.MIGRATIONS, 0)
+    con = duckdb.connect(str(ledger_path))
+    con.execute("UPDATE schema_version SET version = 0")
+    con.close()
+    with pytest.raises(LedgerOpenError, match="no migration"):
+        Ledger(ledger_path)
+
+
+def test_missing_key_is_an_error_never_regenerated(led, ledger_path):
+    kp = key_path_for(ledger_path)
+    kp.unlink()
+    with pytest.raises(LedgerOpenError, match="missing"):
+        Ledger(ledger_path)
+    with pytest.raises(LedgerOpenError, match="missing"):
+        Ledger.init(ledger_path)
+    assert not kp.exists()
+
+
+def test_stray_key_without_ledger_is_not_adopted(tmp_path):
+    p = tmp_path / "l.duckdb"
+    key_path_for(p).write_text("11" * 32)
+    with pytest.raises(LedgerOpenError, match="without its ledger"):
+        Ledger.init(p)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660])
+def test_key_readable_by_others_is_refused(led, ledger_path, mode):
+    os.chmod(key_path_for(ledger_path), mode)
+    with pytest.raises(LedgerOpenError, match="wider than 0600"):
+        Ledger(ledger_path)
+
+
+def test_unreadable_or_malformed_key(led, ledger_path):
+    kp = key_path_for(ledger_path)
+    kp.write_text("not hex")
+    with pytest.raises(LedgerOpenError, match="malformed"):
+        Ledger(ledger_path)
+
+
+def test_noise_seed_is_hmac_sha256_of_canonical_ids(led, ledger_path):
+    key = bytes.fromhex(key_path_for(ledger_path).read_text().strip())
+    msg = json.dumps(["privpipe noise seed v1", "rel-1", "user'1"], ensure_ascii=False)
+    expected = int.from_bytes(hmac.new(key, msg.encode(), hashlib.sha256).digest(), "big")
+    assert led.noise_seed("rel-1", "user'1") == expected
+    assert 0 < expected < 2**256
+    # deterministic across ledger objects; different ids give different seeds
+    assert Ledger(ledger_path).noise_seed("rel-1", "user'1") == expected
+    assert led.noise_seed("rel-2", "user'1") != expected
+    assert led.noise_seed("rel-1", "user'2") != expected
+    # no separator ambiguity: ("a,b", "c") vs ("a", "b,c")
+    assert led.noise_seed("a,b", "c") != led.noise_seed("a", "b,c")
+    a = np.random.default_rng(led.noise_seed("r", "u")).normal(size=3)
+    b = np.random.default_rng(led.noise_seed("r", "u")).normal(size=3)
+    assert np.array_equal(a, b)
+
+
+def test_replaced_key_is_detected(led, ledger_path):
+    led.reserve("r", [Request("u", "ais", amount=0.1)], mechanism="m", parameters={})
+    kp = key_path_for(ledger_path)
+    kp.write_text("ab" * 32 + "\n")
+    os.chmod(kp, 0o600)
+    other = Ledger(ledger_path)
+    rep = other.verify()
+    assert not rep.ok and "noise key" in rep.message
+    with pytest.raises(LedgerIntegrityError):
+        other.noise_seed("r", "u")
+    with pytest.raises(LedgerIntegrityError):
+        other.reserve("r2", [Request("u", "ais", amount=0.1)], mechanism="m", parameters={})
+
+
+def test_key_never_appears_in_exports_or_errors(led, ledger_path, tmp_path):
+    key_hex = key_path_for(ledger_path).read_text().strip()
+    led.reserve("r", [Request("u", "ais", amount=0.1)], mechanism="m", parameters={})
+    led.reserve("r2", [Request("u", "ais", amount=1)], mechanism="m", parameters={})
+    texts = []
+    for fmt in ("csv", "json", "parquet"):
+        for what in ("entries", "balances", "releases", "denials"):
+            out = tmp_path / f"x.{what}.{fmt}"
+            led.export(out, fmt=fmt, what=what)
+            texts.append(out.read_bytes().hex() if fmt == "parquet" else out.read_text())
+    kp = key_path_for(ledger_path)
+    os.chmod(kp, 0o644)
+    for call in (lambda: Ledger(ledger_path),):
+        with pytest.raises(LedgerOpenError) as err:
+            call()
+        texts.append(str(err.value))
+    os.chmod(kp, 0o600)
+    kp.write_text("cd" * 32)
+    os.chmod(kp, 0o600)
+    texts.append(Ledger(ledger_path).verify().message)
+    for t in texts:
+        assert key_hex not in t and key_hex.upper() not in t
+        assert "cd" * 32 not in t
+
+
+def test_default_ledger_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("PRIVPIPE_HOME", str(tmp_path))
+    assert default_ledger_path() == tmp_path / "ledger.duckdb"
+    monkeypatch.delenv("PRIVPIPE_HOME")
+    monkeypatch.chdir(tmp_path)
+    assert default_ledger_path() == tmp_path / ".privpipe" / "ledger.duckdb"

@@ -1,0 +1,265 @@
+"""Reserve / settle / close semantics, idempotency, policy changes and hostile ids."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import duckdb
+import pytest
+
+from ledger import (
+    Ledger,
+    LedgerInternalError,
+    NotionMismatchError,
+    PolicyChangeError,
+    ReplayConflictError,
+    Request,
+    Settlement,
+)
+from mechanisms.cost import Cost, CostItem, StepRun
+from schemas.errors import ParameterError
+from schemas.policy import parse_policy
+
+
+def _count(path, sql="SELECT count(*) FROM entries", params=()):
+    con = duckdb.connect(str(path))
+    try:
+        return con.execute(sql, list(params)).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def _gp(total, *parts):
+    return Cost("gp", Fraction(total), tuple(CostItem(f"s{i}", "gp", Fraction(p))
+                                             for i, p in enumerate(parts)))
+
+
+def test_replay_returns_recorded_decisions_and_writes_nothing(led, ledger_path):
+    reqs = [Request("a", "ais", amount=0.5), Request("b", "ais", amount=2)]
+    first = led.reserve("r1", reqs, mechanism="m", parameters={"k": 1})
+    n = _count(ledger_path)
+    again = led.reserve("r1", reqs, mechanism="m", parameters={"k": 1})
+    assert _count(ledger_path) == n == 2
+    assert [d.user_id for d in again.admitted] == ["a"] and [d.user_id for d in again.denied] == ["b"]
+    assert all(d.replayed for d in again.admitted + again.denied)
+    for x, y in zip(first.admitted + first.denied, again.admitted + again.denied, strict=True):
+        assert (x.admitted, x.requested, x.remaining, x.entry_seq, x.reason) == (
+            y.admitted, y.requested, y.remaining, y.entry_seq, y.reason)
+    with pytest.raises(ReplayConflictError):
+        led.reserve("r1", [Request("a", "ais", amount=0.25)], mechanism="m", parameters={})
+    assert _count(ledger_path) == n
+
+
+def test_all_or_nothing_per_user_across_domains_and_steps(led):
+    # u can afford the ais charge but not the ecg one: both are denied.
+    reqs = [Request("u", "ais", step="svt", amount=0.3),
+            Request("u", "ais", step="project", amount=0.3),
+            Request("u", "ecg", step="release", notion="cgp", amount=Fraction(3, 4)),
+            Request("v", "ais", amount=0.3)]
+    res = led.reserve("r", reqs, mechanism="m", parameters={})
+    assert {(d.user_id, d.step) for d in res.denied} == {("u", "svt"), ("u", "project"),
+                                                          ("u", "release")}
+    assert [d.user_id for d in res.admitted] == ["v"]
+    assert all("together with" in d.reason for d in res.denied if d.domain == "ais")
+    # the same user's steps add up inside one call
+    res = led.reserve("r2", [Request("w", "ais", step="a", amount=0.6),
+                             Request("w", "ais", step="b", amount=0.5)],
+                      mechanism="m", parameters={})
+    assert not res.admitted
+    bal = {(b["user_id"], b["domain"]): b["spent"] for b in led.balances()}
+    assert bal[("u", "ais")] == 0 and bal[("u", "ecg")] == 0 and bal[("v", "ais")] == Fraction(3, 10)
+    assert bal[("w", "ais")] == 0
+    assert led.verify().ok
+
+
+def test_cgp_mechanism_on_gp_domain_is_refused(led, ledger_path):
+    with pytest.raises(NotionMismatchError, match="cannot be charged to a GP"):
+        led.reserve("r", [Request("u", "ais", notion="cgp", amount=0.1)],
+                    mechanism="m", parameters={})
+    with pytest.raises(NotionMismatchError):
+        led.reserve("r", [Request("u", "power", notion="gp", amount=0.1)],
+                    mechanism="m", parameters={})
+    assert _count(ledger_path) == 0
+    assert led.release("r") is None  # the failed call left nothing behind
+
+
+@pytest.mark.parametrize("bad", [
+    Request("u", "nope", amount=0.1),
+    Request("u", "ais", amount=0),
+    Request("u", "ais", amount=-1),
+    Request("u", "ais", amount=None),
+    Request("", "ais", amount=0.1),
+    Request("u\x00", "ais", amount=0.1),
+    Request("u", "ais", notion="dp", amount=0.1),
+    Request("u", "power", notion="wevent"),
+])
+def test_bad_requests_are_parameter_errors_and_charge_nothing(led, ledger_path, bad):
+    with pytest.raises(ParameterError):
+        led.reserve("r", [Request("ok", "ais", amount=0.1), bad], mechanism="m", parameters={})
+    assert _count(ledger_path) == 0
+
+
+def test_duplicate_keys_in_one_call_are_refused(led):
+    with pytest.raises(ParameterError, match="duplicate"):
+        led.reserve("r", [Request("u", "ais", amount=0.1)] * 2, mechanism="m", parameters={})
+
+
+def test_settle_refunds_the_unused_part_and_is_idempotent(led, ledger_path):
+    led.reserve("r", [Request("u", "ais", amount=0.5)], mechanism="m", parameters={})
+    cost = _gp("0.5", "0.125", "0.125")
+    led.settle("r", [Settlement("u", "ais", "release", cost)])
+    [bal] = led.balances("ais")
+    assert bal["spent"] == Fraction(1, 4)
+    kinds = [h["kind"] for h in led.history("u")]
+    assert kinds == ["reserve", "settle", "refund"]
+    assert [h["amount"] for h in led.history("u")] == [Fraction(1, 2), Fraction(1, 4),
+                                                        Fraction(1, 4)]
+    n = _count(ledger_path)
+    led.settle("r", [Settlement("u", "ais", "release", cost)])
+    assert _count(ledger_path) == n
+    with pytest.raises(ReplayConflictError):
+        led.settle("r", [Settlement("u", "ais", "release", _gp("0.5", "0.5"))])
+    assert led.release("r")["state"] == "settled"
+    detail = _count(ledger_path, "SELECT detail FROM entries WHERE kind = 'settle'")
+    assert '"step":"s0"' in detail and '"amount":"1/8"' in detail
+    assert led.verify().ok
+
+
+def test_settle_more_than_reserved_is_a_bug(led):
+    led.reserve("r", [Request("u", "ais", amount=0.25)], mechanism="m", parameters={})
+    with pytest.raises(LedgerInternalError, match="this is a bug"):
+        led.settle("r", [Settlement("u", "ais", "release", _gp("0.5", "0.3"))])
+    assert led.balances()[0]["spent"] == Fraction(1, 4)
+
+
+def test_settle_without_admitted_reservation_is_refused(led):
+    led.reserve("r", [Request("u", "ais", amount=2)], mechanism="m", parameters={})
+    with pytest.raises(ParameterError, match="denied"):
+        led.settle("r", [Settlement("u", "ais", "release", _gp("0.1", "0.1"))])
+    with pytest.raises(ParameterError, match="no reservation"):
+        led.settle("r", [Settlement("x", "ais", "release", _gp("0.1", "0.1"))])
+
+
+def test_gp_items_settled_on_cgp_domain_compose_as_sum_of_squares(led):
+    led.reserve("r", [Request("u", "ecg", notion="gp", amount=Fraction(1, 2))],
+                mechanism="m", parameters={})
+    # reserved (1/2)^2/2 = 1/8; two sub-steps of 1/4 cost 2 * (1/4)^2/2 = 1/16
+    led.settle("r", [Settlement("u", "ecg", "release", _gp("0.5", "0.25", "0.25"))])
+    assert led.balances("ecg")[0]["spent"] == Fraction(1, 16)
+    assert led.verify().ok
+
+
+def test_close_refunds_unsettled_reservations_once(led, ledger_path):
+    led.reserve("r", [Request("a", "ais", amount=0.5), Request("b", "ais", amount=0.5)],
+                mechanism="m", parameters={})
+    led.settle("r", [Settlement("a", "ais", "release", _gp("0.5", "0.5"))])
+    led.close("r", "flow died; outputs never left the system")
+    bal = {b["user_id"]: b["spent"] for b in led.balances()}
+    assert bal == {"a": Fraction(1, 2), "b": 0}
+    n = _count(ledger_path)
+    led.close("r", "again")
+    assert _count(ledger_path) == n
+    closes = [h for h in led.history("b") if h["kind"] == "close"]
+    assert len(closes) == 1 and closes[0]["reason"] == "flow died; outputs never left the system"
+    assert led.release("r")["state"] == "closed"
+    with pytest.raises(ParameterError, match="closed"):
+        led.reserve("r", [Request("c", "ais", amount=0.1)], mechanism="m", parameters={})
+    with pytest.raises(ParameterError, match="closed"):
+        led.settle("r", [Settlement("b", "ais", "release", _gp("0.5", "0.5"))])
+    with pytest.raises(ParameterError, match="unknown release"):
+        led.close("nope", "x")
+    assert led.verify().ok
+
+
+def test_close_of_a_release_without_reservations_is_still_audited(led):
+    led.reserve("r", [Request("a", "ais", amount=5)], mechanism="m", parameters={})
+    led.close("r", "nothing admitted")
+    rng = led.entry_range("r")
+    assert rng == (1, 2)
+    assert led.verify().ok
+
+
+HOSTILE = [
+    "o'brien", '"; DROP TABLE entries; --', "'; DROP TABLE entries; --", "x" * 10_240,
+    "ユーザー😀", "tab\tnew\nline", "back\\slash", "%s ? $1 :name", "' OR '1'='1",
+]
+
+
+def test_hostile_ids_are_stored_and_shown_verbatim(led, ledger_path, tmp_path):
+    reqs = [Request(u, "ais", step=u[:50], amount=0.1) for u in HOSTILE]
+    res = led.reserve(HOSTILE[1], reqs, mechanism=HOSTILE[2], parameters={"n": HOSTILE[3]},
+                      flow_run_id=HOSTILE[4], input_fingerprint=HOSTILE[0])
+    assert len(res.admitted) == len(HOSTILE)
+    assert {b["user_id"] for b in led.balances()} == set(HOSTILE)
+    for u in HOSTILE:
+        [h] = led.history(u)
+        assert h["step"] == u[:50] and h["release_id"] == HOSTILE[1]
+        assert h["mechanism"] == HOSTILE[2]
+    assert led.entry_range(HOSTILE[1]) == (1, len(HOSTILE))
+    assert _count(ledger_path, "SELECT count(*) FROM information_schema.tables "
+                               "WHERE table_name = 'entries'") == 1
+    led.export(tmp_path / "e.json", fmt="json")
+    import json
+    rows = json.loads((tmp_path / "e.json").read_text())
+    assert {r["user_id"] for r in rows} == set(HOSTILE)
+    assert led.verify().ok
+    assert led.noise_seed(HOSTILE[1], HOSTILE[4]) > 0
+
+
+def test_apply_policy_is_idempotent_and_refuses_meaning_changes(led, policy):
+    assert led.apply_policy(policy) == []
+    led.reserve("r", [Request("u", "power", notion="wevent",
+                              runs=(StepRun(0, 2, Fraction(1, 4)),))], mechanism="m",
+                parameters={})
+    raw = parse_policy({"domains": {
+        "power": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 8,
+                  "value_range": [0.0, 1.0], "value_unit": "MW"}}}, source="p2")
+    with pytest.raises(PolicyChangeError, match="w"):
+        led.apply_policy(raw)
+    raw = parse_policy({"domains": {
+        "power": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 4,
+                  "value_range": [0.0, 1.0], "value_unit": "kW"}}}, source="p3")
+    with pytest.raises(PolicyChangeError, match="value_unit"):
+        led.apply_policy(raw)
+    # a cap change is allowed and applies to the accounts
+    raw = parse_policy({"domains": {
+        "ais": {"kind": "curves", "notion": "gp", "cap": "2", "value_columns": ["x", "y"],
+                "value_unit": "m"},
+        "ecg": {"kind": "curves", "notion": "gp", "cap": "1"}}}, source="p4")
+    led.reserve("r2", [Request("u", "ais", amount=1)], mechanism="m", parameters={})
+    changes = led.apply_policy(raw)
+    assert any("cap 1 -> 2" in c for c in changes)
+    assert any("'ecg': changed notion" in c for c in changes)  # ecg had no charges
+    assert {d["domain"]: d["notion"] for d in led.domains()}["ecg"] == "gp"
+    assert [b["cap"] for b in led.balances("ais")] == [2]
+    assert led.reserve("r3", [Request("u", "ais", amount=1)], mechanism="m",
+                       parameters={}).admitted
+    assert led.verify().ok
+
+
+def test_record_release_and_lookup(led):
+    assert led.release("r") is None
+    led.record_release("r", {"users": 3, "eps": Fraction(1, 3), "ok": True}, "reserved")
+    rec = led.release("r")
+    assert rec["state"] == "reserved" and rec["manifest"] == {"users": 3, "eps": "1/3", "ok": True}
+    led.record_release("r", {"users": 3}, "failed")
+    assert led.release("r")["state"] == "failed"
+    with pytest.raises(ParameterError):
+        led.record_release("r", {}, "done")
+    with pytest.raises(ParameterError):
+        led.record_release("r", {"x": object()}, "settled")
+    led.close("r", "operator")
+    with pytest.raises(ParameterError, match="reopened"):
+        led.record_release("r", {}, "reserved")
+
+
+def test_queries(led):
+    led.reserve("r1", [Request("a", "ais", amount=0.5), Request("b", "ais", amount=3)],
+                mechanism="m", parameters={})
+    rels = led.releases()
+    assert rels[0]["release_id"] == "r1" and rels[0]["users_admitted"] == 1
+    assert rels[0]["users_denied"] == 1 and rels[0]["net_spent"] == Fraction(1, 2)
+    [den] = led.denials()
+    assert den["user_id"] == "b" and den["requested"] == 3 and "cap" in den["reason"]
+    assert led.entry_range("r1") == (1, 2) and led.entry_range("zz") is None
+    assert Ledger(led.path).balances("ecg") == []

@@ -1,0 +1,160 @@
+"""Tampering with plain duckdb (a separate connection) is detected and the entry named."""
+
+from __future__ import annotations
+
+import hashlib
+from fractions import Fraction
+
+import duckdb
+import pytest
+
+from ledger import Ledger, LedgerIntegrityError, Request, Settlement
+from ledger.chain import BatchEncoder, canonical
+from mechanisms.cost import Cost, CostItem, StepRun
+from schemas.errors import EXIT_INTEGRITY
+
+
+@pytest.fixture
+def filled(led):
+    for i in range(4):
+        led.reserve(f"r{i}", [Request("a", "ais", amount=0.1), Request("b", "ais", amount=0.2)],
+                    mechanism="m", parameters={"i": i})
+    led.settle("r0", [Settlement("a", "ais", "release",
+                                 Cost("gp", Fraction(1, 10), (CostItem("x", "gp", Fraction(1, 20)),)))])
+    led.reserve("w", [Request("c", "power", notion="wevent", stream_id="s",
+                              runs=(StepRun(0, 6, Fraction(1, 4)),))], mechanism="sw", parameters={})
+    assert led.verify().ok
+    return led
+
+
+def _sql(path, *stmts):
+    con = duckdb.connect(str(path))
+    try:
+        for s in stmts:
+            con.execute(s)
+    finally:
+        con.close()
+
+
+def _entry_id(path, seq):
+    con = duckdb.connect(str(path))
+    try:
+        return con.execute("SELECT entry_id FROM entries WHERE seq = ?", [seq]).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def _fails_at(led, seq, entry_id=None):
+    rep = Ledger(led.path).verify()
+    assert not rep.ok
+    assert rep.first_bad_seq == seq, rep.message
+    if entry_id is not None:
+        assert rep.first_bad_entry_id == entry_id and entry_id in rep.message
+    with pytest.raises(LedgerIntegrityError) as err:
+        Ledger(led.path).verify_or_raise()
+    assert err.value.exit_code == EXIT_INTEGRITY and err.value.seq == seq
+    return rep
+
+
+def test_changed_amount_is_named(filled, ledger_path):
+    eid = _entry_id(ledger_path, 5)
+    _sql(ledger_path, "UPDATE entries SET amount = amount + 1 WHERE seq = 5")
+    rep = _fails_at(filled, 5, eid)
+    assert "does not match its hash" in rep.message
+
+
+def _forge(path, seq, **changes):
+    """Edit entry `seq` and recompute its own hash, as a forger without the key would."""
+    con = duckdb.connect(str(path))
+    cols = [d[0] for d in con.execute("SELECT * FROM entries LIMIT 0").description]
+    row = dict(zip(cols, con.execute("SELECT * FROM entries WHERE seq = ?", [seq]).fetchall()[0],
+                   strict=True))
+    row.update(changes)
+    h = hashlib.sha256(row["prev_hash"].encode() + b"|" + canonical(row)).hexdigest()
+    con.execute("UPDATE entries SET amount = CAST(? AS HUGEINT), actor = ?, hash = ? WHERE seq = ?",
+                [str(row["amount"]), row["actor"], h, seq])
+    con.close()
+
+
+def test_forged_entry_with_recomputed_hash_breaks_the_next_link(filled, ledger_path):
+    _forge(ledger_path, 3, actor="someone else")
+    rep = _fails_at(filled, 4, _entry_id(ledger_path, 4))
+    assert "prev_hash" in rep.message
+
+
+def test_forged_amount_with_recomputed_hash_fails_the_balance_replay(filled, ledger_path):
+    con = duckdb.connect(str(ledger_path))
+    amount = con.execute("SELECT amount FROM entries WHERE seq = 3").fetchall()[0][0]
+    con.close()
+    _forge(ledger_path, 3, amount=int(amount) // 2)
+    rep = _fails_at(filled, 3, _entry_id(ledger_path, 3))
+    assert "balance_after" in rep.message
+
+
+def test_deleted_entry_is_named(filled, ledger_path):
+    _sql(ledger_path, "DELETE FROM entries WHERE seq = 6")
+    rep = _fails_at(filled, 6)
+    assert "missing" in rep.message and _entry_id(ledger_path, 7) in rep.message
+
+
+def test_deleted_last_entry_is_detected_by_the_head(filled, ledger_path):
+    _sql(ledger_path, "DELETE FROM step_runs WHERE seq = (SELECT max(seq) FROM entries)",
+         "DELETE FROM entries WHERE seq = (SELECT max(seq) FROM entries)")
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and "chain head" in rep.message
+
+
+def test_swapped_entries_are_named(filled, ledger_path):
+    eid3 = _entry_id(ledger_path, 3)
+    _sql(ledger_path, "UPDATE entries SET seq = -1 WHERE seq = 3",
+         "UPDATE entries SET seq = 3 WHERE seq = 4",
+         "UPDATE entries SET seq = 4 WHERE seq = -1")
+    rep = _fails_at(filled, 3)
+    assert eid3 not in rep.message  # the entry now at seq 3 is the former seq 4
+
+
+def test_edited_step_run_is_detected(filled, ledger_path):
+    _sql(ledger_path, "UPDATE step_runs SET run_stop = run_stop - 1")
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and rep.first_bad_seq is not None
+
+
+def test_edited_account_balance_is_detected(filled, ledger_path):
+    _sql(ledger_path, "UPDATE accounts SET spent = 0 WHERE user_id = 'b'")
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and "recomputed from the entries" in rep.message
+
+
+def test_whole_chain_rehashed_without_the_key_fails_the_seal(filled, ledger_path):
+    con = duckdb.connect(str(ledger_path))
+    cols = [d[0] for d in con.execute("SELECT * FROM entries LIMIT 0").description]
+    rows = [dict(zip(cols, r, strict=True))
+            for r in con.execute("SELECT * FROM entries ORDER BY seq").fetchall()]
+    runs = {}
+    for seq, a, b, q in con.execute(
+            "SELECT seq, run_start, run_stop, amount FROM step_runs ORDER BY seq, run_start").fetchall():
+        runs.setdefault(seq, []).append((a, b, q))
+    prev = "0" * 64
+    rows[1]["reason"] = "forged"
+    for r in rows:
+        h = hashlib.sha256(prev.encode() + b"|" + canonical(r, runs.get(r["seq"], []))).hexdigest()
+        con.execute("UPDATE entries SET prev_hash = ?, hash = ?, reason = ? WHERE seq = ?",
+                    [prev, h, r["reason"], r["seq"]])
+        prev = h
+    con.execute("UPDATE chain_head SET last_hash = ?", [prev])
+    con.close()
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and "seal" in rep.message
+
+
+def test_batch_encoder_matches_canonical():
+    shared = {"created_at": "2026-01-01 00:00:00.000001", "actor": "a'b", "release_id": "r",
+              "mechanism": None, "parameters": '{"k":"é"}', "flow_run_id": None,
+              "input_fingerprint": "fp"}
+    enc = BatchEncoder(shared)
+    for i, user in enumerate(["u", "ü\n", '"; DROP', "x" * 100]):
+        row = {"seq": i + 1, "entry_id": f"e{i}", "user_id": user, "domain": "d", "step": "s",
+               "stream_id": "", "kind": "reserve", "amount": 10**23 + i, "notion": "gp",
+               "cap": 5, "balance_after": None, "detail": "{}", "reason": "admitted"}
+        runs = [(0, 3, 7)] if i % 2 else []
+        assert enc.encode(row, runs) == canonical({**shared, **row}, runs)

@@ -1,0 +1,88 @@
+"""CPR end to end: phase grouping, tiling offset, fallback, utility on streams."""
+
+import json
+
+import numpy as np
+import pytest
+
+from data import synthetic
+from mechanisms.errors import MechanismParameterError
+from mechanisms.metrics import correlation_distance
+from mechanisms.reconstruct import cpr, phase_groups, tile_template
+from mechanisms.streams import moving_average, release_stream
+
+
+def test_phase_groups_reflect_and_wrap_layout():
+    y = np.arange(10.0)
+    groups, pad = phase_groups(y, 3, padding="reflect")
+    padded = np.pad(y, 2, mode="reflect")
+    assert pad == 2 and groups.shape == (3, padded.size // 3)
+    for i in range(3):
+        np.testing.assert_array_equal(groups[i], padded[i::3][: groups.shape[1]])
+    g_none, pad0 = phase_groups(y, 3, padding="none")
+    assert pad0 == 0
+    np.testing.assert_array_equal(g_none[1], [1.0, 4.0, 7.0])
+    with pytest.raises(MechanismParameterError):
+        phase_groups(y, 3, padding="edge")
+
+
+def test_tiling_offset_realigns_phases():
+    # padded index of original t is t + p, so its phase is (t + p) mod T
+    x = np.tile([0.1, 0.5, 0.9, 0.3], 6)
+    groups, pad = phase_groups(x, 4, padding="wrap")
+    template = groups.mean(axis=1)  # wrap padding keeps phases exact
+    np.testing.assert_allclose(tile_template(template, x.size, pad), x)
+    assert not np.allclose(tile_template(template, x.size, 0), x)
+
+
+@pytest.mark.parametrize("padding", ["reflect", "wrap", "none"])
+def test_cpr_recovers_template_at_generous_budget(padding):
+    cycle = np.array([0.1, 0.2, 0.8, 0.95, 0.6, 0.3, 0.15, 0.5])
+    x = np.tile(cycle, 200)
+    rel = release_stream(x, epsilon=30, w=5, rng=np.random.default_rng(0))
+    res = cpr(rel.y, epsilon_per_step=6.0, padding=padding)
+    assert res.period == 8
+    assert res.diagnostics["fallback"] is None
+    np.testing.assert_allclose(res.template[(np.arange(8) + res.diagnostics["offset"]) % 8],
+                               cycle, atol=0.05)
+    np.testing.assert_allclose(res.reconstruction, x, atol=0.05)
+    json.dumps(res.diagnostics, allow_nan=False)
+
+
+def test_cpr_beats_moving_average_on_privatized_periodic_stream():
+    df = synthetic.periodic_stream(30, 40, seed=3, jitter=0.01)
+    x = df["value"].to_numpy()
+    rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(1))
+    res = cpr(rel.y, epsilon_per_step=1.0)
+    assert res.period == 40
+    d_cpr = correlation_distance(x, res.reconstruction)
+    d_mov = correlation_distance(x, moving_average(rel.y, window=5))
+    assert d_cpr < 0.2
+    assert d_cpr < d_mov
+
+
+def test_cpr_falls_back_to_constant_on_aperiodic_reports():
+    rel = release_stream(np.full(3000, 0.7), epsilon=5, w=5, rng=np.random.default_rng(2))
+    res = cpr(rel.y, epsilon_per_step=1.0)
+    assert res.diagnostics["fallback"] == "constant"
+    assert res.diagnostics["fallback_constant"] is True
+    assert res.diagnostics["period_significant"] is False
+    assert np.ptp(res.reconstruction) == 0.0
+    assert abs(res.reconstruction[0] - 0.7) < 0.1
+    off = cpr(rel.y, epsilon_per_step=1.0, fallback=False)
+    assert off.diagnostics["fallback"] is None
+
+
+def test_cpr_supplied_period_and_validation():
+    rel = release_stream(np.tile([0.2, 0.8], 50), epsilon=10, w=2, rng=np.random.default_rng(3))
+    res = cpr(rel.y, epsilon_per_step=5.0, period=2)
+    assert res.diagnostics["period_source"] == "supplied"
+    np.testing.assert_allclose(res.template[(np.arange(2) + 1) % 2], [0.2, 0.8], atol=0.05)
+    with pytest.raises(MechanismParameterError):
+        cpr(rel.y, epsilon_per_step=5.0, period=0)
+    with pytest.raises(MechanismParameterError):
+        cpr(rel.y + 5, epsilon_per_step=5.0)  # not SW reports of this budget
+    with pytest.raises(MechanismParameterError):
+        cpr(rel.y, epsilon_per_step=5.0, padding="edge")
+    with pytest.raises(MechanismParameterError):
+        cpr(rel.y, epsilon_per_step=5.0, pseudo_samples_kind="sample")

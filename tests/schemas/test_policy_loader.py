@@ -1,0 +1,236 @@
+"""Every rule of the TOML policy loader (schemas/policy.py), each with a failing example."""
+
+from fractions import Fraction
+
+import pytest
+
+from schemas.errors import PolicyError
+from schemas.policy import load_policy, parse_policy
+
+CURVES = {"kind": "curves", "notion": "gp", "cap": "1"}
+STREAMS = {"kind": "streams", "notion": "wevent", "cap": "1", "w": 5, "value_range": [0.0, 1.0]}
+
+
+def _one(domain: dict, name: str = "d") -> dict:
+    return {"domains": {name: domain}}
+
+
+def _fails(data, key: str, *allowed: str) -> PolicyError:
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(data, source="p.toml")
+    err = exc.value
+    assert len(err.problems) == 1
+    p = err.problems[0]
+    assert p.file == "p.toml"
+    assert p.column == key, (p.column, key)
+    for word in allowed:
+        assert word in p.message, (word, p.message)
+    return err
+
+
+def test_valid_minimal_domains_parse_with_defaults():
+    pol = parse_policy({"domains": {"c": CURVES, "s": STREAMS}})
+    c, s = pol.domain("c"), pol.domain("s")
+    assert (c.time_unit, c.value_columns, c.w, c.sort) == ("s", ("value",), None, False)
+    assert (s.time_unit, s.w, s.value_range) == ("step", 5, (0.0, 1.0))
+    assert c.cap == Fraction(1)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("1/3", Fraction(1, 3)), (0.1, Fraction(1, 10)), (2, Fraction(2)), (" 5/2 ", Fraction(5, 2)),
+])
+def test_cap_is_exact(raw, expected):
+    assert parse_policy(_one({**CURVES, "cap": raw})).domain("d").cap == expected
+
+
+def test_unknown_top_level_key():
+    _fails({"domains": {"d": CURVES}, "budget": {}}, "budget", "[domains]", "[schedules]")
+
+
+def test_top_level_not_a_mapping():
+    _fails([], "<top>", "[domains]")
+
+
+@pytest.mark.parametrize("data", [{}, {"domains": {}}, {"domains": 3}])
+def test_domains_required(data):
+    _fails(data, "domains", "at least one")
+
+
+def test_domain_must_be_table():
+    _fails({"domains": {"d": 3}}, "domains.d", "table")
+
+
+@pytest.mark.parametrize("name", ["a b", "a.b", "x'y", ""])
+def test_domain_name_characters(name):
+    _fails(_one(CURVES, name), f"domains.{name}", "letters, digits")
+
+
+def test_unknown_domain_key_lists_allowed():
+    _fails(_one({**CURVES, "epsilon": 1}), "domains.d.epsilon", "kind", "notion", "cap")
+
+
+@pytest.mark.parametrize("kind", [None, "curve", "tables", 3])
+def test_kind(kind):
+    d = {**CURVES}
+    if kind is None:
+        d.pop("kind")
+    else:
+        d["kind"] = kind
+    _fails(_one(d), "domains.d.kind", "curves", "streams")
+
+
+@pytest.mark.parametrize("base, notion, allowed", [
+    (CURVES, "wevent", ("gp", "cgp")), (STREAMS, "gp", ("wevent",)), (CURVES, None, ("gp",)),
+])
+def test_notion_matches_kind(base, notion, allowed):
+    d = {**base}
+    if notion is None:
+        d.pop("notion")
+    else:
+        d["notion"] = notion
+    _fails(_one(d), "domains.d.notion", *allowed)
+
+
+def test_cap_required():
+    d = {**CURVES}
+    d.pop("cap")
+    _fails(_one(d), "domains.d.cap", "required")
+
+
+@pytest.mark.parametrize("cap", [True, [1], "abc", "1/0", {}])
+def test_cap_type(cap):
+    _fails(_one({**CURVES, "cap": cap}), "domains.d.cap", "positive number")
+
+
+@pytest.mark.parametrize("cap", [0, -1, "0", "-1/2", 0.0])
+def test_cap_positive(cap):
+    _fails(_one({**CURVES, "cap": cap}), "domains.d.cap", "> 0")
+
+
+@pytest.mark.parametrize("w", [None, 0, -2, 1.5, True, "5"])
+def test_streams_need_integer_w(w):
+    d = {**STREAMS}
+    if w is None:
+        d.pop("w")
+    else:
+        d["w"] = w
+    _fails(_one(d), "domains.d.w", "integer >= 1")
+
+
+def test_w_only_for_streams():
+    _fails(_one({**CURVES, "w": 5}), "domains.d.w", "only applies to streams")
+
+
+@pytest.mark.parametrize("base, unit", [(CURVES, "step"), (CURVES, "sec"), (STREAMS, "week")])
+def test_time_unit(base, unit):
+    _fails(_one({**base, "time_unit": unit}), "domains.d.time_unit", "ms", "s", "min", "h", "d")
+
+
+@pytest.mark.parametrize("base", [CURVES, STREAMS])
+def test_step_only_for_duration_streams(base):
+    _fails(_one({**base, "step": 2}), "domains.d.step", "only for streams")
+
+
+@pytest.mark.parametrize("step", [0, -1, True, "2"])
+def test_step_positive(step):
+    _fails(_one({**STREAMS, "time_unit": "min", "step": step}), "domains.d.step", "positive")
+
+
+def test_duration_stream_needs_step():
+    _fails(_one({**STREAMS, "time_unit": "min"}), "domains.d.step", "required")
+    pol = parse_policy(_one({**STREAMS, "time_unit": "min", "step": 30}))
+    assert pol.domain("d").step == 30.0
+
+
+def test_projection_values():
+    _fails(_one({**CURVES, "projection": "utm"}), "domains.d.projection",
+           "equirectangular", "mercator")
+
+
+def test_projection_only_for_curves():
+    _fails(_one({**STREAMS, "projection": "mercator"}), "domains.d.projection", "curves")
+
+
+@pytest.mark.parametrize("cols", [[], "value", ["a", "a"], ["a", ""], ["a", 3]])
+def test_value_columns_shape(cols):
+    _fails(_one({**CURVES, "value_columns": cols}), "domains.d.value_columns",
+           "non-empty list of distinct names")
+
+
+def test_stream_value_columns_fixed():
+    _fails(_one({**STREAMS, "value_columns": ["mw"]}), "domains.d.value_columns", "value")
+
+
+@pytest.mark.parametrize("col", ["user_id", "curve_id", "stream_id", "t"])
+def test_value_columns_not_keys(col):
+    _fails(_one({**CURVES, "value_columns": ["v", col]}), "domains.d.value_columns", "key columns")
+
+
+def test_projected_domain_has_two_value_columns():
+    _fails(_one({**CURVES, "projection": "mercator", "value_columns": ["x"]}),
+           "domains.d.value_columns", "two value columns")
+    dom = parse_policy(_one({**CURVES, "projection": "mercator"})).domain("d")
+    assert dom.value_columns == ("x", "y")
+
+
+@pytest.mark.parametrize("vr", [None, [1.0], [1, 1], [2, 1], ["0", "1"], [True, 2], "0..1"])
+def test_streams_need_value_range(vr):
+    d = {**STREAMS}
+    if vr is None:
+        d.pop("value_range")
+    else:
+        d["value_range"] = vr
+    _fails(_one(d), "domains.d.value_range", "[low, high]", "low < high")
+
+
+def test_value_range_only_for_streams():
+    _fails(_one({**CURVES, "value_range": [0, 1]}), "domains.d.value_range", "streams")
+
+
+@pytest.mark.parametrize("sort", ["yes", 1, None])
+def test_sort_bool(sort):
+    if sort is None:
+        assert parse_policy(_one({**CURVES, "sort": True})).domain("d").sort is True
+        return
+    _fails(_one({**CURVES, "sort": sort}), "domains.d.sort", "true or false")
+
+
+@pytest.mark.parametrize("sched", ["daily", "0 2 * *", 5])
+def test_schedule_cron(sched):
+    _fails(_one({**CURVES, "schedule": sched}), "domains.d.schedule", "5-field cron")
+
+
+@pytest.mark.parametrize("key", ["value_unit", "lon_column", "lat_column", "description"])
+def test_text_keys(key):
+    _fails(_one({**CURVES, key: 3}), f"domains.d.{key}", "string")
+
+
+def test_unknown_domain_lists_known():
+    pol = parse_policy({"domains": {"b": CURVES, "a": CURVES}}, source="p.toml")
+    with pytest.raises(PolicyError) as exc:
+        pol.domain("zzz")
+    assert "a, b" in str(exc.value)
+    assert exc.value.problems[0].rule == "known domain"
+
+
+def test_load_policy_missing_file(tmp_path):
+    with pytest.raises(PolicyError) as exc:
+        load_policy(tmp_path / "none.toml")
+    assert exc.value.problems[0].column == "<file>"
+    assert "cannot read" in str(exc.value)
+
+
+def test_load_policy_bad_toml(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[domains.a\nkind = 'curves'\n", encoding="utf-8")
+    with pytest.raises(PolicyError) as exc:
+        load_policy(p)
+    assert "not valid TOML" in str(exc.value)
+
+
+def test_load_policy_reads_file(tmp_path):
+    p = tmp_path / "ok.toml"
+    p.write_text('[domains.a]\nkind = "curves"\nnotion = "cgp"\ncap = "1/2"\n', encoding="utf-8")
+    pol = load_policy(p)
+    assert pol.source == str(p)
+    assert pol.domain("a").cap == Fraction(1, 2)
