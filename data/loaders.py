@@ -26,6 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ingest import Rejection, UserCurves, iter_users
+from schemas.errors import ValidationError
+from schemas.policy import Domain
+
 DATA_DIR = Path(__file__).resolve().parent
 AIS_FILE = DATA_DIR / "ais_nyharbor_2020_12_week1.csv.gz"
 ECG_FILE = DATA_DIR / "ecg_mitbih208.npz"
@@ -74,18 +78,15 @@ def ais_curves(time_unit: str = "s", *, projection: str = "equirectangular") -> 
     Raises:
         ValidationError: the bundled file failed validation (would be a bug).
     """
-    from ingest import iter_users
-    from schemas.errors import ValidationError
-    from schemas.policy import Domain
-
     domain = Domain(name="ais_tracks", kind="curves", notion="gp", cap=Fraction(1),
                     time_unit=time_unit, value_columns=("x", "y"), value_unit="m",
                     projection=projection)
     parts: list[pd.DataFrame] = []
     for u in iter_users(ais_raw(), domain):
-        if not hasattr(u, "curves"):
-            raise ValidationError(u.problems)  # type: ignore[union-attr]
-        for c in u.curves:  # type: ignore[union-attr]
+        if isinstance(u, Rejection):
+            raise ValidationError(u.problems)
+        assert isinstance(u, UserCurves)
+        for c in u.curves:
             parts.append(pd.DataFrame({
                 "user_id": u.user_id, "curve_id": c.curve_id, "t": c.t,
                 "x": c.values[:, 0], "y": c.values[:, 1]}))

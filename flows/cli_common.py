@@ -16,7 +16,7 @@ import io
 import json
 import sys
 from collections.abc import Callable, Sequence
-from enum import Enum
+from enum import StrEnum
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     """How tabular CLI output is printed."""
 
     table = "table"

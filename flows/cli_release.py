@@ -76,7 +76,8 @@ def release_curves_cmd(
     mechanism: str = typer.Option("privfuncseg", "--mechanism",
                                   help="privfuncseg | project_and_privatize | privfuncselect "
                                        "| baseline"),
-    epsilon: str | None = typer.Option(None, "--epsilon", help="ε per curve (GP), e.g. 0.5 or 1/3."),
+    epsilon: str | None = typer.Option(None, "--epsilon",
+                                       help="ε per curve (GP), e.g. 0.5 or 1/3."),
     rho: str | None = typer.Option(None, "--rho", help="ρ per curve (CGP domains only)."),
     options: str | None = typer.Option(None, "--options",
                                        help="Mechanism options as JSON, e.g. "
@@ -228,7 +229,10 @@ def demo_cmd(
         if "id" in current:
             progress.update(current["id"], completed=1, total=1)
     print_rows(rows, title=f"privpipe demo (ledger: {ledger_path})",
-               columns=["step", "release_id", "released", "denied", "rejected", "report"])
+               columns=["step", "release_id", "released", "denied", "rejected"])
+    console.print("Reports:")
+    for r in rows:
+        console.print(f"  {r['step']}: {r['report']}", highlight=False, soft_wrap=True)
     console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
                   "it reproduces the same outputs and charges nothing more.")
 

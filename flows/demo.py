@@ -22,16 +22,16 @@ from schemas.policy import load_policy
 # (see data/policy.toml): trajectories in metres x seconds^(1/2), ECG in
 # mV x seconds^(1/2), streams per window of w steps.
 DEMO_RELEASES: list[dict[str, Any]] = [
-    {"label": "AIS trajectories (PrivFuncSeg)", "kind": "curves", "input": "ais",
+    {"label": "AIS trajectories (PrivFuncSeg)", "kind": "curves", "input": "ais_tracks",
      "domain": "ais_tracks", "mechanism": "privfuncseg", "epsilon": "0.05",
      "options": {"basis": "linear"}},
     {"label": "ECG records (Project-and-Privatize, sinc basis)", "kind": "curves",
      "input": "ecg", "domain": "ecg", "mechanism": "project_and_privatize", "epsilon": "200",
      "options": {"basis": "sinc", "n_terms": 200, "spacing": 0.05, "first": 0}},
     {"label": "Electricity demand, England & Wales (Square Wave + CPR)", "kind": "streams",
-     "input": "taylor", "domain": "power_taylor", "epsilon": "5"},
+     "input": "power_taylor", "domain": "power_taylor", "epsilon": "5"},
     {"label": "Electricity demand, Italy (Square Wave + CPR)", "kind": "streams",
-     "input": "italy", "domain": "power_italy", "epsilon": "5"},
+     "input": "power_italy", "domain": "power_italy", "epsilon": "5"},
 ]
 
 

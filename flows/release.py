@@ -107,7 +107,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                          "units": dom.units_label(), "parameters": parameters,
                          "input_fingerprint": plan.fingerprint, "input": str(input_path)}
         if not ledger.release(rid):
-            ledger.record_release(rid, base_manifest, "reserving")
+            ledger.record_release(rid, base_manifest, "reserved")
         if isinstance(spec, CurveSpec):
             requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
             mechanism = spec.mechanism
@@ -155,7 +155,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                           str(rdir / "reconstruction.parquet"))
             files["reconstruction"] = "reconstruction.parquet"
         fault_point("after_outputs")
-        first_seq, last_seq = ledger.entry_range(rid)
+        first_seq, last_seq = ledger.entry_range(rid) or (None, None)
         bounds = [b for r in results for b in r.error_bounds]
         manifest = {
             **base_manifest,
@@ -177,7 +177,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 "step indices of each stream"),
         }
         write_json(manifest, rdir / "manifest.json")
-        ledger.record_release(rid, manifest, "complete")
+        ledger.record_release(rid, manifest, "settled")
         report = write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path)
         fault_point("after_report")
         return {"release_id": rid, "out": str(rdir), "report": report["html"],

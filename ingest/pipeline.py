@@ -57,6 +57,7 @@ from schemas.problems import dedupe, message_for, problems_from_schema_errors
 #: Units accepted for plain numbers in the time column (``input_time_unit``).
 INPUT_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, **TIME_UNITS}
 PROJECTION_REFERENCES = ("curve", "dataset")
+DEFAULT_MEMORY_LIMIT = "768MB"
 
 RULE_REQUIRED = "required"
 RULE_NUMBER = "number"
@@ -79,7 +80,7 @@ class _Plan:
 
 
 def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | None,
-                      projection_reference: str) -> None:
+                      projection_reference: str, max_problems: int) -> None:
     if not isinstance(domain, Domain):
         raise ParameterError("domain must be a schemas.policy.Domain")
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
@@ -93,6 +94,8 @@ def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | No
             raise ParameterError(
                 "input_time_unit does not apply to a stream domain whose time_unit is "
                 "\"step\": t holds integer step indices")
+    if isinstance(max_problems, bool) or not isinstance(max_problems, int) or max_problems < 1:
+        raise ParameterError("max_problems_per_user must be an integer >= 1")
     if projection_reference not in PROJECTION_REFERENCES:
         raise ParameterError(
             f"projection_reference must be one of {', '.join(PROJECTION_REFERENCES)}")
@@ -445,12 +448,13 @@ class _Batch:
 
     # ------------------------------------------------------------------ results
 
-    def results(self, keep: bool = True) -> Iterator[UserCurves | UserStreams | Rejection]:
+    def results(self, max_problems: int = 1000
+                ) -> Iterator[UserCurves | UserStreams | Rejection]:
         """Yield each user of the block, in order: accepted objects or rejections."""
         n = self.n
         if n == 0:
             return
-        d = self.plan.domain
+        plan, d = self.plan, self.plan.domain
         by_user: dict[object, list[Problem]] = {}
         for p in self.problems:
             by_user.setdefault(p.user_id, []).append(p)
@@ -471,7 +475,8 @@ class _Batch:
             probs = by_user.get(user)
             if user is None or probs:
                 ps = sorted(probs or [], key=lambda p: (p.row or 0, p.column or "", p.rule))
-                yield Rejection(user_id="" if user is None else user, problems=ps)
+                yield Rejection(user_id="" if user is None else user,
+                                problems=_capped(ps, max_problems, plan.label))
                 continue
             lo = np.searchsorted(gbounds, a)
             hi = np.searchsorted(gbounds, b)
@@ -516,6 +521,22 @@ class _Batch:
         return np.column_stack([x, y])
 
 
+def _capped(problems: list[Problem], cap: int, label: str) -> list[Problem]:
+    if len(problems) <= cap:
+        return problems
+    kept = problems[:cap]
+    reasons = {(p.column, p.rule) for p in kept}
+    for p in problems[cap:]:
+        if (p.column, p.rule) not in reasons:
+            reasons.add((p.column, p.rule))
+            kept.append(p)
+    more = len(problems) - len(kept)
+    kept.append(Problem(label, None, None, "more problems",
+                        f"{more} more problems of the kinds listed above are not shown",
+                        user_id=problems[0].user_id))
+    return kept
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -527,7 +548,8 @@ def iter_users(
     batch_rows: int = 200_000,
     input_time_unit: str | None = None,
     projection_reference: str = "curve",
-    memory_limit: str = "1GB",
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    max_problems_per_user: int = 1000,
 ) -> Iterator[UserCurves | UserStreams | Rejection]:
     """Stream the validated users of an input, in sorted user-id order.
 
@@ -545,22 +567,38 @@ def iter_users(
             strings and date/time columns are always understood.
         projection_reference: standard parallel of the equirectangular
             projection: each ``"curve"``'s mean latitude, or the ``"dataset"``'s.
-        memory_limit: DuckDB memory limit for reading and sorting.
+        memory_limit: DuckDB memory limit for reading and sorting (DuckDB uses it
+            as a cache and spills beyond it, so it bounds memory, not the file).
+        max_problems_per_user: problems listed per rejected user; beyond it the
+            first problem of each further (column, rule) is still listed, and one
+            "more problems" entry counts the rest, so every reason appears.
 
-    Yields:
-        `UserCurves` or `UserStreams` for accepted users, `Rejection` for users
-        with any invalid row (``user_id == ""``: rows that carry no user id).
+    Returns:
+        An iterator (parameters are checked when this is called, the file is
+        opened on the first ``next``) that yields `UserCurves` or `UserStreams`
+        for accepted users, `Rejection` for users with any invalid row
+        (``user_id == ""``: rows that carry no user id).
 
     Raises:
         ValidationError: file-level problems (missing or unreadable file,
-            missing column, wrong dtype for a whole column, empty input).
-        ParameterError: invalid arguments (checked before the file is read).
+            missing column, wrong dtype for a whole column, empty input), from
+            the first ``next``.
+        ParameterError: invalid arguments, from this call (before any file is read).
     """
-    _check_parameters(domain, batch_rows, input_time_unit, projection_reference)
+    _check_parameters(domain, batch_rows, input_time_unit, projection_reference,
+                      max_problems_per_user)
+    return _iter_users(source, domain, table, batch_rows, input_time_unit,
+                       projection_reference, memory_limit, max_problems_per_user)
+
+
+def _iter_users(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
+                batch_rows: int, input_time_unit: str | None, projection_reference: str,
+                memory_limit: str, max_problems: int
+                ) -> Iterator[UserCurves | UserStreams | Rejection]:
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _plan(src, domain, input_time_unit, projection_reference)
         for block in _blocks(src, plan, batch_rows):
-            yield from _Batch(block, plan).results()
+            yield from _Batch(block, plan).results(max_problems)
 
 
 def scan(
@@ -571,7 +609,8 @@ def scan(
     batch_rows: int = 200_000,
     input_time_unit: str | None = None,
     projection_reference: str = "curve",
-    memory_limit: str = "1GB",
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    max_problems_per_user: int = 1000,
 ) -> IngestReport:
     """Validate a whole input in one streaming pass and summarise it.
 
@@ -586,7 +625,8 @@ def scan(
         ValidationError: file-level problems (see `iter_users`).
         ParameterError: invalid arguments.
     """
-    _check_parameters(domain, batch_rows, input_time_unit, projection_reference)
+    _check_parameters(domain, batch_rows, input_time_unit, projection_reference,
+                      max_problems_per_user)
     users = items = points = rows = 0
     t_lo, t_hi = np.inf, -np.inf
     ncols = len(domain.value_columns)
@@ -599,7 +639,7 @@ def scan(
         label = src.label
         for block in _blocks(src, plan, batch_rows):
             rows += block.num_rows
-            for r in _Batch(block, plan).results():
+            for r in _Batch(block, plan).results(max_problems_per_user):
                 if isinstance(r, Rejection):
                     if r.user_id == "" and all(p.user_id is None for p in r.problems):
                         file_problems.extend(r.problems)

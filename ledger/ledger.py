@@ -535,27 +535,35 @@ class Ledger:
         if not rows:
             return []
         last_seq, last_hash = self._head(con)
-        enc = BatchEncoder(shared)
         n = len(rows)
         ids = os.urandom(16 * n).hex()
-        varying = [c for c in _ENTRY_COLUMNS if c not in shared]
-        cols: dict[str, list[Any]] = {c: [] for c in varying}
+        seqs = list(range(last_seq + 1, last_seq + 1 + n))
+        cols: dict[str, list[Any]] = {}
+        for c in _ENTRY_COLUMNS:
+            if c in shared:
+                cols[c] = [shared[c]] * n
+            elif c not in ("seq", "entry_id", "prev_hash", "hash"):
+                cols[c] = [r.get(c) for r in rows]
+        cols["seq"] = seqs
+        cols["entry_id"] = [ids[32 * i: 32 * i + 32] for i in range(n)]
+        prev = last_hash
+        prevs, hashes = [], []
+        for data in BatchEncoder(shared).encode_columns(cols, runs):
+            prevs.append(prev)
+            prev = entry_hash(prev, data)
+            hashes.append(prev)
+        cols["prev_hash"], cols["hash"] = prevs, hashes
+        cols = {c: cols[c] for c in _ENTRY_COLUMNS}
         run_cols: dict[str, list[Any]] = {
             c: [] for c in ("seq", "kind", "user_id", "domain", "stream_id", "run_start",
                             "run_stop", "amount")
         }
-        prev = last_hash
-        seqs = list(range(last_seq + 1, last_seq + 1 + n))
-        for i, (row, rr) in enumerate(zip(rows, runs, strict=True)):
-            seq = seqs[i]
-            row["seq"] = seq
-            row["entry_id"] = ids[32 * i: 32 * i + 32]
-            row["prev_hash"] = prev
-            prev = row["hash"] = entry_hash(prev, enc.encode(row, rr))
-            for c in varying:
-                cols[c].append(row.get(c))
+        for i, rr in enumerate(runs):
+            if not rr:
+                continue
+            row = rows[i]
             for a, b, q in rr:
-                run_cols["seq"].append(seq)
+                run_cols["seq"].append(seqs[i])
                 run_cols["kind"].append(row["kind"])
                 run_cols["user_id"].append(row["user_id"])
                 run_cols["domain"].append(row["domain"])
@@ -563,10 +571,6 @@ class Ledger:
                 run_cols["run_start"].append(a)
                 run_cols["run_stop"].append(b)
                 run_cols["amount"].append(q)
-        for c in _ENTRY_COLUMNS:
-            if c in shared:
-                cols[c] = [shared[c]] * n
-        cols = {c: cols[c] for c in _ENTRY_COLUMNS}
         tbl = _arrow(cols, _ENTRY_HUGE)  # noqa: F841 - scanned by DuckDB below
         select = ", ".join(
             f"CAST({c} AS HUGEINT)" if c in _ENTRY_HUGE
@@ -988,13 +992,19 @@ class Ledger:
                   "input_fingerprint": input_fingerprint}
         seqs = self._append(con, rows, runs, shared)
         self._save_accounts(con, accounts)
+        fractions: dict[int, Fraction] = {}
+        units = {name: _units_text(dom) for name, dom in domains.items()}
         for (p, admitted, reason, requested, remaining, _), seq in zip(pending, seqs, strict=True):
-            dom = domains[p.req.domain]
+            req_f = fractions.get(requested)
+            if req_f is None:
+                req_f = fractions[requested] = from_units(requested)
+            rem_f = fractions.get(remaining)
+            if rem_f is None:
+                rem_f = fractions[remaining] = from_units(remaining)
             decisions[p.index] = Decision(
                 user_id=p.key[0], domain=p.req.domain, step=p.key[1], stream_id=p.key[2],
-                admitted=admitted, reason=reason, requested=from_units(requested),
-                remaining=from_units(remaining), entry_seq=seq, notion=p.notion,
-                units=_units_text(dom),
+                admitted=admitted, reason=reason, requested=req_f, remaining=rem_f,
+                entry_seq=seq, notion=p.notion, units=units[p.req.domain],
             )
         ordered = [decisions[i] for i in range(len(prepared))]
         return ReserveResult(admitted=[d for d in ordered if d.admitted],
@@ -1012,6 +1022,14 @@ class Ledger:
 
         Returns per request: (prepared, admitted, reason, requested, remaining, balance_after).
         """
+        if len(group) == 1 and group[0].notion != "wevent" and user not in denied_users:
+            p = group[0]
+            acc = accounts[p.account]
+            total = acc.spent + p.units
+            if total <= acc.cap:
+                acc.spent = total
+                acc.dirty = True
+                return [(p, True, "admitted", p.units, acc.cap - total, total)]
         per_account: dict[tuple[str, str, str], list[_Prepared]] = {}
         for p in group:
             per_account.setdefault(p.account, []).append(p)

@@ -7,13 +7,14 @@ by the `evaluate` flow, on public or synthetic data.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import markdown as md_lib
 from prefect import task
 
-from ledger import Ledger
+from ledger import Ledger, format_fraction
 from tasks import plots
 
 _CSS = """
@@ -111,7 +112,7 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
                            plots.plot_private_streams(out / files["samples"], recon,
                                                       out / "plots" / "private_stream.png")))
     budget = budget_summary(ledger_path, manifest["domain"])
-    amount = params.get("amount") or params.get("epsilon")
+    amount = format_fraction(Fraction(params.get("amount") or params.get("epsilon")))
     notion = params.get("notion")
     lines = [
         f"# Release `{manifest['release_id']}`",

@@ -25,9 +25,9 @@ import argparse
 import math
 import time
 
+import _common as C  # noqa: I001
 import numpy as np
 
-import _common as C  # noqa: I001
 from mechanisms.curves import (
     SincBasis,
     baseline_points,

@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import _common as C  # noqa: I001
 import numpy as np
 
-import _common as C  # noqa: I001
 from mechanisms.curves import baseline_points, continuity_projection, least_squares, privfuncseg
 from mechanisms.metrics import l2_error, l2_norm
 

@@ -112,6 +112,7 @@ def cpr(
     kde_grid: int = 512,
     fallback: bool = True,
     significance: float = 1e-3,
+    significance_correction: str = "bonferroni",
     rng: np.random.Generator | None = None,
     **detector_options: object,
 ) -> CPRResult:
@@ -141,6 +142,9 @@ def cpr(
             pseudo-samples) and say so in the diagnostics. Ignored when `period`
             is given.
         significance: level of that fold-ANOVA test.
+        significance_correction: ``"bonferroni"`` (default: the p-value is
+            multiplied by the number of periods whose fold took part in choosing
+            T̂, since the detector picks the most significant one) or ``"none"``.
         rng: generator, needed only for ``pseudo_samples_kind="sample"``.
         **detector_options: options of `detect_period_details` (e.g.
             ``method="paper"``).
@@ -150,6 +154,8 @@ def cpr(
     """
     b, _, _ = square_wave_params(epsilon_per_step)
     _check_options(padding, pseudo_samples_kind, significance)
+    if significance_correction not in ("bonferroni", "none"):
+        raise MechanismParameterError("significance_correction must be 'bonferroni' or 'none'")
     if pseudo_samples_kind == "sample" and not isinstance(rng, np.random.Generator):
         raise MechanismParameterError("pseudo_samples_kind='sample' needs rng")
     arr = np.asarray(y, dtype=np.float64)
@@ -168,7 +174,9 @@ def cpr(
         t_hat = det.period
         diag["detection"] = det.diagnostics
         diag["period_source"] = "detected"
-        p_value = det.diagnostics["fold_p_value"]
+        p_value = det.diagnostics[
+            "fold_p_value_bonferroni" if significance_correction == "bonferroni" else "fold_p_value"
+        ]
     else:
         if isinstance(period, bool) or not isinstance(period, (int, np.integer)):
             raise MechanismParameterError("period must be an integer")

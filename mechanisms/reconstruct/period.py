@@ -617,8 +617,21 @@ def detect_period_details(
                 )
             period = new
     ssb, ssw, p = fold_anova(arr, period)
+    # periods whose fold statistic took part in choosing T̂ (for a Bonferroni bound)
+    tested = {int(period)}
+    if "ftest_select" in diag:
+        tested |= {int(k) for k in diag["ftest_select"]["candidates"]}
+    for key in ("refine", "refine_after_multiple"):
+        if key in diag:
+            tested |= {int(k) for k in diag[key]["F"]}
+    for entry in diag.get("multiple_tests", []):
+        tested |= {int(entry["small"]), int(entry["large"])}
+    if method == "fperiodogram":
+        tested |= set(range(t_min, tmax + 1))
     diag["period"] = int(period)
     diag["fold_p_value"] = p
+    diag["periods_tested"] = len(tested)
+    diag["fold_p_value_bonferroni"] = min(1.0, p * len(tested))
     diag["fold_variance_explained"] = float(ssb / (ssb + ssw)) if ssb + ssw > 0 else 0.0
     seg = arr[: (n // period) * period]
     diag["repeatability"] = repeatability(seg, period) if n // period >= 2 else None

@@ -33,7 +33,9 @@ def tables(draw):
     for uid in ids:
         n = draw(st.integers(3, 8))
         t = np.cumsum(draw(st.lists(st.floats(0.5, 1e4), min_size=n, max_size=n)))
-        v = draw(st.lists(st.floats(-1e300, 1e300, allow_nan=False), min_size=n, max_size=n))
+        # any finite double, 1e308-scale included
+        v = draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=n,
+                          max_size=n))
         users[uid] = [[uid, "c", repr(float(a)), repr(float(b))] for a, b in zip(t, v,
                                                                                   strict=True)]
     bad = draw(st.lists(st.sampled_from(ids), unique=True, max_size=n_users))

@@ -258,3 +258,22 @@ def test_file_level_errors_raise(tmp_path, curves_domain):
     with pytest.raises(ValidationError) as exc:
         scan(tmp_path, curves_domain)
     assert exc.value.problems[0].rule == "exists"
+
+
+def test_iter_users_checks_parameters_on_call(tmp_path, curves_domain):
+    with pytest.raises(ParameterError):
+        iter_users(tmp_path / "does-not-exist.csv", curves_domain, batch_rows=-1)
+    it = iter_users(tmp_path / "does-not-exist.csv", curves_domain)   # file opened lazily
+    with pytest.raises(ValidationError):
+        next(it)
+
+
+def test_problem_list_is_capped_but_keeps_every_reason(tmp_path, curves_domain):
+    rows = [["u", "c", t, "nan"] for t in range(30)] + [["u", "c", 30, "x"]]
+    f = write_csv(tmp_path / "in.csv", HEADER, rows)
+    (rej,) = iter_users(f, curves_domain, max_problems_per_user=5)
+    rules = [p.rule for p in rej.problems]
+    assert rules == ["finite"] * 5 + ["number", "more problems"]
+    assert "25 more problems" in rej.problems[-1].message
+    (full,) = iter_users(f, curves_domain)
+    assert len(full.problems) == 31

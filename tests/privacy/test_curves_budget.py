@@ -10,9 +10,9 @@ import mechanisms.curves.segment as segment_module
 import mechanisms.curves.select as select_module
 from mechanisms.curves import (
     baseline_points,
-    privfuncselect,
     privfuncseg,
     privfuncseg_unbounded,
+    privfuncselect,
     project_and_privatize,
 )
 

@@ -17,8 +17,8 @@ from scipy import stats
 from mechanisms.curves import (
     baseline_points,
     least_squares,
-    privfuncselect,
     privfuncseg,
+    privfuncselect,
     project_and_privatize,
     slap,
 )
@@ -81,6 +81,7 @@ def _seg_curve():
     return t, v
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notion", ["gp", "cgp"])
 def test_privfuncseg_final_noise_pit(notion):
     """Given the released segments, dist(f̃, LS fit) ~ Gamma(D)/ε_fin (chi(D)/√(2ρ_fin)).
@@ -105,6 +106,7 @@ def test_privfuncseg_final_noise_pit(notion):
     assert stats.kstest(u, "uniform").pvalue > LEVEL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notion", ["gp", "cgp"])
 def test_privfuncselect_final_noise_pit(notion):
     t = np.linspace(0.0, 100.0, 401)

@@ -74,6 +74,7 @@ def test_sinc_inner_exact_against_quad():
         assert inner[j, 0] == pytest.approx(ref, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_sinc_orthonormal_over_r():
     # ∫_R sinc(x-j) sinc(x-l) dx = δ_jl; check via Parseval on a long interval (tail ~ 1/L)
     basis = SincBasis(3, spacing=2.0, first=0)

@@ -22,7 +22,8 @@ def test_l2_error_exact_for_piecewise_fit_matches_pointwise_difference():
     right_t = t[t >= 25]
     left_f = basis.values(left_t, 10.0, 25.0) @ c[0]
     right_f = basis.values(right_t, 25.0, 60.0) @ c[1]
-    ref = np.hypot(l2_distance(left_t, v[t <= 25], left_f), l2_distance(right_t, v[t >= 25], right_f))
+    ref = np.hypot(l2_distance(left_t, v[t <= 25], left_f),
+                   l2_distance(right_t, v[t >= 25], right_f))
     assert l2_error(t, v, fit) == pytest.approx(ref, rel=1e-12)
     n2 = normalized_l2_error(t, v, fit)
     assert normalized_squared_error(t, v, fit) == pytest.approx(n2**2)

@@ -86,3 +86,14 @@ def test_cpr_supplied_period_and_validation():
         cpr(rel.y, epsilon_per_step=5.0, padding="edge")
     with pytest.raises(MechanismParameterError):
         cpr(rel.y, epsilon_per_step=5.0, pseudo_samples_kind="sample")
+
+
+@pytest.mark.slow
+def test_false_period_rate_on_aperiodic_reports_is_small():
+    # with the Bonferroni-corrected fold test at 1e-3, a constant stream should
+    # almost never yield a "significant" period (expected rate <= 1e-3)
+    hits = 0
+    for seed in range(40):
+        y = release_stream(np.full(800, 0.4), epsilon=5, w=5, rng=np.random.default_rng(seed)).y
+        hits += not cpr(y, epsilon_per_step=1.0).diagnostics["fallback_constant"]
+    assert hits <= 1
