@@ -69,7 +69,8 @@ def _parse_steps(text: str) -> tuple[int, int]:
     try:
         a, b = (int(p) for p in text.split(":"))
     except ValueError:
-        raise ParameterError(f"--steps must look like START:STOP (integers), got {text!r}") from None
+        raise ParameterError(
+            f"--steps must look like START:STOP (integers), got {text!r}") from None
     if not 0 <= a < b:
         raise ParameterError("--steps needs 0 <= START < STOP")
     return a, b
@@ -109,7 +110,8 @@ def charge(
     user: Annotated[str, typer.Option("--user", help="User id.")],
     domain: Annotated[str, typer.Option("--domain", help="Policy domain.")],
     release: Annotated[str, typer.Option("--release", help="Release id (idempotency key).")],
-    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε (per step for wevent).")] = None,
+    epsilon: Annotated[
+        str | None, typer.Option("--epsilon", help="ε (per step for wevent).")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (cgp domains).")] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="wevent steps START:STOP.")] = None,
     stream: Annotated[str, typer.Option("--stream", help="wevent stream id.")] = "",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_ingest", "after_reserve", "after_first_chunk", "after_settle",
-          "after_outputs", "after_report")
+POINTS = ("after_ingest", "after_reserve", "before_first_settle", "after_first_chunk",
+          "after_settle", "between_merges", "after_outputs", "after_manifest", "after_report")
 
 
 class InjectedFault(RuntimeError):

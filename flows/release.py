@@ -18,6 +18,7 @@ from typing import Any
 
 from prefect import flow
 from prefect.context import get_run_context
+from prefect.utilities.annotations import quote
 
 from flows.faults import fault_point
 from flows.settings import BUNDLED_POLICY
@@ -104,7 +105,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         ledger = Ledger(ledger_path)
         _guard_release_id(ledger, rid, plan.fingerprint, parameters)
         base_manifest = {"release_id": rid, "flow": flow_name, "domain": dom.name,
-                         "units": dom.units_label(), "parameters": parameters,
+                         "units": dom.units_label(), "value_unit": dom.value_unit,
+                         "time_unit": dom.time_unit, "parameters": parameters,
                          "input_fingerprint": plan.fingerprint, "input": str(input_path)}
         if not ledger.release(rid):
             ledger.record_release(rid, base_manifest, "reserved")
@@ -114,12 +116,12 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         else:
             requests = plan_requests(plan, dom.name, "wevent", per_step=spec.epsilon_per_step)
             mechanism = spec.mechanism
-        admitted, denied = reserve_budget(ledger_path, rid, requests, mechanism=mechanism,
+        admitted, denied = reserve_budget(ledger_path, rid, quote(requests), mechanism=mechanism,
                                           parameters=parameters,
                                           input_fingerprint=plan.fingerprint,
                                           flow_run_id=_flow_run_id())
         fault_point("after_reserve")
-        seeds = write_chunk_seeds(ledger_path, rid, plan, admitted)
+        seeds = write_chunk_seeds(ledger_path, rid, quote(plan), quote(admitted))
         futures = []
         for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
             if not any(u in admitted for u in chunk.user_ids):
@@ -133,7 +135,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         results = []
         for i, fut in enumerate(futures):
             res = fut.result()
-            settle_chunk(ledger_path, rid, dom.name, res)
+            if i == 0:
+                fault_point("before_first_settle")
+            settle_chunk(ledger_path, rid, dom.name, quote(res))
             results.append(res)
             if i == 0:
                 fault_point("after_first_chunk")
@@ -148,6 +152,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             if chunk_files:
                 counts[f"{name}_rows"] = merge_outputs(chunk_files, rdir / f"{name}.parquet")
                 files[name] = f"{name}.parquet"
+                fault_point("between_merges")
         periods: list[dict[str, Any]] = []
         if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr" and "samples" in files:
             periods = reconstruct_streams(str(rdir / "samples.parquet"),
@@ -157,6 +162,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         fault_point("after_outputs")
         first_seq, last_seq = ledger.entry_range(rid) or (None, None)
         bounds = [b for r in results for b in r.error_bounds]
+        rms = [b for r in results for b in r.rms_bounds]
         manifest = {
             **base_manifest,
             "mechanism": mechanism,
@@ -168,7 +174,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
             "error_bound": {"beta": getattr(spec, "beta", None),
                             "max": max(bounds) if bounds else None,
-                            "mean": sum(bounds) / len(bounds) if bounds else None},
+                            "mean": sum(bounds) / len(bounds) if bounds else None,
+                            "rms_mean": sum(rms) / len(rms) if rms else None,
+                            "rms_max": max(rms) if rms else None},
             "periods": periods,
             "public_metadata": (
                 "released as-is, not covered by the guarantee: user ids, curve ids and each "
@@ -177,6 +185,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 "step indices of each stream"),
         }
         write_json(manifest, rdir / "manifest.json")
+        fault_point("after_manifest")
         ledger.record_release(rid, manifest, "settled")
         report = write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path)
         fault_point("after_report")

@@ -57,7 +57,7 @@ from schemas.problems import dedupe, message_for, problems_from_schema_errors
 #: Units accepted for plain numbers in the time column (``input_time_unit``).
 INPUT_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, **TIME_UNITS}
 PROJECTION_REFERENCES = ("curve", "dataset")
-DEFAULT_MEMORY_LIMIT = "768MB"
+DEFAULT_MEMORY_LIMIT = "512MB"
 
 RULE_REQUIRED = "required"
 RULE_NUMBER = "number"

@@ -98,7 +98,7 @@ def open_source(
     source: str | Path | pd.DataFrame,
     *,
     table: str | None = None,
-    memory_limit: str = "768MB",
+    memory_limit: str = "512MB",
     threads: int | None = None,
 ) -> Iterator[OpenedSource]:
     """Open `source` in a fresh DuckDB connection backed by a private temp directory.

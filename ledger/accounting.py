@@ -27,7 +27,7 @@ from fractions import Fraction
 from ledger.errors import LedgerInternalError, NotionMismatchError
 
 Run = tuple[int, int, int]
-"""A w-event run: steps [start, stop) each costing `quanta` (an int, may be negative for refunds)."""
+"""A w-event run: steps [start, stop) each costing `quanta` (negative for refunds)."""
 
 
 def charged_amount(account_notion: str, request_notion: str, amount: Fraction) -> Fraction:

@@ -51,7 +51,8 @@ def _as_fraction(x: float | int | str | Fraction) -> Fraction:
 
 def _check_range(units: int, what: str) -> int:
     if units > MAX_UNITS:
-        raise ValueError(f"{what} is too large to store (more than {MAX_UNITS // UNITS_PER_EPSILON})")
+        limit = MAX_UNITS // UNITS_PER_EPSILON
+        raise ValueError(f"{what} is too large to store (more than {limit})")
     return units
 
 

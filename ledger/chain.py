@@ -52,14 +52,14 @@ def _column_text(name: str, value: Any) -> str:
     if value is None:
         return "null"
     if name in _INT_COLUMNS:
-        return '"%d"' % int(value)
+        return f'"{int(value)}"'
     if name == "created_at":
         return _estr(format_ts(value))
     return _estr(str(value))
 
 
 def _runs_text(runs: Sequence[Sequence[int]]) -> str:
-    return "[" + ",".join('["%d","%d","%d"]' % (int(a), int(b), int(q)) for a, b, q in runs) + "]"
+    return "[" + ",".join(f'["{int(a)}","{int(b)}","{int(q)}"]' for a, b, q in runs) + "]"
 
 
 def canonical(entry: dict[str, Any], runs: Sequence[Sequence[int]] = ()) -> bytes:
@@ -109,7 +109,7 @@ class BatchEncoder:
         for c in self._varying:
             values = columns[c]
             if c in _INT_COLUMNS:
-                encoded.append(["null" if v is None else '"%d"' % v for v in values])
+                encoded.append(["null" if v is None else f'"{int(v)}"' for v in values])
             elif c in _MEMO_COLUMNS:
                 memo: dict[Any, str] = {}
                 out = []

@@ -50,9 +50,11 @@ def create_key(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise LedgerOpenError(f"noise key file {str(path)!r} already exists; not overwriting it") from None
+        raise LedgerOpenError(
+            f"noise key file {str(path)!r} already exists; not overwriting it") from None
     except OSError as err:
-        raise LedgerOpenError(f"cannot create noise key file {str(path)!r}: {err.strerror}") from None
+        raise LedgerOpenError(
+            f"cannot create noise key file {str(path)!r}: {err.strerror}") from None
     try:
         os.fchmod(fd, 0o600)  # in case the umask or filesystem changed it
         os.write(fd, key.hex().encode("ascii") + b"\n")

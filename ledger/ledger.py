@@ -43,15 +43,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
-from pathlib import Path
 from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined]
+from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 
 from ledger import accounting, keys, schema
-from ledger.schema import first_row
 from ledger.accounting import Run
 from ledger.amounts import (
     UNITS_PER_EPSILON,
@@ -71,6 +70,7 @@ from ledger.errors import (
     PolicyChangeError,
     ReplayConflictError,
 )
+from ledger.schema import first_row
 from mechanisms.cost import Cost, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
 from schemas.policy import Policy
@@ -79,11 +79,12 @@ T = TypeVar("T")
 
 RELEASE_STATES = ("reserved", "settled", "closed", "failed")
 _MAX_ID_CHARS = 65536
+_Key = tuple[str, str, str]
 _SIGN = {"reserve": 1, "refund": -1, "close": -1}
 
 
 def default_ledger_path() -> Path:
-    """The ledger used when none is given: ``$PRIVPIPE_HOME/ledger.duckdb``, else ``./.privpipe/ledger.duckdb``."""
+    """The default ledger: ``$PRIVPIPE_HOME/ledger.duckdb``, else ``./.privpipe/ledger.duckdb``."""
     home = os.environ.get("PRIVPIPE_HOME")
     base = Path(home) if home else Path.cwd() / ".privpipe"
     return base / "ledger.duckdb"
@@ -384,7 +385,8 @@ class Ledger:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise LedgerOpenError(f"cannot create directory {str(p.parent)!r}: {err.strerror}") from None
+            raise LedgerOpenError(
+                f"cannot create directory {str(p.parent)!r}: {err.strerror}") from None
         key = keys.create_key(kp)
         try:
             con = duckdb.connect(str(p))
@@ -676,8 +678,11 @@ class Ledger:
             a.exists = True
             a.dirty = False
 
-    def _touch_release(self, con: duckdb.DuckDBPyConnection, release_id: str, now: str) -> str | None:
-        row = first_row(con.execute("SELECT state FROM releases WHERE release_id = ?", [release_id]))
+    def _touch_release(
+        self, con: duckdb.DuckDBPyConnection, release_id: str, now: str
+    ) -> str | None:
+        row = first_row(
+            con.execute("SELECT state FROM releases WHERE release_id = ?", [release_id]))
         if row is None:
             con.execute(
                 "INSERT INTO releases VALUES (?, 'reserved', NULL, CAST(? AS TIMESTAMP), "
@@ -798,7 +803,8 @@ class Ledger:
             if p.notion != r.notion:
                 accounting.charged_amount(p.notion, r.notion, Fraction(0))  # raises
             if r.amount is not None:
-                raise ParameterError("a w-event request gives per-step costs in `runs`, not `amount`")
+                raise ParameterError(
+                    "a w-event request gives per-step costs in `runs`, not `amount`")
             if not r.runs:
                 raise ParameterError(f"w-event request for user {r.user_id!r} has no runs")
             raw = []
@@ -1112,10 +1118,10 @@ class Ledger:
 
     def _reservations(
         self, con: duckdb.DuckDBPyConnection, release_id: str
-    ) -> tuple[dict[tuple[str, str, str], dict[str, Any]], dict[tuple[str, str, str], dict[str, Any]]]:
+    ) -> tuple[dict[_Key, dict[str, Any]], dict[_Key, dict[str, Any]]]:
         """Admitted reservations of a release and their settle/close entries, by key."""
-        res: dict[tuple[str, str, str], dict[str, Any]] = {}
-        done: dict[tuple[str, str, str], dict[str, Any]] = {}
+        res: dict[_Key, dict[str, Any]] = {}
+        done: dict[_Key, dict[str, Any]] = {}
         rows = con.execute(
             "SELECT seq, kind, user_id, step, stream_id, domain, amount, notion, detail "
             "FROM entries WHERE release_id = ? AND kind IN ('reserve', 'deny', 'settle', 'close') "
@@ -1229,8 +1235,8 @@ class Ledger:
                 refund_runs, refund = [], r["amount"] - actual
             todo.append((s, r, actual, actual_runs, refund, refund_runs))
             # Canonical JSON with sorted keys, built by hand: this runs once per user.
-            detail = '{"breakdown":%s,"reserve_seq":%d,"reserved":"%d","signature":%s}' % (
-                breakdown, r["seq"], r["amount"], _estr(sig))
+            detail = (f'{{"breakdown":{breakdown},"reserve_seq":{r["seq"]},'
+                      f'"reserved":"{r["amount"]}","signature":{_estr(sig)}}}')
             rows.append({"user_id": s.user_id, "domain": s.domain, "step": s.step,
                          "stream_id": s.stream_id, "kind": "settle", "amount": actual,
                          "notion": dom["notion"], "detail": detail, "reason": "settled"})
@@ -1239,7 +1245,7 @@ class Ledger:
                 rows.append({"user_id": s.user_id, "domain": s.domain, "step": s.step,
                              "stream_id": s.stream_id, "kind": "refund", "amount": refund,
                              "notion": dom["notion"],
-                             "detail": '{"reserve_seq":%d}' % r["seq"],
+                             "detail": f'{{"reserve_seq":{r["seq"]}}}',
                              "reason": "unused part of the reservation"})
                 runs.append(refund_runs)
         if not rows:
@@ -1294,7 +1300,9 @@ class Ledger:
             return accounting.total(runs), runs, breakdown, sig
         if dom["notion"] == "wevent":
             raise NotionMismatchError(f"a {cost.notion!r} cost cannot settle a w-event domain")
-        ck = (dom["notion"], cost)
+        # Keyed by identity: the settlements list keeps every cost alive during the call,
+        # and hashing 100,000 equal Cost objects (tuples of Fractions) is slow.
+        ck = (dom["notion"], id(cost))
         hit = cache.get(ck)
         if hit is None:
             accounting.charged_amount(dom["notion"], cost.notion, Fraction(0))  # notion check
@@ -1307,7 +1315,9 @@ class Ledger:
                                json.dumps([str(q), []]))
         return hit
 
-    def _update_release_state(self, con: duckdb.DuckDBPyConnection, release_id: str, now: str) -> None:
+    def _update_release_state(
+        self, con: duckdb.DuckDBPyConnection, release_id: str, now: str
+    ) -> None:
         row = first_row(con.execute(
             "SELECT count(*) FILTER (WHERE r.kind = 'reserve'), "
             "count(*) FILTER (WHERE r.kind = 'reserve' AND d.seq IS NULL) "
@@ -1360,7 +1370,8 @@ class Ledger:
             for (u, st, s), r in open_res:
                 acc = accounts[(u, r["domain"], s)]
                 if acc.notion == "wevent":
-                    acc.runs = accounting.profile([*acc.runs, *((a, b, -q) for a, b, q in r["runs"])])
+                    acc.runs = accounting.profile(
+                        [*acc.runs, *((a, b, -q) for a, b, q in r["runs"])])
                     acc.spent = accounting.max_window(acc.runs, int(acc.w or 1))[0]
                 else:
                     acc.spent -= r["amount"]
@@ -1452,9 +1463,10 @@ class Ledger:
     # ------------------------------------------------------------------ noise key
 
     def noise_seed(self, release_id: str, user_id: str) -> int:
-        """256-bit seed for ``np.random.default_rng`` = HMAC-SHA256(key, canonical(release_id, user_id)).
+        """256-bit noise seed: HMAC-SHA256(key, canonical(release_id, user_id)) as an int.
 
-        The same (release_id, user_id) always gives the same seed, so a rerun
+        Feed it to ``np.random.default_rng``. The same (release_id, user_id)
+        always gives the same seed, so a rerun
         reproduces its noise instead of drawing (and leaking) a fresh sample.
 
         Raises:
@@ -1475,7 +1487,9 @@ class Ledger:
         return self._transact(tx)
 
     def balances(self, domain: str | None = None) -> list[dict[str, Any]]:
-        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining (exact Fractions), units.
+        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units.
+
+        cap, spent and remaining are exact Fractions.
 
         For w-event accounts ``spent`` is the largest window sum of the history.
         """
@@ -1547,7 +1561,7 @@ class Ledger:
             raise ParameterError("export format must be csv, parquet or json")
         queries = {
             "entries": (
-                "SELECT e.seq, e.entry_id, e.prev_hash, e.hash, e.created_at, e.actor, "
+                "SELECT e.seq, e.entry_id, e.prev_hash, e.hash, e.created_at, e.actor, "  # noqa: S608
                 "e.release_id, e.user_id, e.domain, e.step, e.stream_id, e.kind, e.notion, "
                 "CAST(e.amount AS VARCHAR) AS amount_quanta, "
                 f"CAST(e.amount AS DOUBLE) / {float(UNITS_PER_EPSILON)!r} AS amount, "
@@ -1624,7 +1638,8 @@ class Ledger:
             "FROM step_runs ORDER BY seq, run_start, run_stop"
         ).fetchall():
             run_map.setdefault(int(seq), []).append((kind, u, d, s, int(a), int(b), int(q)))
-        cur = con.execute("SELECT " + ", ".join(_ENTRY_COLUMNS) + " FROM entries ORDER BY seq")  # noqa: S608
+        columns = ", ".join(_ENTRY_COLUMNS)  # constant column names, no input
+        cur = con.execute(f"SELECT {columns} FROM entries ORDER BY seq")  # noqa: S608
         prev = GENESIS_HASH
         expected = 1
         n = 0

@@ -122,7 +122,7 @@ VIEWS: tuple[str, ...] = (
            CAST(a.cap - a.spent AS DOUBLE) / {_U} AS remaining,
            d.units_label AS units,
            a.cap AS cap_quanta, a.spent AS spent_quanta
-    FROM accounts a JOIN domains d ON d.domain = a.domain""",
+    FROM accounts a JOIN domains d ON d.domain = a.domain""",  # noqa: S608 - constants only
     f"""CREATE OR REPLACE VIEW release_summary AS
     SELECT e.release_id, r.state, e.domain,
            count(DISTINCT CASE WHEN e.kind = 'reserve' THEN e.user_id END) AS users_admitted,
@@ -140,14 +140,14 @@ VIEWS: tuple[str, ...] = (
            min(e.created_at) AS first_at, max(e.created_at) AS last_at
     FROM entries e LEFT JOIN releases r ON r.release_id = e.release_id
     WHERE e.user_id <> ''
-    GROUP BY e.release_id, r.state, e.domain""",
+    GROUP BY e.release_id, r.state, e.domain""",  # noqa: S608 - constants only
     f"""CREATE OR REPLACE VIEW denials AS
     SELECT e.seq, e.entry_id, e.created_at, e.release_id, e.user_id, e.domain, e.step,
            e.stream_id, e.notion,
            CAST(e.amount AS DOUBLE) / {_U} AS requested,
            CAST(e.cap - e.balance_after AS DOUBLE) / {_U} AS remaining_before,
            e.reason, e.mechanism, e.actor
-    FROM entries e WHERE e.kind = 'deny'""",
+    FROM entries e WHERE e.kind = 'deny'""",  # noqa: S608 - constants only
     """CREATE OR REPLACE VIEW near_cap AS
     SELECT * FROM balances
     WHERE cap_quanta = 0 OR CAST(spent_quanta AS DOUBLE) >= 0.9 * CAST(cap_quanta AS DOUBLE)""",
@@ -162,7 +162,7 @@ VIEWS: tuple[str, ...] = (
            e.mechanism, e.parameters, e.detail, e.reason, e.actor, e.flow_run_id,
            e.input_fingerprint
     FROM entries e LEFT JOIN domains d ON d.domain = e.domain
-    WHERE e.user_id <> ''""",
+    WHERE e.user_id <> ''""",  # noqa: S608 - constants only
 )
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]

@@ -29,6 +29,8 @@ RULE_FINITE = "finite"
 RULE_INCREASING = "t strictly increasing"
 RULE_MIN_POINTS = "at least 2 points"
 RULE_INTEGER_STEP = "integer step"
+RULE_STEP_RANGE = "step within +-2^53"
+MAX_STEP = 2.0**53
 RULE_VALUE_RANGE = "value range"
 RULE_LON = "lon in [-180, 180]"
 RULE_LAT = "lat in [-90, 90]"
@@ -148,8 +150,9 @@ class StreamSamples(_Samples):
     Columns: ``user_id``, ``stream_id`` (non-empty text), ``t`` (the absolute
     step index as a float, integral) and ``value`` (float, the domain's value
     unit before normalisation). Rules: finite; steps strictly increasing within
-    a stream (no duplicates); values inside the declared range when one is
-    given (added by `stream_samples_schema`).
+    a stream (no duplicates); step indices within ±2^53 (exact as float64 and
+    int64); values inside the declared range when one is given (added by
+    `stream_samples_schema`).
     """
 
     stream_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
@@ -159,6 +162,12 @@ class StreamSamples(_Samples):
     @classmethod
     def _value_finite(cls, s: Series[float]) -> Series[bool]:
         return _finite(s)
+
+    @pa.check("t", name=RULE_STEP_RANGE)
+    @classmethod
+    def _step_range(cls, s: Series[float]) -> Series[bool]:
+        v = s.to_numpy(dtype=np.float64)
+        return pd.Series(~(np.abs(v) > MAX_STEP), index=s.index)
 
     @pa.dataframe_check(name=RULE_INCREASING)
     @classmethod

@@ -25,7 +25,8 @@ def _save(fig: plt.Figure, path: Path) -> str:
 
 
 def plot_private_curves(values_path: Path, value_columns: Sequence[str], out: Path,
-                        units: str, max_curves: int = 6) -> str:
+                        units: str, value_unit: str = "", time_unit: str = "",
+                        max_curves: int = 6) -> str:
     """Plot the first `max_curves` released (private) curves: never raw data."""
     table = pq.read_table(values_path)
     users = table.column("user_id").to_pylist()
@@ -52,12 +53,12 @@ def plot_private_curves(values_path: Path, value_columns: Sequence[str], out: Pa
             axes.plot(t[rows], table.column(value_columns[0]).to_numpy()[rows], lw=0.8,
                       label=label)
     if two_d:
-        axes.set_xlabel(f"{value_columns[0]}")
-        axes.set_ylabel(f"{value_columns[1]}")
+        axes.set_xlabel(f"{value_columns[0]} ({value_unit})")
+        axes.set_ylabel(f"{value_columns[1]} ({value_unit})")
         axes.set_aspect("equal", adjustable="datalim")
     else:
-        axes.set_xlabel("t (time from curve start)")
-        axes.set_ylabel(value_columns[0])
+        axes.set_xlabel(f"t ({time_unit} from curve start)")
+        axes.set_ylabel(f"{value_columns[0]} ({value_unit})")
     axes.set_title(f"Private outputs (sample of {len(keys)}); metric: {units}")
     axes.legend(fontsize=7, loc="best")
     return _save(fig, out)

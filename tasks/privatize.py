@@ -99,6 +99,7 @@ class ChunkResult:
     costs: list[tuple[str, str, Cost | WEventCost, str]]  # (user_id, step, cost, stream_id)
     error_bounds: list[float]
     diagnostics: list[dict[str, Any]]
+    rms_bounds: list[float] = field(default_factory=list)  # bound / sqrt(duration)
 
 
 def _run_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec,
@@ -142,6 +143,7 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
                                  "t_end": [], "basis": [], "coefficients": []}
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     bounds: list[float] = []
+    rms: list[float] = []
     diags: list[dict[str, Any]] = []
     for user in users:
         rng = np.random.default_rng(seeds[user.user_id])
@@ -150,6 +152,8 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
             _costs_equal_request(res.cost, spec)
             costs.append((user.user_id, f"curve:{curve.curve_id}", res.cost, ""))
             bounds.append(float(res.error_bound(spec.beta)))
+            duration = float(curve.t[-1] - curve.t[0])
+            rms.append(bounds[-1] / duration ** 0.5)
             diags.append(dict(getattr(res, "diagnostics", {}) or {}))
             grid = (curve.t if spec.evaluate_on == "input"
                     else np.linspace(curve.t[0], curve.t[-1], len(curve.t)))
@@ -192,7 +196,7 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
              "segments": str(out / f"segments-{index:05d}.parquet")}
     write_parquet(values_table, Path(paths["values"]))
     write_parquet(seg_table, Path(paths["segments"]))
-    return ChunkResult(index, paths, costs, bounds, diags)
+    return ChunkResult(index, paths, costs, bounds, diags, rms)
 
 
 def step_runs(steps: np.ndarray, per_step: Fraction) -> tuple[StepRun, ...]:

@@ -105,7 +105,8 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     if "values" in files:
         dom_cols = [c for c in _value_columns(out / files["values"])]
         plot_files.append(("Sample of released curves", plots.plot_private_curves(
-            out / files["values"], dom_cols, out / "plots" / "private_curves.png", units)))
+            out / files["values"], dom_cols, out / "plots" / "private_curves.png", units,
+            manifest.get("value_unit", ""), manifest.get("time_unit", ""))))
     if "samples" in files:
         recon = out / files["reconstruction"] if "reconstruction" in files else None
         plot_files.append(("Privatized samples and CPR reconstruction of one stream",
@@ -157,6 +158,10 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
                      f"is within its ErrBound of the input's projection: mean "
                      f"{eb['mean']:.4g}, max {eb['max']:.4g} ({units}); the bound adds "
                      "the (unreleased) projection error.")
+        if eb.get("rms_mean") is not None:
+            lines.append(f"Divided by the square root of each curve's duration this is an RMS "
+                         f"deviation over time of mean {eb['rms_mean']:.4g}, max "
+                         f"{eb['rms_max']:.4g} ({manifest.get('value_unit', 'value units')}).")
     if manifest.get("periods"):
         per = manifest["periods"]
         lines += ["", "## Reconstruction (CPR, post-processing)", "",

@@ -87,12 +87,12 @@ def main() -> None:
                     help="rows to generate and validate (repeatable); default 1M and 5M")
     ap.add_argument("--batch-rows", type=int, default=200_000)
     ap.add_argument("--memory-limit", action="append",
-                    help="DuckDB memory limit(s) to compare (repeatable); default 768MB (the "
+                    help="DuckDB memory limit(s) to compare (repeatable); default 512MB (the "
                          "ingest default) and 256MB")
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     args = ap.parse_args()
     sizes = args.rows or [1_000_000, 5_000_000]
-    limits = args.memory_limit or ["768MB", "256MB"]
+    limits = args.memory_limit or ["512MB", "256MB"]
     results = []
     with tempfile.TemporaryDirectory(prefix="privpipe-bench-ingest-") as tmp:
         for rows in sizes:

@@ -114,6 +114,30 @@ class PrivateFunction:
             * noise_scale(self.noise_notion, self.noise_budget)
         )
 
+    @classmethod
+    def from_arrays(cls, stored: dict[str, Any]) -> PrivateFunction:
+        """Rebuild an evaluable function from `to_arrays` output (cost is not restored).
+
+        Args:
+            stored: a dict with ``breakpoints``, ``coefficients``,
+                ``basis_name``, ``basis_params`` and optionally ``dim``,
+                ``outside`` and ``diagnostics``.
+
+        Returns:
+            A PrivateFunction with cost None and no noise bound.
+        """
+        coefficients = np.asarray(stored["coefficients"], dtype=np.float64)
+        return cls(
+            breakpoints=np.asarray(stored["breakpoints"], dtype=np.float64),
+            coefficients=coefficients,
+            basis_name=str(stored["basis_name"]),
+            basis_params=dict(stored["basis_params"]),
+            cost=None,
+            dim=int(stored.get("dim", coefficients.size)),
+            diagnostics=dict(stored.get("diagnostics", {})),
+            outside=str(stored.get("outside", "clamp")),
+        )
+
     def to_arrays(self) -> dict[str, Any]:
         """Plain representation for storage (arrays, strings, JSON-able dicts)."""
         return {

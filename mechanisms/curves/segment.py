@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,34 @@ from mechanisms.errors import MechanismParameterError
 __all__ = ["privfuncseg", "reduce_seg", "DyadicTree", "ReduceSegOutcome"]
 
 _E_FACTOR = math.e / (math.e - 1.0)
+
+
+@lru_cache(maxsize=32)
+def _tree_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Child-to-parent moment shifts, Legendre monomial coefficients and norms for m terms.
+
+    s_parent = s_child/2 + δ (δ = −½ left child, +½ right child), so
+    μ^parent_k = Σ_i C(k, i) 2^{−i} δ^{k−i} μ^child_i; P_l(s) = Σ_k leg[l, k] s^k.
+    """
+    kk = np.arange(m)
+    binom = comb(kk[:, None], kk[None, :])
+    shifts = []
+    for delta in (-0.5, 0.5):
+        power = np.where(
+            kk[:, None] >= kk[None, :],
+            delta ** np.maximum(kk[:, None] - kk[None, :], 0),
+            0.0,
+        )
+        shifts.append(binom * power * (0.5 ** kk[None, :]))
+    leg = np.zeros((m, m))
+    for ell in range(m):
+        c = np.zeros(ell + 1)
+        c[ell] = 1.0
+        leg[ell, : ell + 1] = np.polynomial.legendre.leg2poly(c)
+    norm = np.sqrt(2.0 * kk + 1.0)
+    for arr in (*shifts, leg, norm):
+        arr.setflags(write=False)
+    return shifts[0], shifts[1], leg, norm
 
 
 class DyadicTree:
@@ -101,24 +130,7 @@ class DyadicTree:
                 sk = sk * s
         mu = np.ascontiguousarray(np.moveaxis(pieces.reduce(per), 1, 0))  # (m, S, n)
         sq = pieces.squared_norms()
-        # shift matrices: s_parent = s_child/2 + δ, δ = −1/2 (left child), +1/2 (right child)
-        kk = np.arange(m)
-        binom = comb(kk[:, None], kk[None, :])
-        shift = {}
-        for delta in (-0.5, 0.5):
-            power = np.where(
-                kk[:, None] >= kk[None, :],
-                delta ** np.maximum(kk[:, None] - kk[None, :], 0),
-                0.0,
-            )
-            shift[delta] = binom * power * (0.5 ** kk[None, :])
-        # Legendre monomial coefficients: P_l(s) = Σ_k leg[l, k] s^k
-        leg = np.zeros((m, m))
-        for ell in range(m):
-            c = np.zeros(ell + 1)
-            c[ell] = 1.0
-            leg[ell, : ell + 1] = np.polynomial.legendre.leg2poly(c)
-        norm = np.sqrt(2.0 * kk + 1.0)
+        shift_left, shift_right, leg, norm = _tree_matrices(m)
         self.mean = mean
         self._coef: list[np.ndarray] = [np.empty(0)] * (self.max_level + 1)
         self.res2: list[np.ndarray] = [np.empty(0)] * (self.max_level + 1)
@@ -134,7 +146,7 @@ class DyadicTree:
             if j:
                 left = mu[:, 0::2, :].reshape(m, -1)
                 right = mu[:, 1::2, :].reshape(m, -1)
-                mu = (shift[-0.5] @ left + shift[0.5] @ right).reshape(m, count // 2, n)
+                mu = (shift_left @ left + shift_right @ right).reshape(m, count // 2, n)
                 sq = sq[0::2] + sq[1::2]
         self.level_dist = np.array([math.sqrt(float(np.sum(r))) for r in self.res2])
 

@@ -50,11 +50,11 @@ def minmax_normalize(a: object) -> np.ndarray:
 
 
 def _cos_dist(xa: np.ndarray, xb: np.ndarray) -> float:
-    na = float(np.linalg.norm(xa))
-    nb = float(np.linalg.norm(xb))
+    na = math.sqrt(float(np.einsum("i,i->", xa, xa)))
+    nb = math.sqrt(float(np.einsum("i,i->", xb, xb)))
     if na == 0.0 or nb == 0.0:
         return 1.0
-    cos = float(np.dot(xa, xb)) / (na * nb)
+    cos = float(np.einsum("i,i->", xa, xb)) / (na * nb)
     return float(1.0 - min(1.0, max(-1.0, cos)))
 
 

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from mechanisms.errors import MechanismParameterError
 
@@ -120,18 +120,21 @@ def fold_anova(y: np.ndarray, period: int) -> tuple[float, float, float]:
     if not 2 <= t < n:
         raise MechanismParameterError(f"fold_anova needs 2 <= period < n, got {period}")
     yc = y - y.mean()
-    phase = np.arange(n) % t
-    counts = np.bincount(phase, minlength=t)
-    sums = np.bincount(phase, weights=yc, minlength=t)
+    m, r = divmod(n, t)
+    sums = yc[: m * t].reshape(m, t).sum(axis=0)
+    counts = np.full(t, float(m))
+    if r:
+        sums[:r] += yc[m * t :]
+        counts[:r] += 1.0
     ssb = float(np.sum(sums**2 / counts))
-    sst = float(np.dot(yc, yc))
+    sst = float(np.einsum("i,i->", yc, yc))  # not BLAS: no thread start-up per call
     ssw = sst - ssb
     if ssw <= 1e-12 * sst:  # exact fold up to rounding
         ssw = 0.0
     if ssw <= 0.0:
         return ssb, ssw, 0.0 if ssb > 0 else 1.0
     f = (ssb / (t - 1)) / (ssw / (n - t))
-    return ssb, ssw, float(stats.f.sf(f, t - 1, n - t))
+    return ssb, ssw, float(special.fdtrc(t - 1, n - t, f))
 
 
 def _fold_f(y: np.ndarray, period: int) -> float:
@@ -163,7 +166,7 @@ def repeatability(z: np.ndarray, period: int) -> float:
     m = min(3, reps)
     seg = z[: m * t].reshape(m, t)
     seg = seg - seg.mean(axis=1, keepdims=True)
-    norms = np.linalg.norm(seg, axis=1)
+    norms = np.sqrt(np.einsum("ij,ij->i", seg, seg))
     dots = np.einsum("ij,ij->i", seg[:-1], seg[1:])
     den = norms[:-1] * norms[1:]
     cos = np.divide(dots, den, out=np.zeros_like(dots), where=den > 0)
@@ -351,7 +354,7 @@ def _nested_better(
     if d2 <= 0 or ssw_l <= 0:
         return False, {"small": small, "large": large, "p": None}
     f = ((ssw_s - ssw_l) / d1) / (ssw_l / d2)
-    p = float(stats.f.sf(f, d1, d2)) if f > 0 else 1.0
+    p = float(special.fdtrc(d1, d2, f)) if f > 0 else 1.0
     sigma2 = ssw_l / d2
     sig_s = max(ssb_s - (small - 1) * sigma2, 0.0) / n
     sig_l = max(ssb_l - (large - 1) * sigma2, 0.0) / n
@@ -410,6 +413,9 @@ def _fold_log_p(y: np.ndarray, period: int) -> tuple[float, float]:
     if ssw <= 0:
         return -math.inf, math.inf
     f = (ssb / (period - 1)) / (ssw / (n - period))
+    p = float(special.fdtrc(period - 1, n - period, f))
+    if p > 0.0:
+        return math.log(p), float(f)
     return float(stats.f.logsf(f, period - 1, n - period)), float(f)
 
 

@@ -72,3 +72,31 @@ def test_schedules_build_deployments(tmp_path):
     assert deployments[0].name == "daily-ais"
     assert deployments[0].schedules[0].schedule.cron == "0 2 * * *"
     assert deployments[0].parameters["epsilon"] == "0.5"
+
+
+def test_cli_release_twice_same_release_id(tmp_path, curves_csv, policy_file, ledger_path):
+    import hashlib
+
+    from ledger import Ledger
+
+    args = ["release", "curves", str(curves_csv), "--domain", "tracks", "--epsilon", "0.25",
+            "--policy", str(policy_file), "--ledger", str(ledger_path), "--out",
+            str(tmp_path / "out"), "--release-id", "cli-twice"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    rdir = tmp_path / "out" / "cli-twice"
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in rdir.glob("*.parquet")}
+    assert set(digest) == {"values.parquet", "segments.parquet"}
+    balances = Ledger(ledger_path).balances("tracks")
+    second = runner.invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert digest == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in rdir.glob("*.parquet")}
+    assert Ledger(ledger_path).balances("tracks") == balances
+
+
+def test_cli_audit_reports_and_verifies(tmp_path, ledger_path):
+    r = runner.invoke(app, ["audit", "--ledger", str(ledger_path), "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "audit" / "report.html").exists()
+    assert "chain verification: ok" in r.output

@@ -108,3 +108,11 @@ def test_date_column_in_step_domain_is_file_error(tmp_path):
     with pytest.raises(ValidationError) as exc:
         scan(df, make_domain(kind="streams"))
     assert (exc.value.problems[0].column, exc.value.problems[0].rule) == ("t", "dtype")
+
+
+def test_huge_step_indices_rejected_not_overflowed(tmp_path):
+    rows = [["u", "s", 0, 1.0], ["u", "s", "1e300", 1.0], ["v", "s", 2**53, 1.0]]
+    res = _run(tmp_path, rows)
+    assert [(p.row, p.rule) for p in res["u"].problems] == [(2, "step within +-2^53")]
+    (s,) = res["v"].streams
+    assert s.steps[0] == 2**53

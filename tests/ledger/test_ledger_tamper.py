@@ -19,10 +19,11 @@ def filled(led):
     for i in range(4):
         led.reserve(f"r{i}", [Request("a", "ais", amount=0.1), Request("b", "ais", amount=0.2)],
                     mechanism="m", parameters={"i": i})
-    led.settle("r0", [Settlement("a", "ais", "release",
-                                 Cost("gp", Fraction(1, 10), (CostItem("x", "gp", Fraction(1, 20)),)))])
+    half = Cost("gp", Fraction(1, 10), (CostItem("x", "gp", Fraction(1, 20)),))
+    led.settle("r0", [Settlement("a", "ais", "release", half)])
     led.reserve("w", [Request("c", "power", notion="wevent", stream_id="s",
-                              runs=(StepRun(0, 6, Fraction(1, 4)),))], mechanism="sw", parameters={})
+                              runs=(StepRun(0, 6, Fraction(1, 4)),))],
+                mechanism="sw", parameters={})
     assert led.verify().ok
     return led
 
@@ -131,8 +132,8 @@ def test_whole_chain_rehashed_without_the_key_fails_the_seal(filled, ledger_path
     rows = [dict(zip(cols, r, strict=True))
             for r in con.execute("SELECT * FROM entries ORDER BY seq").fetchall()]
     runs = {}
-    for seq, a, b, q in con.execute(
-            "SELECT seq, run_start, run_stop, amount FROM step_runs ORDER BY seq, run_start").fetchall():
+    for seq, a, b, q in con.execute("SELECT seq, run_start, run_stop, amount FROM step_runs "
+                                    "ORDER BY seq, run_start").fetchall():
         runs.setdefault(seq, []).append((a, b, q))
     prev = "0" * 64
     rows[1]["reason"] = "forged"

@@ -146,3 +146,8 @@ def test_messages_never_carry_values():
         assert "987654" not in p.describe(show_values=False)
     assert any(p.value == str(secret) for p in ps)
     assert any("987654" in p.describe(show_values=True) for p in ps)
+
+
+def test_stream_step_range():
+    ps = _problems(stream_samples_schema(None), _streams([0.0, 2.0**53 + 2, 1e300], [1.0] * 3))
+    assert _only(ps) == {(2, "t", "step within +-2^53"), (3, "t", "step within +-2^53")}

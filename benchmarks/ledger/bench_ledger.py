@@ -1,0 +1,228 @@
+"""Ledger speed: reserve + settle for many users vs a bare DuckDB bulk insert; w-event check.
+
+Run:  .venv/bin/python benchmarks/ledger/bench_ledger.py [--users 100000] [--repeat 1]
+
+Each scenario runs in its own spawned process (so peak RSS is its own), side by
+side in one run; the ratio compares the ledger's reserve + settle (hash chain,
+balances, idempotency lookups, one transaction each) with inserting the same
+number of rows into an identical ``entries`` table with one Arrow bulk insert.
+Prints a table and writes ``benchmarks/ledger/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _ledger_run(n: int, q: mp.Queue) -> None:
+    from ledger import Ledger, Request, Settlement
+    from mechanisms.cost import Cost, CostItem
+    from schemas.policy import parse_policy
+
+    with tempfile.TemporaryDirectory() as d:
+        led = Ledger.init(Path(d) / "l.duckdb", actor="bench")
+        led.apply_policy(parse_policy({"domains": {"ais": {"kind": "curves", "notion": "gp",
+                                                             "cap": "1.0"}}}))
+        eps = Fraction(1, 10)
+        reqs = [Request(f"user-{i:07d}", "ais", amount=eps) for i in range(n)]
+        cost = Cost("gp", eps, (CostItem("svt", "gp", eps / 2), CostItem("project", "gp", eps / 2)))
+        sets = [Settlement(f"user-{i:07d}", "ais", "release", cost) for i in range(n)]
+        rss0 = _rss_mb()
+        t0 = time.perf_counter()
+        res = led.reserve("bench-release", reqs, mechanism="bench", parameters={"epsilon": "0.1"})
+        t1 = time.perf_counter()
+        led.settle("bench-release", sets)
+        t2 = time.perf_counter()
+        assert len(res.admitted) == n
+        t3 = time.perf_counter()
+        rep = led.verify()
+        t4 = time.perf_counter()
+        assert rep.ok and rep.entries_checked == 2 * n
+        q.put({"reserve": t1 - t0, "settle": t2 - t1, "total": t2 - t0, "verify": t4 - t3,
+               "rows": rep.entries_checked, "rss_before": rss0, "rss_peak": _rss_mb()})
+
+
+def _baseline_run(n_rows: int, q: mp.Queue) -> None:
+    import duckdb
+    import pyarrow as pa
+
+    from ledger.schema import TABLES
+
+    ddl = next(t for t in TABLES if "CREATE TABLE entries" in t)
+    # Row content prepared outside the timing, shaped like ledger entries.
+    ids = os.urandom(16 * n_rows).hex()
+    hexes = os.urandom(32 * n_rows).hex()
+    cols = {
+        "seq": list(range(1, n_rows + 1)),
+        "entry_id": [ids[32 * i: 32 * i + 32] for i in range(n_rows)],
+        "prev_hash": [hexes[64 * i: 64 * i + 64] for i in range(n_rows)],
+        "hash": [hexes[64 * i: 64 * i + 64] for i in range(n_rows)],
+        "created_at": ["2026-01-01 00:00:00.000000"] * n_rows,
+        "actor": ["bench"] * n_rows, "release_id": ["bench-release"] * n_rows,
+        "user_id": [f"user-{i % (n_rows // 2 or 1):07d}" for i in range(n_rows)],
+        "domain": ["ais"] * n_rows, "step": ["release"] * n_rows, "stream_id": [""] * n_rows,
+        "kind": ["reserve"] * n_rows, "amount": [59147695265218560000000] * n_rows,
+        "notion": ["gp"] * n_rows, "cap": [591476952652185600000000] * n_rows,
+        "balance_after": [59147695265218560000000] * n_rows, "mechanism": ["bench"] * n_rows,
+        "parameters": ['{"epsilon":"0.1"}'] * n_rows, "detail": ["{}"] * n_rows,
+        "reason": ["admitted"] * n_rows, "flow_run_id": [None] * n_rows,
+        "input_fingerprint": [None] * n_rows,
+    }
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "bare.duckdb")
+        con = duckdb.connect(path)
+        con.execute(ddl)
+        con.close()
+        rss0 = _rss_mb()
+        t0 = time.perf_counter()
+        arrays = {k: pa.array([None if v is None else str(v) for v in vals], pa.string())
+                  if k in ("amount", "cap", "balance_after") else pa.array(vals)
+                  for k, vals in cols.items()}
+        tbl = pa.table(arrays)  # noqa: F841 - scanned by DuckDB below
+        con = duckdb.connect(path)
+        con.execute("BEGIN TRANSACTION")
+        select = ", ".join(
+            f"CAST({c} AS HUGEINT)" if c in ("amount", "cap", "balance_after")
+            else "CAST(created_at AS TIMESTAMP)" if c == "created_at" else c for c in cols)
+        con.execute(f"INSERT INTO entries SELECT {select} FROM tbl")  # noqa: S608
+        con.execute("COMMIT")
+        con.close()
+        t1 = time.perf_counter()
+        q.put({"total": t1 - t0, "rows": n_rows, "rss_before": rss0, "rss_peak": _rss_mb()})
+
+
+def _wevent_run(steps: int, q: mp.Queue) -> None:
+    import numpy as np
+
+    from ledger import Ledger, Request, accounting
+    from ledger.amounts import charge_units
+    from mechanisms.cost import StepRun
+    from schemas.policy import parse_policy
+
+    w = 24
+    with tempfile.TemporaryDirectory() as d:
+        led = Ledger.init(Path(d) / "l.duckdb", actor="bench")
+        led.apply_policy(parse_policy({"domains": {"power": {
+            "kind": "streams", "notion": "wevent", "cap": "1", "w": w,
+            "value_range": [0.0, 1.0]}}}))
+        # History: 10 releases, each 1/10 of the steps, as 100 runs of alternating cost.
+        per_release = steps // 10
+        run_len = per_release // 100
+        for r in range(10):
+            runs = tuple(
+                StepRun(r * per_release + k * run_len, r * per_release + (k + 1) * run_len,
+                        Fraction(1, w) if (k + r) % 2 else Fraction(1, 2 * w))
+                for k in range(100))
+            led.reserve(f"day-{r}", [Request("u", "power", notion="wevent", stream_id="s",
+                                             runs=runs)], mechanism="bench", parameters={})
+        t0 = time.perf_counter()
+        res = led.reserve("next", [Request("u", "power", notion="wevent", stream_id="s",
+                                           runs=(StepRun(steps, steps + w, Fraction(1, w)),))],
+                          mechanism="bench", parameters={})
+        t_reserve = time.perf_counter() - t0
+        assert res.admitted
+        hist = [(s.start, s.stop, charge_units(s.epsilon))
+                for r in range(10) for s in (
+                    StepRun(r * per_release + k * run_len, r * per_release + (k + 1) * run_len,
+                            Fraction(1, w) if (k + r) % 2 else Fraction(1, 2 * w))
+                    for k in range(100))]
+        t0 = time.perf_counter()
+        exact_max, _ = accounting.max_window(hist, w)
+        t_sweep = time.perf_counter() - t0
+        # Naive reference: expand to one value per step and slide a window (float64).
+        t0 = time.perf_counter()
+        per_step = np.zeros(steps)
+        for a, b, qq in hist:
+            per_step[a:b] += qq / 1e20
+        c = np.concatenate([[0.0], np.cumsum(per_step)])
+        naive_max = float(np.max(c[w:] - c[:-w]))
+        t_naive = time.perf_counter() - t0
+        assert abs(naive_max - exact_max / 1e20) <= 1e-9 * naive_max
+        q.put({"runs": len(hist), "steps": steps, "reserve": t_reserve, "sweep": t_sweep,
+               "naive": t_naive})
+
+
+def _spawn(fn, arg):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=fn, args=(arg, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--users", type=int, default=100_000)
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
+    args = ap.parse_args()
+
+    led_runs, base_runs = [], []
+    for _ in range(args.repeat):
+        base_runs.append(_spawn(_baseline_run, 2 * args.users))
+        led_runs.append(_spawn(_ledger_run, args.users))
+    wev = _spawn(_wevent_run, args.steps)
+
+    def med(runs, key):
+        return statistics.median(r[key] for r in runs)
+
+    base_t, led_t = med(base_runs, "total"), med(led_runs, "total")
+    rows = [
+        ("bare DuckDB Arrow bulk insert", f"{2 * args.users:,} rows", f"{base_t:.2f}",
+         f"{med(base_runs, 'rss_peak'):.0f}", "1.0x"),
+        ("ledger reserve (1 transaction)", f"{args.users:,} users",
+         f"{med(led_runs, 'reserve'):.2f}", "", ""),
+        ("ledger settle (1 transaction)", f"{args.users:,} users", f"{med(led_runs, 'settle'):.2f}",
+         "", ""),
+        ("ledger reserve + settle", f"{2 * args.users:,} entries", f"{led_t:.2f}",
+         f"{med(led_runs, 'rss_peak'):.0f}", f"{led_t / base_t:.1f}x"),
+        ("ledger verify (chain + balances)", f"{2 * args.users:,} entries",
+         f"{med(led_runs, 'verify'):.2f}", "", ""),
+        ("w-event reserve after a long history", f"{wev['runs']} runs, w=24",
+         f"{wev['reserve']:.3f}", "", ""),
+        ("w-event sweep over run boundaries", f"{wev['steps']:,} steps", f"{wev['sweep']:.4f}",
+         "", ""),
+        ("naive per-step sliding window (numpy)", f"{wev['steps']:,} steps", f"{wev['naive']:.4f}",
+         "", ""),
+    ]
+    header = ("scenario", "size", "wall s", "peak RSS MB", "vs bare insert")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join(h.ljust(wd) for h, wd in zip(header, widths, strict=True))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(str(c).ljust(wd) for c, wd in zip(r, widths, strict=True)))
+    load = os.getloadavg()[0]
+    note = (f"{platform.python_implementation()} {platform.python_version()}, "
+            f"{os.cpu_count()} CPUs, load average {load:.1f} at the end, repeat={args.repeat} "
+            "(median)")
+    print(note)
+    md = ["# Ledger benchmark", "", f"`{' '.join(sys.argv)}` — {note}", "",
+          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    args.out.write_text("\n".join(md) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
