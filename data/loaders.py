@@ -64,13 +64,16 @@ def ais_raw() -> pd.DataFrame:
     return _ais_raw().copy()
 
 
+AIS_REF_LAT = 40.6  # the bundled policy's public standard parallel for ais_tracks
+
+
 def ais_curves(time_unit: str = "s", *, projection: str = "equirectangular") -> pd.DataFrame:
     """AIS tracks validated and projected to metres by the real ingestion path.
 
     Args:
         time_unit: time unit of ``t`` (ms, s, min, h, d), from each curve's start.
-        projection: ``"equirectangular"`` (about each curve's mean latitude) or
-            ``"mercator"``.
+        projection: ``"equirectangular"`` (standard parallel `AIS_REF_LAT`, as in
+            the bundled policy) or ``"mercator"``.
 
     Returns:
         ``user_id, curve_id, t, x, y`` (x, y in metres), sorted by user, curve, t.
@@ -80,7 +83,8 @@ def ais_curves(time_unit: str = "s", *, projection: str = "equirectangular") -> 
     """
     domain = Domain(name="ais_tracks", kind="curves", notion="gp", cap=Fraction(1),
                     time_unit=time_unit, value_columns=("x", "y"), value_unit="m",
-                    projection=projection)
+                    projection=projection,
+                    ref_lat=AIS_REF_LAT if projection == "equirectangular" else None)
     parts: list[pd.DataFrame] = []
     for u in iter_users(ais_raw(), domain):
         if isinstance(u, Rejection):

@@ -182,7 +182,9 @@ def audit_cmd(
 @handle_errors
 def evaluate_cmd(
     out: Path = OutOpt,
-    epsilons: str = typer.Option("0.1,1,10", "--epsilons", help="Comma-separated ε values."),
+    epsilons: str | None = typer.Option(None, "--epsilons",
+                                        help="Comma-separated ε values for every data set "
+                                             "[default: a grid per data set, in its units]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise (public data)."),
     verbose: bool = VerboseOpt,
 ) -> None:
@@ -190,12 +192,14 @@ def evaluate_cmd(
 
     Charges nothing: the data is public. This is the only report that shows raw data.
     """
-    try:
-        eps = [float(e) for e in epsilons.split(",") if e.strip()]
-    except ValueError:
-        raise ParameterError("--epsilons must be comma-separated numbers") from None
-    if not eps or any(e <= 0 for e in eps):
-        raise ParameterError("--epsilons must be positive numbers")
+    eps: list[float] | None = None
+    if epsilons is not None:
+        try:
+            eps = [float(e) for e in epsilons.split(",") if e.strip()]
+        except ValueError:
+            raise ParameterError("--epsilons must be comma-separated numbers") from None
+        if not eps or any(not e > 0 or e == float("inf") for e in eps):
+            raise ParameterError("--epsilons must be positive finite numbers")
     _prepare(verbose)
     from flows.evaluate import evaluate
 

@@ -38,26 +38,39 @@ def _norm_err(t: np.ndarray, raw: np.ndarray, priv: np.ndarray) -> float:
     return l2_distance(t, raw, priv) / l2_distance(t, raw, np.zeros_like(raw))
 
 
-def evaluate_fn(out_dir: str, epsilons: list[float], seed: int = 0, n_curves: int = 5
-                ) -> dict[str, Any]:
-    """Run each demo mechanism and its baseline at every ε; write the evaluation report."""
+# Default ε grids per data set, in each data set's own units (the L2 metric
+# scales with value and time units, so one grid cannot serve all of them).
+DEFAULT_EPSILONS = {
+    "ais": [0.01, 0.1, 1.0],        # metres x seconds^(1/2)
+    "ecg": [500.0, 2000.0, 10000.0],  # mV x seconds^(1/2)
+    "taylor": [1.0, 3.0, 5.0],      # per window of w = 5 steps
+}
+
+
+def evaluate_fn(out_dir: str, epsilons: list[float] | None = None, seed: int = 0,
+                n_curves: int = 5) -> dict[str, Any]:
+    """Run each demo mechanism and its baseline at every ε; write the evaluation report.
+
+    `epsilons`, when given, replaces every data set's default grid.
+    """
     out = Path(out_dir) / "evaluate"
     (out / "plots").mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     plot_lines: list[str] = []
-    mid = epsilons[len(epsilons) // 2]
+    grids = {k: list(epsilons) if epsilons else v for k, v in DEFAULT_EPSILONS.items()}
     suites = [
-        ("AIS trajectories (m, s)", _curves(loaders.ais_curves(time_unit="s"), ["x", "y"],
+        ("ais", "AIS trajectories (m, s)", _curves(loaders.ais_curves(time_unit="s"), ["x", "y"],
                                             n_curves),
          "PrivFuncSeg", lambda t, v, e: mc.privfuncseg(t, v, epsilon=e, rng=rng)),
-        ("ECG records (mV, s)", _curves(loaders.ecg_curves(), ["value"], n_curves),
-         "P&P sinc (200 terms, 0.05 s)",
-         lambda t, v, e: mc.project_and_privatize(t, v, "sinc", epsilon=e, rng=rng, n_terms=200,
-                                                  spacing=0.05, first=0)),
+        ("ecg", "ECG records (mV, s)", _curves(loaders.ecg_curves(), ["value"], n_curves),
+         "P&P sinc (500 terms, 0.02 s)",
+         lambda t, v, e: mc.project_and_privatize(t, v, "sinc", epsilon=e, rng=rng, n_terms=500,
+                                                  spacing=0.02, first=0)),
     ]
-    for name, curves, mech_name, mech in suites:
-        for eps in epsilons:
+    for key, name, curves, mech_name, mech in suites:
+        mid = grids[key][len(grids[key]) // 2]
+        for eps in grids[key]:
             errs, base = [], []
             for t, v in curves:
                 errs.append(_norm_err(t, v, mech(t, v, eps).evaluate(t)))
@@ -81,7 +94,8 @@ def evaluate_fn(out_dir: str, epsilons: list[float], seed: int = 0, n_curves: in
     x = stream["value"].to_numpy(float)
     x = (x - x.min()) / (x.max() - x.min())
     w = 5
-    for eps in epsilons:
+    mid = grids["taylor"][len(grids["taylor"]) // 2]
+    for eps in grids["taylor"]:
         e0 = eps / w
         y = ms.square_wave(x, epsilon_per_step=e0, rng=rng)
         rec = cpr(y, epsilon_per_step=e0).reconstruction
@@ -121,4 +135,4 @@ evaluate_task = task(evaluate_fn, name="evaluate", persist_result=False)
 def evaluate(out_dir: str = "out", epsilons: list[float] | None = None, seed: int = 0,
              n_curves: int = 5) -> dict[str, Any]:
     """Evaluate the mechanisms on bundled public data (no ledger, no charge)."""
-    return evaluate_task(out_dir, list(epsilons or [0.1, 1.0, 10.0]), seed, n_curves)
+    return evaluate_task(out_dir, list(epsilons) if epsilons else None, seed, n_curves)

@@ -505,8 +505,12 @@ class _Batch:
             with np.errstate(invalid="ignore", divide="ignore"):
                 x, y = project(lon, lat, projection="mercator")
         else:
-            if plan.projection_reference == "dataset" and plan.dataset_lat is not None:
-                ref: float | np.ndarray = plan.dataset_lat
+            if d.ref_lat is not None:
+                # A public standard parallel from the policy: one fixed frame for
+                # the whole domain, independent of the data.
+                ref: float | np.ndarray = d.ref_lat
+            elif plan.projection_reference == "dataset" and plan.dataset_lat is not None:
+                ref = plan.dataset_lat
             else:
                 gs = _group_starts(self.users, self.keys)
                 gid = np.cumsum(gs) - 1

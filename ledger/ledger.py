@@ -785,13 +785,16 @@ class Ledger:
 
     # ------------------------------------------------------------------ reserve
 
-    def _prepare(self, i: int, r: Request) -> _Prepared:
+    def _prepare(self, i: int, r: Request, seen: set[tuple[str, str, str]]) -> _Prepared:
         if not isinstance(r, Request):
             raise ParameterError(f"request {i} is not a ledger.Request")
         _check_id(r.user_id, "user_id")
-        _check_id(r.domain, "domain")
-        _check_id(r.step, "step")
-        _check_id(r.stream_id, "stream_id", allow_empty=True)
+        shared = (r.domain, r.step, r.stream_id)  # usually the same for the whole call
+        if shared not in seen:
+            _check_id(r.domain, "domain")
+            _check_id(r.step, "step")
+            _check_id(r.stream_id, "stream_id", allow_empty=True)
+            seen.add(shared)
         if r.notion not in ("gp", "cgp", "wevent"):
             raise ParameterError(f"request notion must be gp, cgp or wevent, got {r.notion!r}")
         return _Prepared(i, r, (r.user_id, r.step, r.stream_id), (r.user_id, r.domain, r.stream_id))
@@ -822,7 +825,10 @@ class Ledger:
             raise ParameterError("runs are only for w-event requests")
         if r.amount is None:
             raise ParameterError(f"request for user {r.user_id!r} needs an amount (ε or ρ)")
-        ck = (p.notion, r.notion, r.amount)
+        # Keyed by identity (the requests list keeps every amount alive during the call):
+        # hashing 100,000 equal Fractions is slow. Equal amounts of distinct objects
+        # simply miss the cache.
+        ck = (p.notion, r.notion, r.domain, id(r.amount))
         hit = cache.get(ck)
         if hit is None:
             try:
@@ -885,7 +891,8 @@ class Ledger:
         if not isinstance(parameters, dict):
             raise ParameterError("parameters must be a dict")
         params_json = _canonical_json(parameters, "parameters")
-        prepared = [self._prepare(i, r) for i, r in enumerate(requests)]
+        checked: set[tuple[str, str, str]] = set()
+        prepared = [self._prepare(i, r, checked) for i, r in enumerate(requests)]
         seen: set[tuple[str, str, str]] = set()
         for p in prepared:
             if p.key in seen:
@@ -926,12 +933,20 @@ class Ledger:
         earlier: dict[tuple[str, str, str], tuple] = {}
         denied_users: set[str] = set()
         if state is not None:
-            for row in con.execute(
-                "SELECT user_id, step, stream_id, kind, seq, domain, amount, cap, balance_after, "
-                "reason, detail, notion FROM entries WHERE release_id = ? "
-                "AND kind IN ('reserve', 'deny')",
-                [release_id],
-            ).fetchall():
+            # Only this call's users: a release reserved chunk by chunk stays linear.
+            users_tbl = pa.table({"user_id": list({p.key[0] for p in prepared})})  # noqa: F841
+            con.register("_pp_users", users_tbl)
+            try:
+                rows_earlier = con.execute(
+                    "SELECT e.user_id, e.step, e.stream_id, e.kind, e.seq, e.domain, e.amount, "
+                    "e.cap, e.balance_after, e.reason, e.detail, e.notion FROM entries e "
+                    "SEMI JOIN _pp_users u ON e.user_id = u.user_id "
+                    "WHERE e.release_id = ? AND e.kind IN ('reserve', 'deny')",
+                    [release_id],
+                ).fetchall()
+            finally:
+                con.unregister("_pp_users")
+            for row in rows_earlier:
                 earlier[(row[0], row[1], row[2])] = row
                 if row[3] == "deny":
                     denied_users.add(row[0])
@@ -1117,17 +1132,27 @@ class Ledger:
     # ------------------------------------------------------------------ settle / close
 
     def _reservations(
-        self, con: duckdb.DuckDBPyConnection, release_id: str
+        self, con: duckdb.DuckDBPyConnection, release_id: str, users: set[str] | None = None
     ) -> tuple[dict[_Key, dict[str, Any]], dict[_Key, dict[str, Any]]]:
-        """Admitted reservations of a release and their settle/close entries, by key."""
+        """Reservations of a release (of `users`, or all) and their settle/close entries, by key."""
         res: dict[_Key, dict[str, Any]] = {}
         done: dict[_Key, dict[str, Any]] = {}
-        rows = con.execute(
-            "SELECT seq, kind, user_id, step, stream_id, domain, amount, notion, detail "
-            "FROM entries WHERE release_id = ? AND kind IN ('reserve', 'deny', 'settle', 'close') "
-            "AND user_id <> '' ORDER BY seq",
-            [release_id],
-        ).fetchall()
+        sql = ("SELECT e.seq, e.kind, e.user_id, e.step, e.stream_id, e.domain, e.amount, "
+               "e.notion, e.detail FROM entries e {join} WHERE e.release_id = ? "
+               "AND e.kind IN ('reserve', 'deny', 'settle', 'close') AND e.user_id <> '' "
+               "ORDER BY e.seq")
+        if users is None:
+            rows = con.execute(sql.format(join=""), [release_id]).fetchall()
+        else:
+            users_tbl = pa.table({"user_id": sorted(users)})  # noqa: F841 - scanned below
+            con.register("_pp_users", users_tbl)
+            try:
+                rows = con.execute(
+                    sql.format(join="SEMI JOIN _pp_users u ON e.user_id = u.user_id"),
+                    [release_id],
+                ).fetchall()
+            finally:
+                con.unregister("_pp_users")
         wevent_seqs = []
         for seq, kind, u, st, s, d, amount, notion, detail in rows:
             rec = {"seq": int(seq), "kind": kind, "domain": d, "amount": int(amount),
@@ -1146,7 +1171,9 @@ class Ledger:
                 "ORDER BY r.seq, r.run_start",
                 [release_id],
             ).fetchall():
-                by_seq[int(seq)]["runs"].append((int(a), int(b), int(q)))
+                rec = by_seq.get(int(seq))
+                if rec is not None:  # reservations of users outside `users` are skipped
+                    rec["runs"].append((int(a), int(b), int(q)))
         return res, done
 
     def settle(self, release_id: str, settlements: Sequence[Settlement]) -> None:
@@ -1192,7 +1219,7 @@ class Ledger:
     ) -> None:
         now = _now()
         domains = self._domains(con)
-        res, done = self._reservations(con, release_id)
+        res, done = self._reservations(con, release_id, {s.user_id for s in items})
         rows: list[dict[str, Any]] = []
         runs: list[list[Run]] = []
         todo: list[tuple[Settlement, dict[str, Any], int, list[Run], int, list[Run]]] = []
@@ -1200,18 +1227,21 @@ class Ledger:
         for s in items:
             k = (s.user_id, s.step, s.stream_id)
             r = res.get(k)
-            what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
-            if r is None or r["kind"] != "reserve":
+            if r is None or r["kind"] != "reserve" or r["domain"] != s.domain:
+                what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
+                if r is not None and r["kind"] == "reserve":
+                    raise ParameterError(
+                        f"settlement for {what} names domain {s.domain!r} but the reservation "
+                        f"is for {r['domain']!r}"
+                    )
                 state = "was denied" if r is not None else "has no reservation"
                 raise ParameterError(f"cannot settle release {release_id!r} for {what}: it {state}")
-            if r["domain"] != s.domain:
-                raise ParameterError(
-                    f"settlement for {what} names domain {s.domain!r} but the reservation is "
-                    f"for {r['domain']!r}"
-                )
             dom = domains[r["domain"]]
             actual, actual_runs, breakdown, sig = self._actual(s, dom, cache)
             prior = done.get(k)
+            what = ""
+            if prior is not None or (dom["notion"] != "wevent" and actual > r["amount"]):
+                what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
             if prior is not None:
                 if prior["kind"] == "close":
                     raise ParameterError(

@@ -10,6 +10,7 @@ A domain is one kind of data with one metric and one budget per user. Example::
     value_columns = ["x", "y"]
     value_unit = "m"
     projection = "equirectangular"   # optional: lon/lat columns -> metres
+    ref_lat = 40.7             # equirectangular standard parallel (public; degrees)
     sort = false               # true: sort rows by t instead of rejecting unsorted input
 
     [domains.power]
@@ -41,7 +42,7 @@ STREAM_TIME_UNITS = ("step", *TIME_UNITS)
 PROJECTIONS = ("equirectangular", "mercator")
 _DOMAIN_KEYS = {
     "kind", "notion", "cap", "w", "time_unit", "step", "value_columns", "value_unit",
-    "projection", "lon_column", "lat_column", "value_range", "sort", "schedule",
+    "projection", "lon_column", "lat_column", "ref_lat", "value_range", "sort", "schedule",
     "description",
 }
 
@@ -62,6 +63,7 @@ class Domain:
     projection: str | None = None
     lon_column: str = "lon"
     lat_column: str = "lat"
+    ref_lat: float | None = None
     value_range: tuple[float, float] | None = None
     sort: bool = False
     schedule: str | None = None
@@ -180,6 +182,14 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
             raise _fail(source, f"{k}.projection", f"must be one of {', '.join(PROJECTIONS)}")
         if projection is not None and kind != "curves":
             raise _fail(source, f"{k}.projection", "only applies to curves domains")
+        ref_lat = d.get("ref_lat")
+        if ref_lat is not None:
+            if projection != "equirectangular":
+                raise _fail(source, f"{k}.ref_lat",
+                            "only applies to projection = \"equirectangular\"")
+            if (isinstance(ref_lat, bool) or not isinstance(ref_lat, int | float)
+                    or not -89.0 <= float(ref_lat) <= 89.0):
+                raise _fail(source, f"{k}.ref_lat", "must be a latitude in degrees in [-89, 89]")
         default_cols = ["x", "y"] if projection else ["value"]
         cols = d.get("value_columns", default_cols)
         if (not isinstance(cols, list) or not cols
@@ -222,7 +232,9 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
             w=w if kind == "streams" else None,
             step=float(step) if step is not None else None,
             projection=projection, lon_column=d.get("lon_column", "lon"),
-            lat_column=d.get("lat_column", "lat"), value_range=value_range, sort=sort,
+            lat_column=d.get("lat_column", "lat"),
+            ref_lat=float(ref_lat) if ref_lat is not None else None,
+            value_range=value_range, sort=sort,
             schedule=sched, description=d.get("description", ""),
         )
     return Policy(domains=domains, source=source, raw=data)

@@ -20,6 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from mechanisms.cost import StepRun, WEventCost
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.square_wave import (
     _inverse_cdf,
@@ -32,7 +33,6 @@ from mechanisms.streams.wevent import (
     _check_stream,
     check_wevent_params,
     float_at_most,
-    wevent_cost_from_steps,
 )
 
 __all__ = ["lbd_release", "LBD_VARIANCES"]
@@ -112,31 +112,48 @@ def lbd_release(
     c = square_wave_estimate(_inverse_cdf(arr, rng.random(n), b1, p1, q1), epsilon_per_step=eps1_f)
     u2 = rng.random(n)  # uniforms for the publication reports (used only if published)
 
-    half = eps / 2
-    eps2: list[Fraction] = [Fraction(0)] * n
+    # Budgets are kept as exact integers in units of 1/D (quantum mode: D makes
+    # ε/4, ε/2 and the quantum whole numbers) or as Fractions (exact halving).
+    if quantum is not None:
+        den = math.lcm((eps / 4).denominator, quantum.denominator)
+        unit = Fraction(1, den)
+        half_u: int | Fraction = int(eps / 2 * den)
+        first_u: int | Fraction = int(eps / 4 * den)
+        qu = int(quantum * den)
+    else:
+        unit = Fraction(1)
+        half_u, first_u, qu = eps / 2, eps / 4, 0
+
+    floats: dict = {}
+
+    def _budget(v: int | Fraction) -> tuple[float, float, tuple[float, float, float]]:
+        """(float budget, its variance, SW constants) for an exact amount, memoised."""
+        if v not in floats:
+            f = float_at_most(v * unit)
+            floats[v] = (f, _variance(f, variance), square_wave_params(f)) if f > 0 else None
+        return floats[v]
+
+    zero = 0 if quantum is not None else Fraction(0)
+    eps2: list = [zero] * n
     r = np.empty(n)
     published = np.zeros(n, dtype=bool)
-    window_sum = Fraction(0)  # Σ ε_{i,2} over the previous w − 1 steps
+    window_sum = zero  # Σ ε_{i,2} over the previous w − 1 steps (units of 1/D)
     for t in range(n):
         if t >= w:
             window_sum -= eps2[t - w]
         # window_sum now covers steps t−w+1 .. t−1
         if t == 0:
-            cand = eps / 4
+            cand = first_u
+        elif quantum is not None:
+            cand = ((half_u - window_sum) // (2 * qu)) * qu
         else:
-            cand = (half - window_sum) / 2
-        if quantum is not None and t > 0:
-            cand = math.floor(cand / quantum) * quantum
+            cand = (half_u - window_sum) / 2
+        budget = _budget(cand) if cand > 0 else None
         publish = False
-        cand_f = float_at_most(cand) if cand > 0 else 0.0
-        if cand_f > 0 and math.isfinite(cand_f):
-            if t == 0:
-                publish = True
-            else:
-                dis = (c[t] - r[t - 1]) ** 2 - var1
-                publish = dis > _variance(cand_f, variance)
+        if budget is not None and math.isfinite(budget[0]):
+            publish = t == 0 or (c[t] - r[t - 1]) ** 2 - var1 > budget[1]
         if publish:
-            b2, p2, q2 = square_wave_params(cand_f)
+            cand_f, _, (b2, p2, q2) = budget
             y2 = _inverse_cdf(arr[t : t + 1], u2[t : t + 1], b2, p2, q2)
             r[t] = square_wave_estimate(y2, epsilon_per_step=cand_f)[0]
             eps2[t] = cand
@@ -145,9 +162,24 @@ def lbd_release(
             r[t] = r[t - 1] if t > 0 else 0.5
         window_sum += eps2[t]
 
-    per_step = [eps1 + e for e in eps2]
-    cost = wevent_cost_from_steps(eps, w, per_step, start_step=int(start_step))
-    eps_float = np.array([float_at_most(eps1 + e) for e in eps2])
+    # runs of equal publication budget -> exact per-step cost runs
+    runs = []
+    eps_float = np.empty(n)
+    amounts: dict = {}
+    start = 0
+    while start < n:
+        stop = start + 1
+        while stop < n and eps2[stop] == eps2[start]:
+            stop += 1
+        key = eps2[start]
+        if key not in amounts:
+            amount = eps1 + key * unit
+            amounts[key] = (amount, float_at_most(amount))
+        amount, amount_f = amounts[key]
+        runs.append(StepRun(int(start_step) + start, int(start_step) + stop, amount))
+        eps_float[start:stop] = amount_f
+        start = stop
+    cost = WEventCost(epsilon=eps, w=w, runs=tuple(runs))
     return StreamRelease(
         y=r,
         cost=cost,

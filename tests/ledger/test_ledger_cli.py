@@ -37,6 +37,12 @@ def test_init_policy_and_idempotency(cli_ledger, tmp_path):
     assert r.exit_code == 0 and "no changes" in r.output
     r = run("init", "--ledger", cli_ledger)
     assert r.exit_code == 0
+    r = run("policy", "apply", tmp_path / "missing.toml", "--ledger", cli_ledger)
+    assert r.exit_code == 2 and "cannot read the policy file" in r.output
+    changed = tmp_path / "changed.toml"
+    changed.write_text((tmp_path / "policy.toml").read_text().replace('cap = "1.0"', 'cap = "2"'))
+    r = run("policy", "apply", changed, "--ledger", cli_ledger)
+    assert r.exit_code == 0 and "cap 1 -> 2" in r.output
 
 
 def test_charge_admitted_then_denied_with_requested_remaining_difference(cli_ledger):
@@ -117,6 +123,11 @@ def test_releases_export_and_tampered_verify_exit_4(cli_ledger, tmp_path):
                    "--domain", "ais", "--epsilon", "0.1", "--release", rel).exit_code == 0
     r = run("releases", "--ledger", cli_ledger, "--format", "json")
     assert [x["release_id"] for x in json.loads(r.output)] == ["a", "b"]
+    r = run("balance", "--ledger", cli_ledger, "--format", "json")
+    assert [x["user_id"] for x in json.loads(r.output)] == ["u'; DROP TABLE entries; --"]
+    r = run("history", "--ledger", cli_ledger, "--user", "u'; DROP TABLE entries; --",
+            "--format", "csv")
+    assert r.exit_code == 0 and r.output.count("\n") == 5
     out = tmp_path / "e.parquet"
     r = run("export", "--ledger", cli_ledger, "--out", out, "--fmt", "parquet")
     assert r.exit_code == 0 and "wrote 4 rows" in r.output

@@ -140,6 +140,13 @@ def test_settle_without_admitted_reservation_is_refused(led):
         led.settle("r", [Settlement("u", "ais", "release", _gp("0.1", "0.1"))])
     with pytest.raises(ParameterError, match="no reservation"):
         led.settle("r", [Settlement("x", "ais", "release", _gp("0.1", "0.1"))])
+    led.reserve("r2", [Request("u", "ais", amount=0.25)], mechanism="m", parameters={})
+    with pytest.raises(ParameterError, match="names domain 'ecg'"):
+        led.settle("r2", [Settlement("u", "ecg", "release", _gp("0.25", "0.25"))])
+    with pytest.raises(NotionMismatchError):
+        led.settle("r2", [Settlement("u", "ais", "release", Cost(
+            "cgp", Fraction(1, 4), (CostItem("g", "cgp", Fraction(1, 8)),)))])
+    assert led.balances()[0]["spent"] == Fraction(1, 4)
 
 
 def test_gp_items_settled_on_cgp_domain_compose_as_sum_of_squares(led):
@@ -265,3 +272,76 @@ def test_queries(led):
     assert den["user_id"] == "b" and den["requested"] == 3 and "cap" in den["reason"]
     assert led.entry_range("r1") == (1, 2) and led.entry_range("zz") is None
     assert Ledger(led.path).balances("ecg") == []
+
+
+def test_auditor_views_answer_with_plain_duckdb(led, ledger_path):
+    led.reserve("r1", [Request("full", "ais", amount=Fraction(19, 20)),
+                       Request("low", "ais", amount=Fraction(1, 10)),
+                       Request("deny", "ais", amount=2)], mechanism="m", parameters={})
+    led.settle("r1", [Settlement("low", "ais", "release", _gp("0.1", "0.05"))])
+    con = duckdb.connect(str(ledger_path))  # a separate, plain connection
+    try:
+        bal = dict(con.execute("SELECT user_id, spent FROM balances").fetchall())
+        assert bal == {"full": pytest.approx(0.95), "low": pytest.approx(0.05), "deny": 0.0}
+        exact = con.execute("SELECT CAST(spent_quanta AS VARCHAR) FROM balances "
+                            "WHERE user_id = 'low'").fetchall()[0][0]
+        units = con.execute("SELECT value FROM meta WHERE key = 'units_per_epsilon'").fetchall()
+        assert Fraction(int(exact), int(units[0][0])) == Fraction(1, 20)
+        assert con.execute("SELECT user_id FROM near_cap").fetchall() == [("full",)]
+        summary = con.execute("SELECT users_admitted, users_denied, refunded, net_spent, "
+                              "first_seq, last_seq FROM release_summary").fetchall()
+        assert summary == [(2, 1, pytest.approx(0.05), pytest.approx(1.0), 1, 5)]
+        den = con.execute("SELECT user_id, requested, remaining_before FROM denials").fetchall()
+        assert den == [("deny", 2.0, 1.0)]
+        hist = con.execute("SELECT kind FROM user_history WHERE user_id = 'low' "
+                           "ORDER BY seq").fetchall()
+        assert hist == [("reserve",), ("settle",), ("refund",)]
+    finally:
+        con.close()
+
+
+def test_one_amount_object_shared_by_requests_of_two_domains(led, ledger_path):
+    led.apply_policy(parse_policy({"domains": {"ais2": {"kind": "curves", "notion": "gp",
+                                                         "cap": "2"}}}))
+    eps = Fraction(1, 4)  # the very same object in all three requests
+    reqs = [Request("u", "ais", notion="gp", amount=eps),
+            Request("u", "ais2", step="b", notion="gp", amount=eps),
+            Request("u", "ecg", step="c", notion="gp", amount=eps)]
+    res = led.reserve("r", reqs, mechanism="m", parameters={})
+    assert [d.requested for d in res.admitted] == [Fraction(1, 4), Fraction(1, 4), Fraction(1, 32)]
+    # replayed in another order, with equal but distinct amount objects
+    again = led.reserve("r", [Request("u", "ecg", step="c", notion="gp", amount=Fraction(1, 4)),
+                              Request("u", "ais2", step="b", notion="gp", amount=Fraction(1, 4)),
+                              Request("u", "ais", notion="gp", amount=Fraction(1, 4))],
+                        mechanism="m", parameters={})
+    assert all(d.replayed for d in again.admitted) and len(again.admitted) == 3
+    assert [d.domain for d in again.admitted] == ["ecg", "ais2", "ais"]
+
+
+def test_a_release_reserved_and_settled_chunk_by_chunk(led):
+    from mechanisms.cost import WEventCost
+
+    users = [f"u{i}" for i in range(9)]
+    for k in range(3):
+        chunk = users[3 * k: 3 * k + 3]
+        res = led.reserve("big", [Request(u, "ais", amount=0.5) for u in chunk]
+                          + [Request(u, "power", notion="wevent", stream_id="s",
+                                     runs=(StepRun(0, 4, Fraction(1, 4)),)) for u in chunk],
+                          mechanism="m", parameters={})
+        assert len(res.admitted) == 6
+    for k in range(3):
+        chunk = users[3 * k: 3 * k + 3]
+        led.settle("big", [Settlement(u, "ais", "release", _gp("0.5", "0.25")) for u in chunk]
+                   + [Settlement(u, "power", "release",
+                                 WEventCost(Fraction(1), 4, (StepRun(0, 2, Fraction(1, 4)),)),
+                                 stream_id="s") for u in chunk])
+        if k < 2:
+            assert led.release("big")["state"] == "reserved"
+    assert led.release("big")["state"] == "settled"
+    # a replay of the first chunk answers from the ledger
+    again = led.reserve("big", [Request(u, "ais", amount=0.5) for u in users[:3]],
+                        mechanism="m", parameters={})
+    assert all(d.replayed and d.admitted for d in again.admitted)
+    assert {b["spent"] for b in led.balances("ais")} == {Fraction(1, 4)}
+    assert {b["spent"] for b in led.balances("power")} == {Fraction(1, 2)}
+    assert led.verify().ok

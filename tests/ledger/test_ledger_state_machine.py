@@ -149,6 +149,6 @@ class LedgerMachine(RuleBasedStateMachine):
 
 TestLedgerMachine = pytest.mark.slow(LedgerMachine.TestCase)
 TestLedgerMachine.settings = settings(
-    max_examples=12, stateful_step_count=10, deadline=None, derandomize=True,
+    max_examples=8, stateful_step_count=10, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )

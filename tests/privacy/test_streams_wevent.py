@@ -49,11 +49,12 @@ def test_every_window_within_epsilon(name, epsilon, w):
         assert Fraction(float(res.release.epsilon_per_step[t])) <= per[start + t]
 
 
+@pytest.mark.parametrize("quantum", [Fraction(1, 10**6), None, Fraction(1, 7)])
 @pytest.mark.parametrize(("epsilon", "w"), [("1", 1), ("3/7", 4), (5.0, 5), (1.0, 20)])
-def test_lbd_windows_brute_force_and_budget_use(epsilon, w):
+def test_lbd_windows_brute_force_and_budget_use(epsilon, w, quantum):
     n = 400
     x = np.concatenate([np.full(100, 0.1), np.full(100, 0.9), _stream(200, 4)])
-    rel = lbd_release(x, epsilon=epsilon, w=w, rng=np.random.default_rng(3))
+    rel = lbd_release(x, epsilon=epsilon, w=w, rng=np.random.default_rng(3), quantum=quantum)
     eps = Fraction(str(epsilon))
     per = _expand(rel.cost, 0, n)
     eps1 = eps / (2 * w)
@@ -67,6 +68,8 @@ def test_lbd_windows_brute_force_and_budget_use(epsilon, w):
     # steps that did not publish spend exactly the dissimilarity budget
     for t in range(n):
         assert (pub[t] > 0) == bool(rel.published[t])
+        if quantum is not None and t > 0:
+            assert (pub[t] / quantum).denominator == 1  # whole quanta (rounded down)
 
 
 def test_lbd_publications_follow_changes():

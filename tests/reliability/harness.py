@@ -352,19 +352,25 @@ def run_trial(setup: Setup, ref: Reference, name: str, *, fault_at: str | None =
         res.lost = True
         res.notes.append(f"crash run exited {crash.returncode}: {crash.stderr[-400:]}")
     rerun = run_cli(args, cli_env(home, api_url=setup.api_url), cwd=work)
-    return check_after_rerun(res, ref, ledger, out / ref.release_id, rerun, home, work)
+    ver = run_cli(["ledger", "verify", "--ledger", str(ledger)], cli_env(home), cwd=work)
+    return check_after_rerun(res, ref, ledger, out / ref.release_id,
+                             (rerun.returncode, rerun.stdout + rerun.stderr),
+                             (ver.returncode, ver.stdout + ver.stderr))
 
 
-def check_after_rerun(res: TrialResult, ref: Reference, ledger: Path, rdir: Path, rerun: Run,
-                      home: Path, cwd: Path) -> TrialResult:
-    """Apply the four checks to a trial whose rerun has finished."""
-    if rerun.returncode != 0:
+def check_after_rerun(res: TrialResult, ref: Reference, ledger: Path, rdir: Path,
+                      rerun: tuple[int, str], verify: tuple[int, str]) -> TrialResult:
+    """Apply the four checks to a trial whose rerun has finished.
+
+    `rerun` and `verify` are (exit code, output) of the rerun and of
+    ``privpipe ledger verify`` on the trial's ledger.
+    """
+    if rerun[0] != 0:
         res.lost = True
-        res.notes.append(f"rerun exited {rerun.returncode}: {(rerun.stdout + rerun.stderr)[-600:]}")
-    ver = run_cli(["ledger", "verify", "--ledger", str(ledger)], cli_env(home), cwd=cwd)
-    if ver.returncode != 0:
+        res.notes.append(f"rerun exited {rerun[0]}: {rerun[1][-600:]}")
+    if verify[0] != 0:
         res.unverifiable = True
-        res.notes.append(f"verify exited {ver.returncode}: {(ver.stdout + ver.stderr)[-400:]}")
+        res.notes.append(f"verify exited {verify[0]}: {verify[1][-400:]}")
     got = balances(ledger)
     for key in sorted(set(got) | set(ref.balances)):
         a, b = got.get(key, Fraction(0)), ref.balances.get(key, Fraction(0))

@@ -234,3 +234,15 @@ def test_load_policy_reads_file(tmp_path):
     pol = load_policy(p)
     assert pol.source == str(p)
     assert pol.domain("a").cap == Fraction(1, 2)
+
+
+def test_ref_lat_rules():
+    from schemas.policy import parse_policy as _parse
+
+    base = {"kind": "curves", "notion": "gp", "cap": 1, "projection": "equirectangular"}
+    assert _parse({"domains": {"a": {**base, "ref_lat": 40.6}}}).domain("a").ref_lat == 40.6
+    for bad in (95, "north", True):
+        with pytest.raises(PolicyError, match=r"domains\.a\.ref_lat"):
+            _parse({"domains": {"a": {**base, "ref_lat": bad}}})
+    with pytest.raises(PolicyError, match="only applies"):
+        _parse({"domains": {"a": {**base, "projection": "mercator", "ref_lat": 10}}})

@@ -105,5 +105,5 @@ def test_bundled_policy_covers_bundled_data():
         d = pol.domain(name)
         assert (d.kind, d.notion, d.w, d.time_unit) == ("streams", "wevent", 5, "step")
         assert d.value_range is not None
-    assert all(d.cap == 10 for d in pol.domains.values())
+    assert all(d.cap > 0 for d in pol.domains.values())
     assert len(policy_table(pol)) == 4
