@@ -41,7 +41,8 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
         cap = max(float(r["cap"]) for r in rows)
         spent = [float(r["spent"]) for r in rows]
         over = sum(1 for r in rows if float(r["spent"]) > float(r["cap"]))
-        summary_rows.append({"domain": dom, "accounts": len(rows), "cap": f"{cap:g}",
+        summary_rows.append({"domain": dom, "units": rows[0].get("units", ""),
+                             "accounts": len(rows), "cap": f"{cap:g}",
                              "total spent": f"{sum(spent):.6g}",
                              "max spent": f"{max(spent):.6g}", "accounts over cap": over})
         for r in rows:
@@ -51,11 +52,12 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
                              "spent": f"{float(r['spent']):.6g}",
                              "remaining": f"{float(r['remaining']):.6g}"})
         name = plots.plot_histogram(spent, out / "plots" / f"balances_{dom}.png",
-                                    f"Budget spent per account: {dom}", "spent", cap)
+                                    f"Budget spent per account: {dom}",
+                                    f"spent ({rows[0].get('units', '')})", cap)
         histograms += [f"### Domain `{dom}`", "", f"![balances {dom}](plots/{name})", ""]
     lines += ["## Balances per domain", "",
-              md_table(summary_rows, ["domain", "accounts", "cap", "total spent", "max spent",
-                                      "accounts over cap"]),
+              md_table(summary_rows, ["domain", "units", "accounts", "cap", "total spent",
+                                      "max spent", "accounts over cap"]),
               *histograms,
               f"## Accounts within {near_cap_fraction:.0%} of their cap", "",
               md_table(near, ["domain", "user_id", "stream_id", "spent", "remaining"])]

@@ -115,6 +115,15 @@ def chain_seal(key: bytes, last_seq: int, last_hash: str) -> str:
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
+def row_mac(key: bytes, label: str, values: list[object]) -> str:
+    """Keyed MAC over a mutable table row (domains, releases) kept outside the hash chain.
+
+    An edit of the row with plain SQL (without the key) no longer matches.
+    """
+    msg = json.dumps([label, *values], ensure_ascii=False, default=str)
+    return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
 def noise_seed(key: bytes, release_id: str, user_id: str) -> int:
     """256-bit seed = HMAC-SHA256(key, canonical(release_id, user_id)) as a big-endian int.
 

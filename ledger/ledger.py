@@ -467,6 +467,13 @@ class Ledger:
                 except duckdb.TransactionException:
                     _rollback(con)
                     attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
+                except (duckdb.IOException, duckdb.SerializationException) as err:
+                    _rollback(con)
+                    raise LedgerOpenError(
+                        f"cannot read the ledger {str(self.path)!r}: "
+                        f"{str(err).splitlines()[0]} (truncated or corrupted file? restore it "
+                        "from backup)"
+                    ) from None
                 except BaseException:
                     _rollback(con)
                     raise
@@ -490,7 +497,7 @@ class Ledger:
             )
         if version < schema.SCHEMA_VERSION:
             try:
-                schema.migrate(con, version, _now())
+                schema.migrate(con, version, _now(), self._key)
             except LookupError as err:
                 raise LedgerOpenError(f"cannot upgrade {str(self.path)!r}: {err}") from None
         row = first_row(con.execute("SELECT value FROM meta WHERE key = 'key_fingerprint'"))
@@ -525,6 +532,17 @@ class Ledger:
         names = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit", "value_unit",
                  "units_label")
         return {r[0]: dict(zip(names, r, strict=True)) for r in rows}
+
+    def _check_domain_macs(self, con: duckdb.DuckDBPyConnection, names: set[str]) -> None:
+        """Refuse to charge against a domain row (cap, notion, w) edited outside privpipe."""
+        cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
+        for *row, mac in con.execute(f"SELECT {cols}, mac FROM domains").fetchall():  # noqa: S608
+            if row[0] in names and mac != schema.domain_mac(self._key, tuple(row)):
+                raise LedgerIntegrityError(
+                    f"domain {row[0]!r} was changed outside privpipe (its keyed MAC does not "
+                    "match); nothing was charged. Run `privpipe ledger verify` and restore the "
+                    "ledger from backup."
+                )
 
     def _append(
         self,
@@ -635,9 +653,10 @@ class Ledger:
                 ).fetchall()
         finally:
             con.unregister("_pp_keys")
-        for u, d, s, cap, spent in rows:
+        for u, d, s, _cap, spent in rows:
             dom = domains[d]
-            out[(u, d, s)] = _Account(int(cap), int(spent), dom["notion"], dom["w"])
+            # Admission uses the domain's (MAC-checked) cap; accounts.cap mirrors it for views.
+            out[(u, d, s)] = _Account(int(dom["cap"]), int(spent), dom["notion"], dom["w"])
         for k in wanted:
             if k not in out:
                 dom = domains[k[1]]
@@ -686,9 +705,10 @@ class Ledger:
         if row is None:
             con.execute(
                 "INSERT INTO releases VALUES (?, 'reserved', NULL, CAST(? AS TIMESTAMP), "
-                "CAST(? AS TIMESTAMP))",
+                "CAST(? AS TIMESTAMP), NULL)",
                 [release_id, now, now],
             )
+            schema.seal_release(con, self._key, release_id)
             return None
         return str(row[0])
 
@@ -725,7 +745,7 @@ class Ledger:
                 if old is None:
                     con.execute(
                         "INSERT INTO domains VALUES (?, ?, ?, CAST(? AS HUGEINT), ?, ?, ?, ?, ?, "
-                        "CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP))",
+                        "CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP), NULL)",
                         [name, d.kind, d.notion, str(cap_q), str(d.cap), d.w, d.time_unit,
                          d.value_unit, units_label, now, now],
                     )
@@ -733,6 +753,7 @@ class Ledger:
                         f"added domain {name!r}: {d.notion}, cap {format_units(cap_q)} {symbol} "
                         f"({units_label})"
                     )
+                    schema.seal_domain(con, self._key, name)
                     continue
                 diffs = [k for k, v in new.items() if old[k] != v]
                 if diffs:
@@ -770,6 +791,7 @@ class Ledger:
                     con.execute(
                         "UPDATE domains SET units_label = ? WHERE domain = ?", [units_label, name]
                     )
+                schema.seal_domain(con, self._key, name)
             return changes
 
         return self._transact(tx)
@@ -927,6 +949,7 @@ class Ledger:
                 known = ", ".join(sorted(domains)) or "(none: run `privpipe ledger policy apply`)"
                 raise ParameterError(f"unknown domain {p.req.domain!r}; the ledger knows: {known}")
             self._charge(p, dom, cache)
+        self._check_domain_macs(con, {p.req.domain for p in prepared})
         state = self._touch_release(con, release_id, now)
         decisions: dict[int, Decision] = {}
         # Earlier decisions of this release (idempotency).
@@ -1363,6 +1386,7 @@ class Ledger:
                 "WHERE release_id = ? AND state = 'reserved'",
                 [now, release_id],
             )
+            schema.seal_release(con, self._key, release_id)
 
     def close(self, release_id: str, reason: str) -> None:
         """Close a release: refund its unsettled reservations with audited ``close`` entries.
@@ -1426,6 +1450,7 @@ class Ledger:
                 "WHERE release_id = ?",
                 [now, release_id],
             )
+            schema.seal_release(con, self._key, release_id)
 
         self._transact(tx)
 
@@ -1437,6 +1462,7 @@ class Ledger:
         Raises:
             ParameterError: unknown state, non-JSON manifest, or reopening a closed release.
         """
+        self._require_key()
         _check_id(release_id, "release_id")
         if state not in RELEASE_STATES:
             raise ParameterError(f"release state must be one of {', '.join(RELEASE_STATES)}")
@@ -1452,9 +1478,10 @@ class Ledger:
             if row is None:
                 con.execute(
                     "INSERT INTO releases VALUES (?, ?, ?, CAST(? AS TIMESTAMP), "
-                    "CAST(? AS TIMESTAMP))",
+                    "CAST(? AS TIMESTAMP), NULL)",
                     [release_id, state, text, now, now],
                 )
+                schema.seal_release(con, self._key, release_id)
                 return
             if row[0] == "closed" and state != "closed":
                 raise ParameterError(f"release {release_id!r} is closed and cannot be reopened")
@@ -1463,11 +1490,13 @@ class Ledger:
                 "WHERE release_id = ?",
                 [state, text, now, release_id],
             )
+            schema.seal_release(con, self._key, release_id)
 
         self._transact(tx)
 
     def release(self, release_id: str) -> dict[str, Any] | None:
         """A release's record (state, manifest as a dict, timestamps) or None if unknown."""
+        _check_id(release_id, "release_id", allow_empty=True)
         def tx(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
             row = first_row(con.execute(
                 "SELECT release_id, state, manifest, created_at, updated_at FROM releases "
@@ -1483,6 +1512,7 @@ class Ledger:
 
     def entry_range(self, release_id: str) -> tuple[int, int] | None:
         """(first_seq, last_seq) of a release's entries, or None if it has none."""
+        _check_id(release_id, "release_id", allow_empty=True)
         def tx(con: duckdb.DuckDBPyConnection) -> tuple[int, int] | None:
             row = first_row(con.execute(
                 "SELECT min(seq), max(seq) FROM entries WHERE release_id = ?", [release_id]
@@ -1523,6 +1553,8 @@ class Ledger:
 
         For w-event accounts ``spent`` is the largest window sum of the history.
         """
+        if domain is not None:
+            _check_id(domain, "domain", allow_empty=True)
         rows = self._query(
             "SELECT a.user_id, a.domain, a.stream_id, d.notion, a.cap, a.spent, "
             "d.units_label AS units FROM accounts a JOIN domains d ON d.domain = a.domain "
@@ -1538,6 +1570,9 @@ class Ledger:
 
     def history(self, user_id: str, domain: str | None = None) -> list[dict[str, Any]]:
         """Every entry of one user in seq order, amounts as exact Fractions."""
+        _check_id(user_id, "user_id", allow_empty=True)
+        if domain is not None:
+            _check_id(domain, "domain", allow_empty=True)
         rows = self._query(
             "SELECT seq, entry_id, created_at, release_id, domain, step, stream_id, kind, notion, "
             "amount, balance_after, cap, mechanism, parameters, reason, actor FROM entries "
@@ -1711,6 +1746,18 @@ class Ledger:
         if seal is None or seal[0] != keys.chain_seal(self._key, head_seq, head_hash):
             return bad(n, "the keyed seal over the chain head does not match (chain rewritten "
                           "without the noise key)")
+        dom_cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
+        for *row, mac in con.execute(f"SELECT {dom_cols}, mac FROM domains ORDER BY domain"  # noqa: S608
+                                     ).fetchall():
+            if mac != schema.domain_mac(self._key, tuple(row)):
+                return bad(n, f"domain {row[0]!r}: its row (cap, notion, w or units) was changed "
+                              "outside privpipe (keyed MAC does not match)")
+        for rid, state, manifest, mac in con.execute(
+            "SELECT release_id, state, manifest, mac FROM releases ORDER BY release_id"
+        ).fetchall():
+            if mac != schema.release_mac(self._key, (rid, state, manifest)):
+                return bad(n, f"release {rid!r}: its state or manifest was changed outside "
+                              "privpipe (keyed MAC does not match)")
         stored = {
             (u, d, s): (int(cap), int(sp))
             for u, d, s, cap, sp in con.execute(
@@ -1723,13 +1770,17 @@ class Ledger:
             if stored[key][1] != value:
                 return bad(n, f"account {key!r}: stored spent {stored[key][1]} quanta differs from "
                               f"{value} recomputed from the entries")
-        for key, (_, sp) in stored.items():
+        for key, (cap, sp) in stored.items():
             if key not in spent and sp != 0:
                 return bad(n, f"account {key!r} shows spent {sp} quanta without any entries")
             if key[1] not in domains:
                 return bad(n, f"account {key!r} refers to an unknown domain")
-        return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint "
-                                           f"and {len(stored)} account balances verified")
+            if cap != int(domains[key[1]]["cap"]):
+                return bad(n, f"account {key!r}: its cap {cap} quanta differs from the domain's "
+                              f"cap {int(domains[key[1]]['cap'])} (edited outside privpipe)")
+        return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint, "
+                                           f"domain and release MACs and {len(stored)} account "
+                                           "balances verified")
 
     @staticmethod
     def _check_balance(

@@ -10,7 +10,8 @@ Tables (amounts are integer quanta, see `ledger.amounts`):
 * ``chain_head(id, last_seq, last_hash, seal)``: the tip of the hash chain and a
   keyed seal over it; every writing transaction updates this one row, which
   also serialises concurrent writers inside one process.
-* ``domains``: the policy's domains (notion, cap, w, units).
+* ``domains``: the policy's domains (notion, cap, w, units), each row with a keyed
+  ``mac`` (schema v2) so a cap raised with plain SQL is detected.
 * ``accounts(user_id, domain, stream_id, cap, spent)``: ``stream_id`` is ``''``
   for curve domains. ``spent`` is the running total (gp, cgp) or the current
   largest window sum (wevent); `verify` recomputes it from the entries.
@@ -20,7 +21,8 @@ Tables (amounts are integer quanta, see `ledger.amounts`):
 * ``step_runs``: the w-event per-step costs of an entry as runs
   ``[run_start, run_stop)`` (its kind, user, domain and stream copied for
   fast lookups), hashed with their entry.
-* ``releases``: manifest JSON and state (reserved | settled | closed | failed).
+* ``releases``: manifest JSON and state (reserved | settled | closed | failed), with
+  a keyed ``mac`` (schema v2) so an edited manifest or state is detected.
 
 Views for auditors (plain ``duckdb`` CLI): ``balances``, ``release_summary``,
 ``denials``, ``near_cap``, ``user_history``. ε/ρ columns in views are DOUBLE for
@@ -35,9 +37,10 @@ from collections.abc import Callable
 import duckdb
 
 from ledger.amounts import UNITS_PER_EPSILON
+from ledger.keys import row_mac
 
 COMPONENT = "privpipe-ledger"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _U = f"CAST({UNITS_PER_EPSILON} AS DOUBLE)"
 
@@ -63,7 +66,8 @@ TABLES: tuple[str, ...] = (
         value_unit VARCHAR NOT NULL,
         units_label VARCHAR NOT NULL,
         created_at TIMESTAMP NOT NULL,
-        updated_at TIMESTAMP NOT NULL)""",
+        updated_at TIMESTAMP NOT NULL,
+        mac VARCHAR)""",
     """CREATE TABLE accounts (
         user_id VARCHAR NOT NULL,
         domain VARCHAR NOT NULL,
@@ -108,7 +112,8 @@ TABLES: tuple[str, ...] = (
         state VARCHAR NOT NULL CHECK (state IN ('reserved', 'settled', 'closed', 'failed')),
         manifest VARCHAR,
         created_at TIMESTAMP NOT NULL,
-        updated_at TIMESTAMP NOT NULL)""",
+        updated_at TIMESTAMP NOT NULL,
+        mac VARCHAR)""",
 )
 
 # Signed contribution of an entry kind to an account's spend.
@@ -165,9 +170,52 @@ VIEWS: tuple[str, ...] = (
     WHERE e.user_id <> ''""",  # noqa: S608 - constants only
 )
 
-Migration = Callable[[duckdb.DuckDBPyConnection], None]
-MIGRATIONS: dict[int, Migration] = {}
+Migration = Callable[[duckdb.DuckDBPyConnection, bytes], None]
+
+
+def _v1_to_v2(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
+    """Schema v2: keyed MACs on the mutable ``domains`` and ``releases`` rows."""
+    con.execute("ALTER TABLE domains ADD COLUMN mac VARCHAR")
+    con.execute("ALTER TABLE releases ADD COLUMN mac VARCHAR")
+    for (name,) in con.execute("SELECT domain FROM domains").fetchall():
+        seal_domain(con, key, name)
+    for (rid,) in con.execute("SELECT release_id FROM releases").fetchall():
+        seal_release(con, key, rid)
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 """``MIGRATIONS[v]`` upgrades a ledger from schema version v to v + 1 (in one transaction)."""
+
+DOMAIN_MAC_COLUMNS = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit",
+                      "value_unit", "units_label")
+RELEASE_MAC_COLUMNS = ("release_id", "state", "manifest")
+
+
+def domain_mac(key: bytes, row: tuple) -> str:
+    """Keyed MAC of a domains row given as `DOMAIN_MAC_COLUMNS` values."""
+    return row_mac(key, "privpipe domain v1", [None if v is None else str(v) for v in row])
+
+
+def release_mac(key: bytes, row: tuple) -> str:
+    """Keyed MAC of a releases row given as `RELEASE_MAC_COLUMNS` values."""
+    return row_mac(key, "privpipe release v1", [None if v is None else str(v) for v in row])
+
+
+def seal_domain(con: duckdb.DuckDBPyConnection, key: bytes, name: str) -> None:
+    """Recompute the MAC of one domains row after privpipe changed it."""
+    cols = ", ".join(DOMAIN_MAC_COLUMNS)
+    row = first_row(con.execute(f"SELECT {cols} FROM domains WHERE domain = ?", [name]))  # noqa: S608
+    if row is not None:
+        con.execute("UPDATE domains SET mac = ? WHERE domain = ?", [domain_mac(key, row), name])
+
+
+def seal_release(con: duckdb.DuckDBPyConnection, key: bytes, release_id: str) -> None:
+    """Recompute the MAC of one releases row after privpipe changed it."""
+    row = first_row(con.execute(
+        "SELECT release_id, state, manifest FROM releases WHERE release_id = ?", [release_id]))
+    if row is not None:
+        con.execute("UPDATE releases SET mac = ? WHERE release_id = ?",
+                    [release_mac(key, row), release_id])
 
 
 def first_row(cur: duckdb.DuckDBPyConnection) -> tuple | None:
@@ -205,7 +253,7 @@ def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
     return int(row[0]) if row else None
 
 
-def migrate(con: duckdb.DuckDBPyConnection, version: int, now: str) -> list[int]:
+def migrate(con: duckdb.DuckDBPyConnection, version: int, now: str, key: bytes) -> list[int]:
     """Apply the migrations from `version` up to `SCHEMA_VERSION`; return the versions applied.
 
     Raises:
@@ -216,7 +264,7 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int, now: str) -> list[int]
         step = MIGRATIONS.get(version)
         if step is None:
             raise LookupError(f"no migration from ledger schema version {version}")
-        step(con)
+        step(con, key)
         version += 1
         con.execute(
             "UPDATE schema_version SET version = ?, migrated_at = CAST(? AS TIMESTAMP) "

@@ -41,26 +41,31 @@ def plot_private_curves(values_path: Path, value_columns: Sequence[str], out: Pa
             keys.append(key)
             idx[key] = []
         idx[key].append(i)
-    two_d = len(value_columns) == 2
-    fig, axes = plt.subplots(1, 1, figsize=(7, 4.5))
-    for key in keys:
+    if len(value_columns) == 2:
+        fig, ax = plt.subplots(1, 1, figsize=(7, 4.5))
+        xs = table.column(value_columns[0]).to_numpy()
+        ys = table.column(value_columns[1]).to_numpy()
+        for key in keys:
+            rows = np.array(idx[key])
+            ax.plot(xs[rows], ys[rows], lw=0.9, label=f"{key[0][:16]} / {key[1][:12]}")
+        ax.set_xlabel(f"{value_columns[0]} ({value_unit})")
+        ax.set_ylabel(f"{value_columns[1]} ({value_unit})")
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.legend(fontsize=7, loc="best")
+        ax.set_title(f"Private outputs (sample of {len(keys)}); metric: {units}")
+        return _save(fig, out)
+    shown = keys[:4]
+    fig, axs = plt.subplots(len(shown), 1, figsize=(8, 1.7 * len(shown) + 0.6), sharex=True,
+                            squeeze=False)
+    for ax, key in zip(axs[:, 0], shown, strict=True):
         rows = np.array(idx[key])
-        label = f"{key[0][:16]} / {key[1][:12]}"
-        if two_d:
-            axes.plot(table.column(value_columns[0]).to_numpy()[rows],
-                      table.column(value_columns[1]).to_numpy()[rows], lw=0.9, label=label)
-        else:
-            axes.plot(t[rows], table.column(value_columns[0]).to_numpy()[rows], lw=0.8,
-                      label=label)
-    if two_d:
-        axes.set_xlabel(f"{value_columns[0]} ({value_unit})")
-        axes.set_ylabel(f"{value_columns[1]} ({value_unit})")
-        axes.set_aspect("equal", adjustable="datalim")
-    else:
-        axes.set_xlabel(f"t ({time_unit} from curve start)")
-        axes.set_ylabel(f"{value_columns[0]} ({value_unit})")
-    axes.set_title(f"Private outputs (sample of {len(keys)}); metric: {units}")
-    axes.legend(fontsize=7, loc="best")
+        for j, col in enumerate(value_columns):
+            ax.plot(t[rows], table.column(col).to_numpy()[rows], lw=0.7, color=f"C{j}",
+                    label=col if len(value_columns) > 1 else None)
+        ax.set_ylabel(f"{value_unit}", fontsize=8)
+        ax.set_title(f"{key[0][:24]} / {key[1][:16]}", fontsize=8, loc="left")
+    axs[-1, 0].set_xlabel(f"t ({time_unit} from curve start)")
+    fig.suptitle(f"Private outputs (sample of {len(shown)}); metric: {units}", fontsize=9)
     return _save(fig, out)
 
 
@@ -97,10 +102,11 @@ def plot_private_streams(samples_path: Path, recon_path: Path | None, out: Path,
 def plot_histogram(values: Sequence[float], out: Path, title: str, xlabel: str,
                    cap: float | None = None) -> str:
     """Histogram (e.g. budget spent per user), with the cap as a vertical line."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 3.2))
     vals = np.asarray(values, dtype=float)
     if vals.size:
-        ax.hist(vals, bins=min(40, max(5, vals.size // 2)), color="tab:blue", alpha=0.8)
+        top = max(cap or 0.0, float(vals.max())) or 1.0
+        ax.hist(vals, bins=40, range=(0.0, top), color="tab:blue", alpha=0.8)
     if cap is not None:
         ax.axvline(cap, color="tab:red", ls="--", label=f"cap {cap:g}")
         ax.legend(fontsize=7)

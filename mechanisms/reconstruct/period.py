@@ -4,15 +4,22 @@ CPR paper (arXiv 2605.02724) Sec. III-C; spec ``specs/MECHANISMS.md`` §2.3 and
 the validation notes of §5. Pure post-processing of already-private reports:
 it never sees raw data and costs no privacy budget.
 
-Two presets:
+Three methods:
   - ``method="paper"``: the literal detector: FFT bin k ↦ round(s/k), ties by
     higher repeatability then smaller T, no refinement.
-  - ``method="improved"`` (default, chosen by ``benchmarks/streams``): the
+  - ``method="improved"`` (default, chosen by ``benchmarks/streams/period_accuracy.py``,
+    100 trials, w = 5: exact accuracy 39/81/95 % at ε = 3/4/5 on repeated real
+    segments vs 0/1/1 % for the literal detector and 31/73/91 % for the global
+    F-test periodogram, which is also O(n·T_max) instead of O(n log n)): the
     literal pipeline plus (i) harmonic-consistent period mapping (every integer
     period whose frequency falls in the FFT bin), (ii) ties broken by closeness
     to the per-scale estimates, (iii) phase-folding F-test refinement around
     the voted period, (iv) tests of multiples (and divisors) of the winner with
-    a nested F-test.
+    a nested F-test; plus two choices of ours: per-window candidates ranked by a
+    chance-corrected repeatability (a de-meaned 2-sample segment has |cos| = 1,
+    which is why the literal detector returns tiny periods) and the final
+    period chosen, among the detector's own candidates, by the most significant
+    phase fold of the whole stream.
   - ``method="fperiodogram"``: a global phase-folding F-test periodogram (the
     ablation of §5).
 Every switch of the presets is also a separate keyword option.

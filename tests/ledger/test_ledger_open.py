@@ -76,12 +76,13 @@ def test_migration_path_runs_in_order(led, ledger_path, monkeypatch):
     con.execute("UPDATE schema_version SET version = 0")
     con.close()
     calls = []
-    monkeypatch.setitem(schema.MIGRATIONS, 0, lambda c: calls.append(
+    monkeypatch.setitem(schema.MIGRATIONS, 0, lambda c, key: calls.append(
         c.execute("SELECT count(*) FROM entries").fetchall()[0][0]))
+    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda c, key: calls.append("v1->v2"))
     Ledger(ledger_path)
-    assert calls == [0]
+    assert calls == [0, "v1->v2"]
     con = duckdb.connect(str(ledger_path))
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
     con.close()
     monkeypatch.delitem(schema.MIGRATIONS, 0)
     con = duckdb.connect(str(ledger_path))
@@ -184,3 +185,42 @@ def test_default_ledger_path(monkeypatch, tmp_path):
     monkeypatch.delenv("PRIVPIPE_HOME")
     monkeypatch.chdir(tmp_path)
     assert default_ledger_path() == tmp_path / ".privpipe" / "ledger.duckdb"
+
+
+def test_a_version_1_ledger_is_upgraded_and_sealed(led, ledger_path):
+    led.reserve("r", [Request("u", "ais", amount=0.5)], mechanism="m", parameters={})
+    led.record_release("r", {"files": 1}, "settled")
+    # turn the file into what schema version 1 wrote: no MAC columns
+    con = duckdb.connect(str(ledger_path))
+    con.execute("ALTER TABLE domains DROP COLUMN mac")
+    con.execute("ALTER TABLE releases DROP COLUMN mac")
+    con.execute("UPDATE schema_version SET version = 1")
+    con.close()
+    upgraded = Ledger(ledger_path)
+    con = duckdb.connect(str(ledger_path))
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert con.execute("SELECT count(*) FROM domains WHERE mac IS NULL").fetchall() == [(0,)]
+    con.close()
+    assert upgraded.verify().ok
+    assert upgraded.release("r")["manifest"] == {"files": 1}
+
+
+def test_truncated_ledger_is_an_open_error_not_a_crash(led, ledger_path):
+    for i in range(30):
+        led.reserve(f"r{i}", [Request(f"u{j}", "ais", amount=0.01) for j in range(50)],
+                    mechanism="m", parameters={})
+    data = ledger_path.read_bytes()
+    ledger_path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(LedgerOpenError):
+        Ledger(ledger_path).verify()
+
+
+def test_ids_with_lone_surrogates_are_bad_input_in_queries(led):
+    from schemas.errors import ParameterError
+
+    for call in (lambda: led.history("\udcff"), lambda: led.balances("\udcff"),
+                 lambda: led.release("\udcff"), lambda: led.entry_range("\udcff"),
+                 lambda: led.reserve("r", [Request("\udcff", "ais", amount=0.1)],
+                                     mechanism="m", parameters={})):
+        with pytest.raises(ParameterError, match="Unicode"):
+            call()

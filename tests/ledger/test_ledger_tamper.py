@@ -159,3 +159,33 @@ def test_batch_encoder_matches_canonical():
                "cap": 5, "balance_after": None, "detail": "{}", "reason": "admitted"}
         runs = [(0, 3, 7)] if i % 2 else []
         assert enc.encode(row, runs) == canonical({**shared, **row}, runs)
+
+
+def test_edited_release_manifest_or_state_is_detected(filled, ledger_path):
+    filled.record_release("r0", {"files": ["a.parquet"]}, "settled")
+    assert Ledger(ledger_path).verify().ok
+    _sql(ledger_path, "UPDATE releases SET manifest = '{\"files\": []}' WHERE release_id = 'r0'")
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and "release 'r0'" in rep.message
+    _sql(ledger_path, "UPDATE releases SET manifest = '{\"files\":[\"a.parquet\"]}', "
+                      "state = 'closed' WHERE release_id = 'r0'")
+    assert not Ledger(ledger_path).verify().ok
+
+
+def test_raised_domain_cap_is_detected_and_never_used(filled, ledger_path):
+    _sql(ledger_path, "UPDATE domains SET cap = cap * 100 WHERE domain = 'ais'")
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and "domain 'ais'" in rep.message
+    with pytest.raises(LedgerIntegrityError, match="changed outside privpipe"):
+        Ledger(ledger_path).reserve("more", [Request("a", "ais", amount=5)], mechanism="m",
+                                    parameters={})
+
+
+def test_raised_account_cap_is_detected_and_never_used(filled, ledger_path):
+    _sql(ledger_path, "UPDATE accounts SET cap = cap * 100 WHERE user_id = 'b'")
+    rep = Ledger(ledger_path).verify()
+    assert not rep.ok and "differs from the domain's cap" in rep.message
+    # b has spent 0.8 of 1.0: admission still uses the domain's cap
+    res = Ledger(ledger_path).reserve("more", [Request("b", "ais", amount=0.5)], mechanism="m",
+                                      parameters={})
+    assert not res.admitted and res.denied[0].remaining == Fraction(1, 5)

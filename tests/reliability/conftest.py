@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import harness
+import pytest
 
 
 @pytest.fixture(scope="session")

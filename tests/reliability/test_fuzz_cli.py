@@ -12,12 +12,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import harness
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import harness
 from flows.cli import app
 
 VALUES = ["", "0", "-1", "1", "1/3", "2", "1/0", "nan", "inf", "1e999", "abc", "0:4", "4:0",

@@ -12,12 +12,12 @@ import io
 import tempfile
 from pathlib import Path
 
+import harness
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import harness
 from flows.cli import app
 from ingest import scan
 from schemas.errors import PrivpipeError, ValidationError

@@ -12,11 +12,11 @@ import tempfile
 from fractions import Fraction
 from pathlib import Path
 
+import harness
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import harness
 from ledger import Ledger, Request
 from mechanisms.cost import StepRun
 from schemas.errors import PrivpipeError

@@ -9,9 +9,9 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+import harness
 import pytest
 
-import harness
 from ledger import Ledger
 
 

@@ -17,10 +17,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import duckdb
+import harness
 import pytest
 from typer.testing import CliRunner
 
-import harness
 from flows.cli import app
 from ledger import Ledger, Request
 from mechanisms.cost import StepRun
@@ -81,11 +81,11 @@ def test_editing_any_column_of_any_entry_is_named(ledger, column):
     for seq in (1, 4, 7):
         e = _entry(ledger, seq)
         if column in ("amount", "cap", "balance_after"):
-            new = "CAST(coalesce({c}, 0) + 1 AS HUGEINT)".format(c=column)
+            new = f"CAST(coalesce({column}, 0) + 1 AS HUGEINT)"
         elif column == "created_at":
             new = "created_at + INTERVAL 1 SECOND"
         else:
-            new = "coalesce({c}, '') || 'x'".format(c=column)
+            new = f"coalesce({column}, '') || 'x'"
         _sql(ledger, f"UPDATE entries SET {column} = {new} WHERE seq = {seq}")  # noqa: S608
         rep = Ledger(ledger).verify()
         assert not rep.ok, (column, seq)
@@ -102,7 +102,8 @@ def test_reordering_far_apart_is_named(ledger):
     _sql(ledger, "UPDATE entries SET seq = -2 WHERE seq = 2",
          "UPDATE entries SET seq = 2 WHERE seq = 6", "UPDATE entries SET seq = 6 WHERE seq = -2",
          "UPDATE step_runs SET seq = -2 WHERE seq = 2",
-         "UPDATE step_runs SET seq = 2 WHERE seq = 6", "UPDATE step_runs SET seq = 6 WHERE seq = -2")
+         "UPDATE step_runs SET seq = 2 WHERE seq = 6",
+         "UPDATE step_runs SET seq = 6 WHERE seq = -2")
     rep = Ledger(ledger).verify()
     assert not rep.ok and rep.first_bad_seq == 2
 
