@@ -93,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         for i, (kind, point, by_delay) in enumerate(_plan(args.trials, rng)):
             ref = refs[kind]
             delay = rng.uniform(0.5, max(1.0, ref.seconds)) if by_delay else None
-            res = harness.run_trial(setup, ref, f"trial-{i:03d}", fault_at=point,
-                                    kill_after=delay)
+            try:
+                res = harness.run_trial(setup, ref, f"trial-{i:03d}", fault_at=point,
+                                        kill_after=delay)
+            except Exception as err:  # noqa: BLE001 - a ledger the checks cannot read
+                res = harness.TrialResult(kind, point or f"delay:{delay:.2f}s", killed=False,
+                                          unverifiable=True,
+                                          notes=[f"check failed: {type(err).__name__}: {err}"])
             results.append(res)
             verdict = "ok" if res.ok else "FAIL"
             print(f"{i:>5}  {kind:<8} {res.fault:<28} {str(res.killed):<6} {verdict:<8} "

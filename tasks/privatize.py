@@ -104,8 +104,9 @@ class ChunkResult:
 
 def _run_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec,
                rng: np.random.Generator) -> Any:
-    kw: dict[str, Any] = {"epsilon": float(spec.amount)} if spec.notion == "gp" else {
-        "rho": float(spec.amount)}
+    # The exact Fraction goes in, so the mechanism's cost equals the reservation.
+    kw: dict[str, Any] = {"epsilon": spec.amount} if spec.notion == "gp" else {
+        "rho": spec.amount}
     opts = dict(spec.options)
     if spec.mechanism == "privfuncseg":
         return mc.privfuncseg(t, values, rng=rng, **kw, **opts)
@@ -221,7 +222,8 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     for user in users:
         rng = np.random.default_rng(seeds[user.user_id])
         for stream in sorted(user.streams, key=lambda s: s.stream_id):
-            y = ms.square_wave(stream.values, epsilon_per_step=float(eps_step), rng=rng)
+            y = ms.square_wave(stream.values, epsilon_per_step=ms.float_at_most(eps_step),
+                               rng=rng)
             cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(stream.steps, eps_step))
             costs.append((user.user_id, f"stream:{stream.stream_id}", cost, stream.stream_id))
             uid.extend([user.user_id] * len(y))

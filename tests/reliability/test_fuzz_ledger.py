@@ -101,12 +101,6 @@ def test_hostile_ids_round_trip_through_queries(led, user):
     assert led.release(user) is None or led.release(user)["release_id"] == user
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ledger bug: Ledger.history/balances pass unchecked ids to DuckDB; a lone surrogate "
-    "(what a non-UTF-8 argv byte becomes, e.g. `privpipe ledger history --user $'\\xff'`) "
-    "raises duckdb.InvalidInputException -> exit 1 'internal error'. Fix: call "
-    "_check_id(user_id, 'user_id') in history() and _check_id(domain, 'domain') when "
-    "domain is not None in history() and balances()."))
 @pytest.mark.parametrize("query", ["history", "balances"])
 def test_lone_surrogate_id_in_a_query_is_bad_input(led, query):
     with pytest.raises(PrivpipeError, match="user_id|domain"):

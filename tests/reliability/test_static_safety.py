@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SQL_METHODS = {"execute", "executemany", "sql", "query"}
+SQL_METHODS = {"execute", "executemany", "sql", "query", "_query"}
 QUOTERS = {"quote_ident", "quote_literal", "q", "int"}
 # (file, interpolated source) -> why it is not attacker-controlled
 REVIEWED = {
+    ("ledger/ledger.py", "sql"): "Ledger._query's parameter; its callers are checked too",
     ("ledger/ledger.py", "select"): "CAST expressions over the constant _ENTRY_COLUMNS",
-    ("ledger/ledger.py", "columns"): "', '.join of the constant _ENTRY_COLUMNS",
     ("ingest/source.py", "self.relation"): "built by _attach from quote_ident/quote_literal",
     ("ingest/source.py", "relation"): "returned by _attach (quote_ident/quote_literal)",
     ("ingest/source.py", "rel"): "read_csv/read_parquet(quote_literal(path)) subquery",
@@ -47,31 +47,64 @@ def _is_const_str(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
+def _is_constant_name(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else (
+        node.attr if isinstance(node, ast.Attribute) else "")
+    return bool(name) and name.lstrip("_").isupper()
+
+
+def _is_const_join(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join" and _is_const_str(node.func.value)
+            and len(node.args) == 1 and _is_constant_name(node.args[0]))
+
+
+def _is_const_value(v: ast.AST) -> bool:
+    return (_is_const_str(v) or _is_const_join(v)
+            or isinstance(v, ast.JoinedStr) and all(_is_const_str(x) for x in v.values))
+
+
+def _const_names(scope: ast.AST) -> set[str]:
+    """Names whose every assignment in `scope` is a constant SQL fragment.
+
+    Constant fragments: string literals, f-strings without interpolation,
+    `", ".join(SOME_CONSTANT)`, and loop variables over an UPPERCASE constant
+    (`for ddl in TABLES:`).
+    """
+    assigned: dict[str, list[bool]] = {}
+    for n in ast.walk(scope):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    assigned.setdefault(t.id, []).append(_is_const_value(n.value))
+        elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
+            assigned.setdefault(n.target.id, []).append(_is_constant_name(n.iter))
+    return {k for k, oks in assigned.items() if all(oks)}
+
+
 def _sql_problems(path: Path) -> list[str]:
     rel = str(path.relative_to(REPO))
     tree = ast.parse(path.read_text(), filename=rel)
-    const_names = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                   for t in n.targets if isinstance(t, ast.Name)
-                   and (_is_const_str(n.value) or isinstance(n.value, ast.JoinedStr)
-                        and all(_is_const_str(v) for v in n.value.values))}
-    # loop variables over module-level constant tuples (`for ddl in TABLES:`)
-    const_names |= {n.target.id for n in ast.walk(tree) if isinstance(n, ast.For)
-                    and isinstance(n.target, ast.Name) and isinstance(n.iter, ast.Name)
-                    and n.iter.id.isupper()}
+    parent = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    module_consts = _const_names(tree)
     problems = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in SQL_METHODS and node.args):
             continue
+        scope = node
+        while scope in parent and not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            scope = parent[scope]
+        consts = _const_names(scope) if scope is not tree and scope in parent else module_consts
         arg = node.args[0]
         where = f"{rel}:{node.lineno}"
-        if _is_const_str(arg) or (isinstance(arg, ast.Name) and arg.id in const_names):
+        if _is_const_str(arg) or (isinstance(arg, ast.Name) and arg.id in consts):
             continue
         if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod):
             problems.append(f"{where}: SQL built with % formatting")
         elif isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) \
                 and arg.func.attr == "format":
-            ok = (isinstance(arg.func.value, ast.Name) and arg.func.value.id in const_names
+            ok = (isinstance(arg.func.value, ast.Name) and arg.func.value.id in consts
                   and not arg.args and all(_is_const_str(k.value) for k in arg.keywords))
             if not ok:
                 problems.append(f"{where}: SQL built with .format() of non-constants")
@@ -82,6 +115,8 @@ def _sql_problems(path: Path) -> list[str]:
                 e = v.value
                 if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) \
                         and e.func.id in QUOTERS:
+                    continue
+                if isinstance(e, ast.Name) and e.id in consts:
                     continue
                 src = ast.unparse(e)
                 if (rel, src) not in REVIEWED:
