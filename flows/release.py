@@ -146,7 +146,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         rdir.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
         counts: dict[str, int] = {}
-        names = ("values", "segments") if kind == "curves" else ("samples",)
+        names = ("values", "segments", "curves") if kind == "curves" else ("samples",)
         for name in names:
             chunk_files = [r.output_paths[name] for r in results]
             if chunk_files:

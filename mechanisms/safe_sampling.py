@@ -15,9 +15,11 @@ random at every magnitude), ``S`` a fair sign, ``Λ`` the smallest power of two
 ``>= λ`` (so rounding to ``ΛZ`` is exact in binary floating point) and ``B`` a
 public bound on the released values. Theorem 1 of the paper: for a function of
 sensitivity 1 and ``λ < B < 2^46·λ`` the snapping mechanism is
-``(1/λ + 2^-49·B/λ)``-DP. Scaling by the sensitivity Δ (λ = Δ/ε): it is
-``ε·(1 + 2^-49·B/Δ)``-DP per coordinate, and a d-coordinate release with
-per-coordinate Laplace composes to ``d`` times the per-coordinate excess.
+``(1/λ + 2^-49·B/λ)``-DP. Scaling by the sensitivity Δ (λ = Δ/ε): a scalar
+release is ``ε·(1 + 2^-49·B/Δ)``-DP; a d-coordinate release with L1
+sensitivity Δ and independent per-coordinate snapping is
+``ε·(1 + d·2^-49·B/Δ)``-DP (the coordinates' losses |Δ_i|/λ sum to at most
+ε, and each coordinate adds at most the excess 2^-49·B/λ).
 
 `snap_to_grid` is the same clamp + power-of-two rounding as pure
 post-processing, for outputs of other samplers (Square Wave, Gaussian): it
@@ -82,13 +84,14 @@ def snapping_epsilon(epsilon: Fraction | float | str, *, sensitivity: Fraction |
                      bound: Fraction | float | str, dimension: int = 1) -> Fraction:
     """Exact ε to charge for `snapping_laplace` (Mironov 2012, Theorem 1, scaled).
 
-    ``ε' = ε·(1 + dimension·2^-49·B/Δ)``: per coordinate the snapping mechanism
-    with λ = Δ/ε is ``(1/λ + 2^-49·B/λ)``-DP for a sensitivity-1 function after
-    scaling by Δ; the coordinates' excesses add up under composition.
+    ``ε' = ε·(1 + dimension·2^-49·B/Δ)``: the snapping mechanism with λ = Δ/ε
+    is ``(1/λ + 2^-49·B/λ)``-DP for a sensitivity-1 scalar after scaling by Δ;
+    over d coordinates the |Δ_i|/λ sum to at most ε (L1 sensitivity Δ) and the
+    excesses add up.
 
     Args:
         epsilon: ε of the ideal Laplace mechanism (> 0).
-        sensitivity: Δ, the L1 sensitivity of one coordinate (> 0).
+        sensitivity: Δ, the L1 sensitivity of the released vector (> 0).
         bound: B, the public bound of the released values (> 0).
         dimension: number of coordinates released (>= 1).
 
@@ -161,16 +164,18 @@ def snapping_laplace(values: np.ndarray | float, *, epsilon: Fraction | float | 
                      rng: np.random.Generator) -> SnappedRelease:
     """Mironov's snapping mechanism: Laplace noise safe under floating point.
 
-    Guarantee: for neighbouring inputs whose every coordinate differs by at most
-    Δ (`sensitivity`) in absolute value, the release is ε'-DP (pure, w.r.t. that
-    neighbouring relation) with ε' = `snapping_epsilon(ε, Δ, B, d)` for d
-    coordinates, provided λ = Δ/ε < B < 2^46·λ (checked). Cost: charge
+    Guarantee: for neighbouring inputs whose values differ by at most Δ
+    (`sensitivity`) in L1 norm (sum of absolute differences over the d
+    coordinates of `values`), the release is ε'-DP (pure, w.r.t. that
+    neighbouring relation) with ε' = `snapping_epsilon(ε, Δ, B, d)`, provided
+    λ = Δ/ε < B < 2^46·λ (checked). Call it once per independently charged
+    release (e.g. once per stream step for w-event, d = 1). Cost: charge
     ``epsilon_charged`` (exact) instead of ε. Reference: Mironov 2012, §5.2,
     Theorem 1; SECURITY.md "Floating-point attacks on samplers".
 
     Args:
         values: the exact (pre-noise) values, any shape; clamped to [-B, B].
-        epsilon: ε of the ideal mechanism per coordinate with L1 sensitivity Δ.
+        epsilon: ε of the ideal Laplace mechanism (scale λ = Δ/ε per coordinate).
         sensitivity: Δ > 0.
         bound: B, the public bound on released values; rounded up to a multiple of Λ.
         rng: the injected generator (a release seeds it from the ledger's HMAC seed).

@@ -10,6 +10,7 @@ It returns only costs, error bounds and public diagnostics (no raw values).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -142,6 +143,9 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
     val_cols: list[np.ndarray] = []
     seg_rows: dict[str, list] = {"user_id": [], "curve_id": [], "segment": [], "t_start": [],
                                  "t_end": [], "basis": [], "coefficients": []}
+    cur_rows: dict[str, list] = {k: [] for k in ("user_id", "curve_id", "basis", "basis_params",
+                                                 "outside", "dim", "t_end", "error_bound",
+                                                 "cost")}
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     bounds: list[float] = []
     rms: list[float] = []
@@ -163,6 +167,16 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
             val_rows["curve_id"].extend([curve.curve_id] * len(grid))
             val_rows["t"].append(grid)
             val_cols.append(out)
+            arrays = res.to_arrays()
+            cur_rows["user_id"].append(user.user_id)
+            cur_rows["curve_id"].append(curve.curve_id)
+            cur_rows["basis"].append(str(arrays["basis_name"]))
+            cur_rows["basis_params"].append(json.dumps(arrays["basis_params"], sort_keys=True))
+            cur_rows["outside"].append(str(arrays["outside"]))
+            cur_rows["dim"].append(int(arrays["dim"]))
+            cur_rows["t_end"].append(float(curve.t[-1] - curve.t[0]))
+            cur_rows["error_bound"].append(bounds[-1])
+            cur_rows["cost"].append(json.dumps(arrays["cost"], sort_keys=True))
             bps = getattr(res, "breakpoints", None)
             coefs = getattr(res, "coefficients", None)
             if bps is not None and coefs is not None:
@@ -192,11 +206,24 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
         "basis": pa.array(seg_rows["basis"], pa.string()),
         "coefficients": pa.array(seg_rows["coefficients"], pa.list_(pa.float64())),
     })
+    curves_table = pa.table({
+        "user_id": pa.array(cur_rows["user_id"], pa.string()),
+        "curve_id": pa.array(cur_rows["curve_id"], pa.string()),
+        "basis": pa.array(cur_rows["basis"], pa.string()),
+        "basis_params": pa.array(cur_rows["basis_params"], pa.string()),
+        "outside": pa.array(cur_rows["outside"], pa.string()),
+        "dim": pa.array(cur_rows["dim"], pa.int64()),
+        "duration": pa.array(cur_rows["t_end"], pa.float64()),
+        "error_bound": pa.array(cur_rows["error_bound"], pa.float64()),
+        "cost": pa.array(cur_rows["cost"], pa.string()),
+    })
     out = Path(out_dir)
     paths = {"values": str(out / f"values-{index:05d}.parquet"),
-             "segments": str(out / f"segments-{index:05d}.parquet")}
+             "segments": str(out / f"segments-{index:05d}.parquet"),
+             "curves": str(out / f"curves-{index:05d}.parquet")}
     write_parquet(values_table, Path(paths["values"]))
     write_parquet(seg_table, Path(paths["segments"]))
+    write_parquet(curves_table, Path(paths["curves"]))
     return ChunkResult(index, paths, costs, bounds, diags, rms)
 
 

@@ -86,7 +86,7 @@ def test_cli_release_twice_same_release_id(tmp_path, curves_csv, policy_file, le
     assert first.exit_code == 0, first.output
     rdir = tmp_path / "out" / "cli-twice"
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in rdir.glob("*.parquet")}
-    assert set(digest) == {"values.parquet", "segments.parquet"}
+    assert set(digest) == {"values.parquet", "segments.parquet", "curves.parquet"}
     balances = Ledger(ledger_path).balances("tracks")
     second = runner.invoke(app, args)
     assert second.exit_code == 0, second.output

@@ -34,7 +34,7 @@ OPTIONS = ["--user", "--domain", "--release", "--epsilon", "--rho", "--steps", "
 LEDGER_CMDS = [["ledger", c] for c in ("init", "charge", "balance", "history", "releases",
                                        "denials", "verify", "export", "close")] + [
     ["ledger", "policy", "apply"], ["ledger"], ["validate"], []]
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
 
