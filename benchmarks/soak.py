@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import socket
 import sys
 import tempfile
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials < 1:
         ap.error("--trials must be >= 1")
     rng = random.Random(args.seed)
+    # `kill <pid>` must still stop the shared Prefect server (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = None
     if args.workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="privpipe-soak-")
@@ -88,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             refs[kind] = harness.reference_run(setup, kind, f"soak-{kind}")
             print(f"reference {kind}: {refs[kind].seconds:.1f} s, "
                   f"{len(refs[kind].users)} users, files {sorted(refs[kind].digest)}", flush=True)
-        print(f"{'trial':>5}  {'kind':<8} {'fault':<28} {'killed':<6} {'result':<8} notes",
-              flush=True)
+        print(f"{'trial':>5}  {'kind':<8} {'fault':<28} {'killed':<6} "
+              f"{'ledger after the kill':<34} {'result':<6} notes", flush=True)
         for i, (kind, point, by_delay) in enumerate(_plan(args.trials, rng)):
             ref = refs[kind]
             delay = rng.uniform(0.5, max(1.0, ref.seconds)) if by_delay else None
@@ -102,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                                           notes=[f"check failed: {type(err).__name__}: {err}"])
             results.append(res)
             verdict = "ok" if res.ok else "FAIL"
-            print(f"{i:>5}  {kind:<8} {res.fault:<28} {str(res.killed):<6} {verdict:<8} "
-                  f"{'; '.join(res.notes)}", flush=True)
+            print(f"{i:>5}  {kind:<8} {res.fault:<28} {str(res.killed):<6} "
+                  f"{res.after_kill:<34} {verdict:<6} {'; '.join(res.notes)}", flush=True)
     finally:
         if server is not None:
             server.__exit__()

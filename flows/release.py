@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,44 @@ def _guard_release_id(ledger: Ledger, release_id: str, fingerprint: str,
             "parameters; a rerun must repeat the same release exactly. Use a new --release-id.")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _new_staging(out_root: Path) -> Path:
+    """Create this run's private staging dir; sweep those left by dead runs.
+
+    Staging dirs hold raw input chunks and noise seeds. A release killed with
+    SIGKILL cannot clean up, so each dir carries its owner's pid (written
+    before the dir becomes visible, via rename) and every new release removes
+    the dirs whose owner is no longer alive, or that have no owner file.
+    """
+    root = out_root / ".staging"
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        if not old.is_dir() or old.name.startswith(".tmp-"):
+            continue
+        try:
+            pid = int((old / "owner.pid").read_text().strip())
+        except (OSError, ValueError):
+            pid = -1
+        if pid <= 0 or not _pid_alive(pid):
+            remove_staging(old)
+    name = uuid.uuid4().hex
+    tmp = root / f".tmp-{name}"
+    tmp.mkdir(mode=0o700)
+    (tmp / "owner.pid").write_text(str(os.getpid()))
+    final = root / name
+    os.replace(tmp, final)
+    return final
+
+
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int, table: str | None,
@@ -95,7 +134,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
     flow_name = "release_curves" if kind == "curves" else "release_streams"
     scheduled_date = scheduled_date or _scheduled_date()
     out_root = Path(out_dir)
-    staging = out_root / ".staging" / uuid.uuid4().hex
+    staging = _new_staging(out_root)
     try:
         plan: StagePlan = stage_input(input_path, dom, str(staging), chunk_users=chunk_users,
                                       table=table)

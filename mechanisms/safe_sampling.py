@@ -109,6 +109,34 @@ def snapping_epsilon(epsilon: Fraction | float | str, *, sensitivity: Fraction |
     return eps * (1 + dimension * SNAPPING_EXCESS * b / delta)
 
 
+def snapping_ideal_epsilon(budget: Fraction | float | str, *,
+                           sensitivity: Fraction | float | str,
+                           bound: Fraction | float | str, dimension: int = 1) -> Fraction:
+    """The ideal ε to run `snapping_laplace` with so that it costs exactly `budget`.
+
+    Inverse of `snapping_epsilon`: ``ε = budget / (1 + dimension·2^-49·B/Δ)``,
+    so a planner that reserved `budget` (e.g. ε/w per stream step) spends
+    exactly that; the noise scale grows by a factor ``1 + d·2^-49·B/Δ``.
+    Mironov 2012, Theorem 1 (see `snapping_epsilon`).
+
+    Args:
+        budget: the ε' that will be charged (> 0).
+        sensitivity: Δ, the L1 sensitivity of the released vector (> 0).
+        bound: B, the public bound of the released values (> 0), as passed to
+            `snapping_laplace` after rounding up to the grid (its ``bound``).
+        dimension: number of coordinates released (>= 1).
+
+    Returns:
+        The exact ε (< budget) to pass as ``epsilon``.
+
+    Raises:
+        MechanismParameterError: a parameter is not positive.
+    """
+    total = _positive(budget, "budget")
+    return total / (snapping_epsilon(1, sensitivity=sensitivity, bound=bound,
+                                     dimension=dimension))
+
+
 def snap_to_grid(values: np.ndarray, *, grid: float, bound: float) -> np.ndarray:
     """Clamp to [-B, B] and round to the nearest multiple of a power-of-two grid Λ.
 

@@ -14,6 +14,7 @@ from mechanisms.safe_sampling import (
     power_of_two_at_least,
     snap_to_grid,
     snapping_epsilon,
+    snapping_ideal_epsilon,
     snapping_laplace,
     uniform_doubles,
 )
@@ -139,3 +140,11 @@ def test_bad_values_and_grids_are_refused():
         snap_to_grid(np.zeros(2), grid=1.0, bound=0.5)
     with pytest.raises(MechanismParameterError):
         power_of_two_at_least(0)
+
+
+def test_ideal_epsilon_inverts_the_adjustment_exactly():
+    # a planner reserves ε/w per step; running at the ideal ε spends exactly that
+    budget = Fraction(1, 5)
+    ideal = snapping_ideal_epsilon(budget, sensitivity=1, bound=2**7)
+    assert ideal == budget / (1 + Fraction(2**7, 2**49))
+    assert snapping_epsilon(ideal, sensitivity=1, bound=2**7) == budget

@@ -163,6 +163,24 @@ def committed_charges(ledger_path: Path, release_id: str) -> dict[str, int]:
     return {str(u): int(q) for u, q in rows}
 
 
+def ledger_state(ledger_path: Path, release_id: str) -> str:
+    """How far a release got, as the ledger shows it: none, reserved (k entries), settled..."""
+    try:
+        con = duckdb.connect(str(ledger_path), read_only=True)
+    except duckdb.Error as err:
+        return f"unreadable ({type(err).__name__})"
+    try:
+        row = con.execute("SELECT state FROM releases WHERE release_id = ?",
+                          [release_id]).fetchone()
+        kinds = dict(con.execute("SELECT kind, count(*) FROM entries WHERE release_id = ? "
+                                 "GROUP BY kind", [release_id]).fetchall())
+    finally:
+        con.close()
+    if row is None:
+        return "none"
+    return f"{row[0]} ({kinds.get('reserve', 0)} reserve, {kinds.get('settle', 0)} settle)"
+
+
 def output_users(rdir: Path) -> set[str]:
     """User ids present in any Parquet output of a release directory."""
     import pyarrow.parquet as pq
@@ -294,6 +312,7 @@ class TrialResult:
     unverifiable: bool = False
     mismatched: bool = False
     notes: list[str] = field(default_factory=list)
+    after_kill: str = ""
 
     @property
     def ok(self) -> bool:
@@ -347,10 +366,11 @@ def run_trial(setup: Setup, ref: Reference, name: str, *, fault_at: str | None =
     crash = run_cli(args, cli_env(home, api_url=setup.api_url, fault_at=fault_at), cwd=work,
                     kill_after=kill_after)
     killed = crash.returncode == -signal.SIGKILL
-    res = TrialResult(ref.kind, fault, killed)
+    res = TrialResult(ref.kind, fault, killed, after_kill=ledger_state(ledger, ref.release_id))
     if not killed and crash.returncode != 0:
         res.lost = True
         res.notes.append(f"crash run exited {crash.returncode}: {crash.stderr[-400:]}")
+    check_outputs_are_charged(res, ledger, out / ref.release_id, "after the kill")
     rerun = run_cli(args, cli_env(home, api_url=setup.api_url), cwd=work)
     ver = run_cli(["ledger", "verify", "--ledger", str(ledger)], cli_env(home), cwd=work)
     return check_after_rerun(res, ref, ledger, out / ref.release_id,
@@ -380,11 +400,7 @@ def check_after_rerun(res: TrialResult, ref: Reference, ledger: Path, rdir: Path
         elif a < b:
             res.lost = True
             res.notes.append(f"account {key}: spent {a} < uninterrupted {b} (charge lost)")
-    users = output_users(rdir) if rdir.exists() else set()
-    charged = {u for u, q in committed_charges(ledger, ref.release_id).items() if q > 0}
-    if users - charged:
-        res.lost = True
-        res.notes.append(f"output rows without a committed charge: {sorted(users - charged)}")
+    users = check_outputs_are_charged(res, ledger, rdir, "after the rerun")
     if users != ref.users:
         res.lost = True
         res.notes.append(f"released users {sorted(users)} != uninterrupted {sorted(ref.users)}")
@@ -394,6 +410,17 @@ def check_after_rerun(res: TrialResult, ref: Reference, ledger: Path, rdir: Path
         bad = sorted(k for k in set(dig) | set(ref.digest) if dig.get(k) != ref.digest.get(k))
         res.notes.append(f"outputs differ from the uninterrupted run: {bad}")
     return res
+
+
+def check_outputs_are_charged(res: TrialResult, ledger: Path, rdir: Path, when: str) -> set[str]:
+    """Flag output rows of users without a committed charge; return the output users."""
+    users = output_users(rdir) if rdir.exists() else set()
+    charged = {u for u, q in committed_charges(ledger, rdir.name).items() if q > 0}
+    if users - charged:
+        res.lost = True
+        res.notes.append(f"{when}: output rows without a committed charge: "
+                         f"{sorted(users - charged)}")
+    return users
 
 
 def summary_line(results: list[TrialResult]) -> str:

@@ -9,6 +9,7 @@ SIGKILLed at a fault point and from outside after a delay.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import harness
@@ -56,13 +57,13 @@ def test_reference_charges_what_theory_says(references, setup):
     # The template spent 1/3 for user-0, user-2 and user-3 on tracks. The release
     # charges 1/2 per curve; users 1, 3, 5 have two curves (cap 4: all admitted).
     ref = references["curves"]
-    expected = {f"user-{u}": (1 + u % 2) * harness.Fraction(1, 2)
-                + (harness.Fraction(1, 3) if u in (0, 2, 3) else 0) for u in range(6)}
+    expected = {f"user-{u}": (1 + u % 2) * Fraction(1, 2)
+                + (Fraction(1, 3) if u in (0, 2, 3) else 0) for u in range(6)}
     assert {k[0]: v for k, v in ref.balances.items() if k[1] == "tracks"} == expected
     assert ref.users == {f"user-{u}" for u in range(6)}
     # streams: 2 per window of w = 4 steps, i.e. 1/2 per sample; any window's sum is 2.
     streams = {k: v for k, v in references["streams"].balances.items() if k[1] == "meters"}
-    assert streams == {(f"meter-{u}", "meters", "s0"): harness.Fraction(2) for u in range(4)}
+    assert streams == {(f"meter-{u}", "meters", "s0"): Fraction(2) for u in range(4)}
 
 
 @pytest.mark.parametrize(("kind", "point"),
@@ -123,12 +124,6 @@ def test_real_sigkill_then_rerun(name, point, delay, setup, subprocess_reference
     assert res.ok, res.notes
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "flows gap: a SIGKILLed release leaves OUT/.staging/<uuid>/ (raw input chunks and noise "
-    "seed files, mode 0600) behind, and the rerun only removes its own new staging dir. "
-    "Fix: stage under OUT/.staging/<release_id>/<uuid> with a pid file, and at the start of "
-    "_release remove sibling dirs of the same release id whose pid is no longer alive "
-    "(os.kill(pid, 0) raises ProcessLookupError)."))
 def test_rerun_removes_staging_left_by_a_killed_run(setup, tmp_path):
     out = tmp_path / "out"
     stale = out / ".staging" / "0123456789abcdef0123456789abcdef"   # what a SIGKILL leaves

@@ -96,7 +96,7 @@ def test_ledger_and_validate_commands(world, data):
     _invoke(world, data.draw(_argv(world, LEDGER_CMDS)))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["curves", "streams"]),
        domain=st.sampled_from(["tracks", "meters", "nope", "'; DROP TABLE domains;--"]),
