@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from prefect import task
 
 from mechanisms.reconstruct import cpr
-from tasks.staging import write_parquet
+from tasks.staging import group_spans, write_parquet
 
 
 def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
@@ -33,11 +33,7 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
     y = table.column("y").to_numpy()
     out_u, out_s, out_step, out_v = [], [], [], []
     summaries: list[dict[str, Any]] = []
-    i, n = 0, len(users)
-    while i < n:
-        j = i
-        while j < n and users[j] == users[i] and streams[j] == streams[i]:
-            j += 1
+    for i, j in group_spans(users, streams):
         st = steps[i:j]
         summary: dict[str, Any] = {"user_id": users[i], "stream_id": streams[i],
                                    "samples": int(j - i)}
@@ -54,7 +50,6 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
             out_step.append(st)
             out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
         summaries.append(summary)
-        i = j
     write_parquet(pa.table({
         "user_id": pa.array(out_u, pa.string()),
         "stream_id": pa.array(out_s, pa.string()),

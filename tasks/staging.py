@@ -44,6 +44,19 @@ def write_parquet(table: pa.Table, path: Path, *, private: bool = False) -> None
     os.replace(tmp, path)
 
 
+def group_spans(first: list[str], second: list[str]) -> list[tuple[int, int]]:
+    """Half-open row spans [i, j) of consecutive rows with equal (first, second) keys."""
+    spans: list[tuple[int, int]] = []
+    i, n = 0, len(first)
+    while i < n:
+        j = i + 1
+        while j < n and first[j] == first[i] and second[j] == second[i]:
+            j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
 @dataclass(frozen=True)
 class StagedChunk:
     """One chunk of validated users on disk."""
@@ -84,18 +97,12 @@ def read_curve_chunk(path: str | Path, value_columns: Iterable[str]) -> list[Use
     v = np.column_stack([table.column(c).to_numpy() for c in names]) if len(t) else np.empty(
         (0, len(names)))
     out: list[UserCurves] = []
-    i = 0
-    n = len(users)
-    while i < n:
-        j = i
-        while j < n and users[j] == users[i] and curves[j] == curves[i]:
-            j += 1
+    for i, j in group_spans(users, curves):
         curve = Curve(curve_id=curves[i], t=t[i:j].copy(), values=v[i:j].copy())
         if out and out[-1].user_id == users[i]:
             out[-1].curves.append(curve)
         else:
             out.append(UserCurves(user_id=users[i], curves=[curve], fingerprint=""))
-        i = j
     return out
 
 
@@ -126,18 +133,12 @@ def read_stream_chunk(path: str | Path) -> list[UserStreams]:
     steps = table.column("step").to_numpy()
     vals = table.column("value").to_numpy()
     out: list[UserStreams] = []
-    i = 0
-    n = len(users)
-    while i < n:
-        j = i
-        while j < n and users[j] == users[i] and streams[j] == streams[i]:
-            j += 1
+    for i, j in group_spans(users, streams):
         stream = Stream(stream_id=streams[i], steps=steps[i:j].copy(), values=vals[i:j].copy())
         if out and out[-1].user_id == users[i]:
             out[-1].streams.append(stream)
         else:
             out.append(UserStreams(user_id=users[i], streams=[stream], fingerprint=""))
-        i = j
     return out
 
 
