@@ -13,6 +13,7 @@ w-event costs are per time step and stored as runs of equal per-step cost
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Rational
@@ -46,6 +47,25 @@ def exact(x: float | int | str | Fraction) -> Fraction:
         return exact(float(x))  # numpy scalars
     except (TypeError, ValueError) as err:
         raise ValueError(f"a privacy parameter must be a number, got {type(x).__name__}") from err
+
+
+def float_at_most(value: Fraction) -> float:
+    """Largest float that does not exceed the exact budget `value`.
+
+    Samplers must never use more budget than the ledger charges, so the float
+    handed to them is rounded down, never to nearest.
+    """
+    f = float(value)
+    if Fraction(f) > value:
+        f = math.nextafter(f, 0.0)
+    return f
+
+
+def scale_at_least(scale: float) -> float:
+    """`scale` moved up by one ulp: a noise scale computed in floating point,
+    rounded so that it is never below the exact scale it approximates.
+    """
+    return math.nextafter(scale, math.inf)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import exact
+from mechanisms.cost import exact, float_at_most
 from mechanisms.errors import MechanismParameterError
 
 
@@ -42,7 +42,8 @@ def check_rng(rng: object) -> np.random.Generator:
 
 def svt_epsilon(notion: str, amount: Fraction) -> float:
     """ε with which an SVT step of budget `amount` runs: ε, or √(2ρ) under CGP (Lemma C.1)."""
-    return float(amount) if notion == "gp" else math.sqrt(2.0 * float(amount))
+    return (float_at_most(amount) if notion == "gp"
+            else math.nextafter(math.sqrt(2.0 * float_at_most(amount)), 0.0))
 
 
 def check_beta(beta: float) -> float:

@@ -12,6 +12,7 @@ import math
 
 from scipy import special
 
+from mechanisms.cost import scale_at_least
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["eta", "eta_closed_form", "expected_noise_norm", "err_bound", "noise_scale"]
@@ -67,9 +68,9 @@ def noise_scale(notion: str, budget: float) -> float:
     if budget <= 0:
         raise MechanismParameterError("the privacy budget must be > 0")
     if notion == "gp":
-        return 1.0 / budget
+        return scale_at_least(1.0 / budget)
     if notion == "cgp":
-        return 1.0 / math.sqrt(2.0 * budget)
+        return scale_at_least(1.0 / math.sqrt(2.0 * budget))
     raise MechanismParameterError(f"notion must be 'gp' or 'cgp', got {notion!r}")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from mechanisms.cost import Cost, CostItem
+from mechanisms.cost import Cost, CostItem, float_at_most
 from mechanisms.curves._budget import budget, check_rng
 from mechanisms.curves._piecewise import SubPieces, check_curve
 from mechanisms.curves.bases import LocalBasis, PiecewiseBasis, SincBasis, make_basis
@@ -114,7 +114,7 @@ def privatize_coefficients(
         The noisy coefficients ã, same shape.
     """
     check_rng(rng)
-    scale = noise_scale(notion, float(amount))
+    scale = noise_scale(notion, float_at_most(amount))
     dim = a.size
     z = (slap(dim, rng=rng) if notion == "gp" else gaussian(dim, rng=rng)).reshape(a.shape)
     if chols is not None:
@@ -223,7 +223,8 @@ def project_and_privatize(
     ta, va = check_curve(t, values)
     basis_obj, edges = _resolve_basis(basis, ta, breakpoints, basis_options)
     a, chols = _fit(ta, va, basis_obj, edges)
-    noisy = privatize_coefficients(a, notion=notion, amount=float(amount), rng=rng, chols=chols)
+    noisy = privatize_coefficients(a, notion=notion, amount=float_at_most(amount), rng=rng,
+                                   chols=chols)
     cost = Cost(notion=notion, requested=amount, items=(CostItem("project", notion, amount),))
     diag = {"dim": int(a.size), "segments": int(edges.size - 1), "basis": basis_obj.name}
     return _as_function(basis_obj, edges, noisy, cost, notion, float(amount), diag)

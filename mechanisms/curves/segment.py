@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy.special import comb
 
-from mechanisms.cost import Cost, CostItem
+from mechanisms.cost import Cost, CostItem, float_at_most, scale_at_least
 from mechanisms.curves._budget import budget, check_beta, check_rng, svt_epsilon
 from mechanisms.curves._piecewise import SubPieces, check_curve, nodes_for_degree
 from mechanisms.curves.bases import LegendreBasis
@@ -244,12 +244,12 @@ def reduce_seg(
     mn = tree.m * tree.n
     step = share / 2**level
     if notion == "gp":
-        scale = 2**level / float(share)
+        scale = scale_at_least(2**level / float_at_most(share))
         err = d + rng.laplace(0.0, scale)
         tau = (h_count / 2) * _E_FACTOR * mn / (2.0 * float(big_b))
         slack = scale * math.log(2**k1 / beta) if margin else 0.0
     else:
-        scale = math.sqrt(2**level) / math.sqrt(2.0 * float(share))
+        scale = scale_at_least(math.sqrt(2**level) / math.sqrt(2.0 * float_at_most(share)))
         err = d + scale * rng.standard_normal()
         tau = (math.sqrt(h_count * mn) - math.sqrt(h_count * mn / 2)) / math.sqrt(
             2.0 * 2.0 * float(big_b)

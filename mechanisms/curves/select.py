@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import Cost, CostItem
+from mechanisms.cost import Cost, CostItem, float_at_most
 from mechanisms.curves._budget import budget, check_rng, svt_epsilon
 from mechanisms.curves._piecewise import SubPieces, check_curve
 from mechanisms.curves.bases import LegendreBasis
@@ -143,7 +143,7 @@ def privfuncselect(
         cost=cost,
         dim=int(k1 * n),
         noise_notion=notion,
-        noise_budget=float(amount - 3 * quarter),
+        noise_budget=float_at_most(amount - 3 * quarter),
         diagnostics={
             "max_terms": max_terms,
             "k_bar": int(k_bar),

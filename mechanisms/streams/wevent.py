@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import StepRun, WEventCost, compress_steps, exact
+from mechanisms.cost import StepRun, WEventCost, compress_steps, exact, float_at_most
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.square_wave import (
     _check_unit_interval,
@@ -58,24 +58,6 @@ class StreamRelease:
     published: np.ndarray
     start_step: int = 0
     info: dict = field(default_factory=dict)
-
-
-def float_at_most(value: Fraction) -> float:
-    """Largest float that does not exceed the exact budget `value`.
-
-    The sampler must never use more budget than the ledger is charged, so the
-    float handed to it is rounded down, never to nearest.
-
-    Args:
-        value: exact positive budget.
-
-    Returns:
-        A float f with Fraction(f) <= value.
-    """
-    f = float(value)
-    if Fraction(f) > value:
-        f = float(np.nextafter(f, 0.0))
-    return f
 
 
 def check_wevent_params(epsilon: object, w: object, start_step: object = 0) -> Fraction:
