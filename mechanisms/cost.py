@@ -62,8 +62,10 @@ def float_at_most(value: Fraction) -> float:
 
 
 def scale_at_least(scale: float) -> float:
-    """`scale` moved up by one ulp: a noise scale computed in floating point,
-    rounded so that it is never below the exact scale it approximates.
+    """Return `scale` moved up by one ulp.
+
+    A noise scale computed in floating point may round below the exact scale
+    it approximates; one ulp up makes it never smaller.
     """
     return math.nextafter(scale, math.inf)
 
