@@ -108,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "ok" if res.ok else "FAIL"
             print(f"{i:>5}  {kind:<8} {res.fault:<28} {str(res.killed):<6} "
                   f"{res.after_kill:<34} {verdict:<6} {'; '.join(res.notes)}", flush=True)
+        # the uninterrupted run must be reproducible over the whole soak: if the
+        # code changed under a running soak, its mismatches mean nothing
+        for kind, ref in refs.items():
+            again = harness.reference_run(setup, kind, ref.release_id, tag="end")
+            if again.digest != ref.digest:
+                print(f"WARNING: the uninterrupted {kind} run changed during the soak "
+                      "(code changed?); rerun the soak", flush=True)
     finally:
         if server is not None:
             server.__exit__()

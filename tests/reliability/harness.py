@@ -256,33 +256,40 @@ class Run:
 
 def run_cli(args: list[str], env: dict[str, str], *, cwd: Path, timeout: float = 600,
             kill_after: float | None = None) -> Run:
-    """Run the CLI; with `kill_after`, SIGKILL its whole process group after that many seconds."""
+    """Run the CLI; with `kill_after`, SIGKILL its whole process group after that many seconds.
+
+    Output goes to files, not pipes: a CLI that SIGKILLs itself at a fault point
+    leaves its temporary Prefect server (same process group) holding inherited
+    pipes, and waiting for their end would hang; the group is killed once the
+    CLI process itself has ended.
+    """
+    import tempfile
+
     start = time.monotonic()
-    proc = subprocess.Popen([*privpipe_cmd(), *args], env=env, cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
     killed = False
-    try:
-        if kill_after is not None:
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([*privpipe_cmd(), *args], env=env, cwd=cwd, text=True,
+                                stdout=out, stderr=err, start_new_session=True)
+        try:
             try:
-                out, err = proc.communicate(timeout=kill_after)
+                proc.wait(timeout=kill_after if kill_after is not None else timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                out, err = proc.communicate(timeout=timeout)
-        else:
-            out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return Run(-1, out, err + "\n[harness: timed out]", time.monotonic() - start)
-    finally:
-        # the ephemeral Prefect server is a child in the same session: never leave it behind
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return Run(proc.returncode, out, err, time.monotonic() - start, killed)
+                killed = kill_after is not None
+                proc.wait()
+        finally:
+            # the ephemeral Prefect server is a child in the same session: never leave it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if not killed and kill_after is None and proc.returncode == -signal.SIGKILL \
+            and time.monotonic() - start >= timeout:
+        stderr += "\n[harness: timed out]"
+    return Run(proc.returncode, stdout, stderr, time.monotonic() - start, killed)
 
 
 # --------------------------------------------------------------------------- trials
@@ -339,9 +346,9 @@ def make_setup(root: Path, *, api_url: str | None = None) -> Setup:
     return Setup(root, template, root / "template" / "policy.toml", inputs, api_url)
 
 
-def reference_run(setup: Setup, kind: str, release_id: str) -> Reference:
+def reference_run(setup: Setup, kind: str, release_id: str, *, tag: str = "ref") -> Reference:
     """Run `release_id` uninterrupted on a fresh copy of the template."""
-    work = setup.root / f"ref-{kind}-{release_id}"
+    work = setup.root / f"{tag}-{kind}-{release_id}"
     ledger = clone_ledger(setup.template, work / "home")
     out = work / "out"
     run = run_cli(release_args(kind, setup.inputs[kind], release_id, out, ledger, setup.policy),
