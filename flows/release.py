@@ -24,7 +24,7 @@ from prefect.utilities.annotations import quote
 from flows.faults import fault_point
 from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
-from mechanisms.cost import exact
+from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.policy import Domain, load_policy
 from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
@@ -181,23 +181,29 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             if i == 0:
                 fault_point("after_first_chunk")
         fault_point("after_settle")
+        periods: list[dict[str, Any]] = []
+        if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
+            # Post-processing of the private samples, chunk by chunk (bounded memory).
+            recon = [reconstruct_streams.submit(
+                r.output_paths["samples"], float_at_most(spec.epsilon_per_step),
+                str(staging / f"reconstruction-{r.index:05d}.parquet")) for r in results]
+            for r, fut in zip(results, recon, strict=True):
+                periods.extend(fut.result())
+                r.output_paths["reconstruction"] = str(
+                    staging / f"reconstruction-{r.index:05d}.parquet")
         rdir = out_root / rid
         rdir.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
         counts: dict[str, int] = {}
-        names = ("values", "segments", "curves") if kind == "curves" else ("samples",)
+        names = (("values", "segments", "curves") if kind == "curves" else
+                 ("samples", "reconstruction") if periods else ("samples",))
         for name in names:
             chunk_files = [r.output_paths[name] for r in results]
             if chunk_files:
                 counts[f"{name}_rows"] = merge_outputs(chunk_files, rdir / f"{name}.parquet")
                 files[name] = f"{name}.parquet"
                 fault_point("between_merges")
-        periods: list[dict[str, Any]] = []
-        if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr" and "samples" in files:
-            periods = reconstruct_streams(str(rdir / "samples.parquet"),
-                                          float(spec.epsilon_per_step),
-                                          str(rdir / "reconstruction.parquet"))
-            files["reconstruction"] = "reconstruction.parquet"
+
         fault_point("after_outputs")
         first_seq, last_seq = ledger.entry_range(rid) or (None, None)
         bounds = [b for r in results for b in r.error_bounds]

@@ -10,10 +10,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "font.size": 9,
                      "svg.hashsalt": "privpipe", "path.simplify": True})
+
+
+def _head(path: Path) -> pa.Table:
+    """The first row group of a release file: plots never load a whole release."""
+    pf = pq.ParquetFile(path)
+    if pf.metadata.num_row_groups == 0:
+        return pf.schema_arrow.empty_table()
+    return pf.read_row_group(0)
 
 
 def _save(fig: plt.Figure, path: Path) -> str:
@@ -28,7 +37,7 @@ def plot_private_curves(values_path: Path, value_columns: Sequence[str], out: Pa
                         units: str, value_unit: str = "", time_unit: str = "",
                         max_curves: int = 6) -> str:
     """Plot the first `max_curves` released (private) curves: never raw data."""
-    table = pq.read_table(values_path)
+    table = _head(values_path)
     users = table.column("user_id").to_pylist()
     curves = table.column("curve_id").to_pylist()
     t = table.column("t").to_numpy()
@@ -72,7 +81,7 @@ def plot_private_curves(values_path: Path, value_columns: Sequence[str], out: Pa
 def plot_private_streams(samples_path: Path, recon_path: Path | None, out: Path,
                          max_steps: int = 480) -> str:
     """Plot the first stream's privatized samples and its CPR reconstruction."""
-    table = pq.read_table(samples_path)
+    table = _head(samples_path)
     users = table.column("user_id").to_pylist()
     streams = table.column("stream_id").to_pylist()
     n = 0
@@ -84,7 +93,7 @@ def plot_private_streams(samples_path: Path, recon_path: Path | None, out: Path,
     fig, ax = plt.subplots(figsize=(8, 3.8))
     ax.plot(steps, y, ".", ms=2.5, alpha=0.5, color="tab:gray", label="Square Wave reports y")
     if recon_path is not None and recon_path.exists():
-        rec = pq.read_table(recon_path)
+        rec = _head(recon_path)
         ru = rec.column("user_id").to_pylist()
         rs = rec.column("stream_id").to_pylist()
         sel = [i for i in range(min(len(ru), max_steps * 2))

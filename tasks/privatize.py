@@ -22,8 +22,10 @@ from prefect import task
 
 from mechanisms import curves as mc
 from mechanisms import streams as ms
-from mechanisms.cost import Cost, StepRun, WEventCost, exact
+from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
+from mechanisms.curves import PrivateFunction, noise_scale
 from mechanisms.errors import MechanismParameterError
+from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from tasks.stage import contiguous_ranges
 from tasks.staging import read_curve_chunk, read_seeds, read_stream_chunk, write_parquet
 
@@ -120,6 +122,25 @@ def _run_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec,
     return mc.baseline_points(t, values, min(k, len(t)), rng=rng, **kw, **opts)
 
 
+# Released floats are rounded to a power-of-two grid far below the noise scale
+# (post-processing, free): the low-order bits of a floating-point sampler's
+# output, which precision attacks read (Mironov 2012), are not released.
+# See SECURITY.md, "Sampling safety".
+_GRID_BELOW_NOISE = 2.0**-20
+_SW_GRID = 2.0**-24
+_HUGE_BOUND = 2.0**900
+
+
+def _snapped(res: Any, spec: CurveSpec) -> Any:
+    """The private function with its noisy coefficients snapped to the release grid."""
+    scale = noise_scale(spec.notion, float_at_most(spec.amount))
+    grid = power_of_two_at_least(scale) * _GRID_BELOW_NOISE
+    arrays = res.to_arrays()
+    arrays["coefficients"] = snap_to_grid(np.asarray(arrays["coefficients"]), grid=grid,
+                                          bound=_HUGE_BOUND)
+    return PrivateFunction.from_arrays(arrays)
+
+
 def _costs_equal_request(cost: Cost, spec: CurveSpec) -> None:
     if cost.requested != spec.amount or cost.total > spec.amount:
         raise AssertionError(
@@ -155,6 +176,7 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
         for curve in sorted(user.curves, key=lambda c: c.curve_id):
             res = _run_curve(curve.t, curve.values, spec, rng)
             _costs_equal_request(res.cost, spec)
+            fn = _snapped(res, spec)
             costs.append((user.user_id, f"curve:{curve.curve_id}", res.cost, ""))
             bounds.append(float(res.error_bound(spec.beta)))
             duration = float(curve.t[-1] - curve.t[0])
@@ -162,12 +184,12 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
             diags.append(dict(getattr(res, "diagnostics", {}) or {}))
             grid = (curve.t if spec.evaluate_on == "input"
                     else np.linspace(curve.t[0], curve.t[-1], len(curve.t)))
-            out = np.asarray(res.evaluate(grid), dtype=np.float64).reshape(len(grid), n_cols)
+            out = np.asarray(fn.evaluate(grid), dtype=np.float64).reshape(len(grid), n_cols)
             val_rows["user_id"].extend([user.user_id] * len(grid))
             val_rows["curve_id"].extend([curve.curve_id] * len(grid))
             val_rows["t"].append(grid)
             val_cols.append(out)
-            arrays = res.to_arrays()
+            arrays = {**res.to_arrays(), "coefficients": fn.coefficients}
             cur_rows["user_id"].append(user.user_id)
             cur_rows["curve_id"].append(curve.curve_id)
             cur_rows["basis"].append(str(arrays["basis_name"]))
@@ -177,8 +199,8 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
             cur_rows["t_end"].append(float(curve.t[-1] - curve.t[0]))
             cur_rows["error_bound"].append(bounds[-1])
             cur_rows["cost"].append(json.dumps(arrays["cost"], sort_keys=True))
-            bps = getattr(res, "breakpoints", None)
-            coefs = getattr(res, "coefficients", None)
+            bps = fn.breakpoints
+            coefs = fn.coefficients
             if bps is not None and coefs is not None:
                 coefs = np.asarray(coefs, dtype=np.float64)
                 for s in range(coefs.shape[0]):
@@ -249,8 +271,10 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     for user in users:
         rng = np.random.default_rng(seeds[user.user_id])
         for stream in sorted(user.streams, key=lambda s: s.stream_id):
-            y = ms.square_wave(stream.values, epsilon_per_step=ms.float_at_most(eps_step),
+            y = ms.square_wave(stream.values, epsilon_per_step=float_at_most(eps_step),
                                rng=rng)
+            b = ms.square_wave_params(float_at_most(eps_step))[0]
+            y = snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + b + _SW_GRID) + 0.5
             cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(stream.steps, eps_step))
             costs.append((user.user_id, f"stream:{stream.stream_id}", cost, stream.stream_id))
             uid.extend([user.user_id] * len(y))

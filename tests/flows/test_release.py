@@ -186,3 +186,21 @@ def test_stored_release_can_be_re_evaluated(curves_csv, policy_file, ledger_path
     pts = values[(values.user_id == row.user_id) & (values.curve_id == row.curve_id)]
     np.testing.assert_allclose(fn.evaluate(pts.t.to_numpy()), pts[["x", "y"]].to_numpy(),
                                rtol=1e-9, atol=1e-6)
+
+
+def test_released_floats_lie_on_the_snapping_grid(curves_csv, streams_csv, policy_file,
+                                                 ledger_path, tmp_path):
+    """Low-order bits of the samplers never leave: outputs are snapped (SECURITY.md)."""
+    import numpy as np
+
+    res = _curves(curves_csv, policy_file, ledger_path, tmp_path / "c", release_id="grid-c")
+    segs = pq.read_table(Path(res["out"]) / "segments.parquet").to_pandas()
+    coefs = np.concatenate([np.asarray(c) for c in segs.coefficients])
+    grid = 2.0 * 2.0**-20  # power of two >= 1/ε (ε = 0.5) times 2^-20
+    assert np.all(np.abs(coefs / grid - np.rint(coefs / grid)) == 0)
+    res = release_streams(input_path=str(streams_csv), domain="meters", epsilon="1",
+                          out_dir=str(tmp_path / "s"), ledger_path=str(ledger_path),
+                          policy_path=str(policy_file), release_id="grid-s")
+    y = pq.read_table(Path(res["out"]) / "samples.parquet").column("y").to_numpy()
+    k = (y - 0.5) / 2.0**-24
+    assert np.all(k == np.rint(k))
