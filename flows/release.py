@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,13 @@ from schemas.errors import ParameterError
 from schemas.policy import Domain, load_policy
 from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
 from tasks.outputs import merge_outputs, write_json
-from tasks.privatize import CurveSpec, StreamSpec, privatize_curves, privatize_streams
+from tasks.privatize import (
+    ChunkResult,
+    CurveSpec,
+    StreamSpec,
+    privatize_curves,
+    privatize_streams,
+)
 from tasks.reconstruct import reconstruct_streams
 from tasks.report import write_release_report
 from tasks.stage import StagePlan, stage_input
@@ -130,7 +137,7 @@ def _new_staging(out_root: Path) -> Path:
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int, table: str | None,
-             scheduled_date: str | None) -> dict[str, Any]:
+             scheduled_date: str | None, in_flight: int = 8) -> dict[str, Any]:
     flow_name = "release_curves" if kind == "curves" else "release_streams"
     scheduled_date = scheduled_date or _scheduled_date()
     out_root = Path(out_dir)
@@ -161,25 +168,34 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                           flow_run_id=_flow_run_id())
         fault_point("after_reserve")
         seeds = write_chunk_seeds(ledger_path, rid, quote(plan), quote(admitted))
-        futures = []
+        # Submit chunks through a bounded window and settle them in chunk order:
+        # at most `in_flight` chunks are queued or running at once, so memory does
+        # not grow with the number of users whatever the task runner.
+        pending: deque[Any] = deque()
+        results: list[ChunkResult] = []
+
+        def settle_oldest() -> None:
+            res = pending.popleft().result()
+            if not results:
+                fault_point("before_first_settle")
+            settle_chunk(ledger_path, rid, dom.name, quote(res))
+            results.append(res)
+            if len(results) == 1:
+                fault_point("after_first_chunk")
+
         for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
             if not any(u in admitted for u in chunk.user_ids):
                 continue
             if isinstance(spec, CurveSpec):
-                futures.append(privatize_curves.submit(chunk.index, chunk.path, seeds_path,
+                pending.append(privatize_curves.submit(chunk.index, chunk.path, seeds_path,
                                                        dom.value_columns, spec, str(staging)))
             else:
-                futures.append(privatize_streams.submit(chunk.index, chunk.path, seeds_path,
+                pending.append(privatize_streams.submit(chunk.index, chunk.path, seeds_path,
                                                         spec, str(staging)))
-        results = []
-        for i, fut in enumerate(futures):
-            res = fut.result()
-            if i == 0:
-                fault_point("before_first_settle")
-            settle_chunk(ledger_path, rid, dom.name, quote(res))
-            results.append(res)
-            if i == 0:
-                fault_point("after_first_chunk")
+            if len(pending) >= in_flight:
+                settle_oldest()
+        while pending:
+            settle_oldest()
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
         if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
