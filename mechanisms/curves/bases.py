@@ -18,6 +18,7 @@ sub-piece for polynomial bases, closed forms for Fourier and sinc.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,7 @@ def _check_int(value: object, name: str, low: int, high: int) -> int:
     return int(value)
 
 
-class LocalBasis:
+class LocalBasis(ABC):
     """A basis of m functions on one segment [a, b], repeated per segment.
 
     Attributes:
@@ -60,13 +61,13 @@ class LocalBasis:
     degree: int | None = None
     orthonormal = True
 
+    @abstractmethod
     def params(self) -> dict[str, int | float]:
         """Plain parameters that rebuild this basis with `make_basis`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def values(self, t: np.ndarray, a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
         """Basis values at t for segment ends a, b (broadcast with t): shape (len(t), m)."""
-        raise NotImplementedError
 
     def gram(self, a: float, b: float) -> np.ndarray:
         """Gram matrix ∫_a^b φ_j φ_l dt, shape (m, m)."""

@@ -32,7 +32,7 @@ def test_l2_error_exact_for_piecewise_fit_matches_pointwise_difference():
 def test_curves_core_is_pure():
     allowed = {"numpy", "scipy", "mechanisms", "__future__"}
     std = {"math", "dataclasses", "fractions", "functools", "typing", "collections", "numbers",
-           "bisect"}
+           "bisect", "abc"}
     files = list((ROOT / "mechanisms" / "curves").glob("*.py"))
     files.append(ROOT / "mechanisms" / "metrics" / "curves.py")
     for path in files:
