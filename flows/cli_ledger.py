@@ -41,8 +41,8 @@ ledger_app.add_typer(policy_app, name="policy")
 
 LedgerOpt = Annotated[
     Path | None,
-    typer.Option("--ledger", help="Ledger file [default: $PRIVPIPE_HOME/ledger.duckdb "
-                                  "or ./.privpipe/ledger.duckdb]"),
+    typer.Option("--ledger", help="Ledger file (default: $PRIVPIPE_HOME/ledger.duckdb "
+                                  "or ./.privpipe/ledger.duckdb)"),
 ]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]
 

@@ -22,10 +22,10 @@ from schemas.errors import ParameterError
 release_app = typer.Typer(help="Release a data set under local privacy (charges the ledger).",
                           no_args_is_help=True)
 
-LedgerOpt = typer.Option(None, "--ledger", help="Ledger file [default: $PRIVPIPE_HOME/"
-                         "ledger.duckdb, else ./.privpipe/ledger.duckdb].")
-PolicyOpt = typer.Option(None, "--policy", help="Policy TOML [default: the bundled "
-                         "data/policy.toml].")
+LedgerOpt = typer.Option(None, "--ledger", help="Ledger file (default: $PRIVPIPE_HOME/"
+                         "ledger.duckdb, else ./.privpipe/ledger.duckdb).")
+PolicyOpt = typer.Option(None, "--policy", help="Policy TOML (default: the bundled "
+                         "data/policy.toml).")
 OutOpt = typer.Option(Path("out"), "--out", help="Output directory; each release writes "
                       "OUT/<release_id>/.")
 RunnerOpt = typer.Option("threads", "--task-runner",
@@ -83,8 +83,8 @@ def release_curves_cmd(
                                        help="Mechanism options as JSON, e.g. "
                                             "'{\"basis\": \"sinc\", \"m\": 200}'."),
     release_id: str | None = typer.Option(None, "--release-id",
-                                          help="Rerun key [default: derived from flow, domain, "
-                                               "input fingerprint and parameters]."),
+                                          help="Rerun key (default: derived from flow, domain, "
+                                               "input fingerprint and parameters)."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
     evaluate_on: str = typer.Option("grid", "--evaluate-on",
@@ -184,7 +184,7 @@ def evaluate_cmd(
     out: Path = OutOpt,
     epsilons: str | None = typer.Option(None, "--epsilons",
                                         help="Comma-separated ε values for every data set "
-                                             "[default: a grid per data set, in its units]."),
+                                             "(default: a grid per data set, in its units)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise (public data)."),
     verbose: bool = VerboseOpt,
 ) -> None:
@@ -243,7 +243,7 @@ def demo_cmd(
 
 @handle_errors
 def serve_cmd(
-    config: Path = typer.Option(..., "--config", help="Schedules TOML ([[release]] tables)."),
+    config: Path = typer.Option(..., "--config", help="Schedules TOML (\\[\\[release]] tables)."),
     port: int = typer.Option(4200, "--port", help="Port of the loopback Prefect server started "
                              "when PREFECT_API_URL is not set."),
     check: bool = typer.Option(False, "--check", help="Validate the schedules and build the "
