@@ -13,6 +13,7 @@ benchmarks/results/streams/.
 
     .venv/bin/python benchmarks/streams/period_accuracy.py [--quick] [--trials N]
         [--methods improved paper fperiodogram] [--datasets segments taylor italy]
+        [--ws 5 10 ...] [--out-suffix _w5]
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=None)
     ap.add_argument("--methods", nargs="+", default=["improved", "paper", "fperiodogram"])
     ap.add_argument("--datasets", nargs="+", default=["segments", "taylor", "italy"])
+    ap.add_argument("--ws", nargs="+", type=int, default=None, help="window sizes w to run")
+    ap.add_argument("--out-suffix", default="", help="suffix of the written .md/.png names")
     args = ap.parse_args(argv)
     trials = args.trials or (10 if args.quick else 100)
-    ws = [5, 15, 25] if args.quick else WS
+    ws = args.ws or ([5, 15, 25] if args.quick else WS)
     t0 = time.perf_counter()
     res, timing = run(args.datasets, args.methods, trials, ws, EPS)
     wall = time.perf_counter() - t0
@@ -115,7 +118,7 @@ def main(argv=None):
     if any(m == "fperiodogram" for m in args.methods):
         md.append(f"fperiodogram searches T ≤ min(n/3, {FPERIODOGRAM_TMAX}).")
     text = "\n".join(md)
-    suffix = "_quick" if args.quick else ""
+    suffix = ("_quick" if args.quick else "") + args.out_suffix
     (out / f"period_accuracy{suffix}.md").write_text(text + "\n")
     print(text)
 

@@ -54,6 +54,7 @@ _PRESETS = {
         "multiple_test": False,
         "rep_score": "cosine",
         "final": "vote",
+        "subharmonics": False,
     },
     "improved": {
         "mapping": "harmonic",
@@ -62,6 +63,7 @@ _PRESETS = {
         "multiple_test": True,
         "rep_score": "zscore",
         "final": "ftest",
+        "subharmonics": True,
     },
 }
 
@@ -426,21 +428,59 @@ def _fold_log_p(y: np.ndarray, period: int) -> tuple[float, float]:
     return float(stats.f.logsf(f, period - 1, n - period)), float(f)
 
 
+def _subharmonics(t: int, t_min: int) -> set[int]:
+    """round(t/m) (and its floor and ceiling) for m = 2, 3, ...: the periods that t repeats."""
+    out: set[int] = set()
+    for m in range(2, t // max(t_min, 1) + 1):
+        v = t / m
+        out.update({math.floor(v), math.ceil(v)})
+    return {v for v in out if v >= t_min}
+
+
 def _ftest_select(
-    y: np.ndarray, voted: int, per_scale: list[dict], *, t_min: int, t_max: int
+    y: np.ndarray,
+    voted: int,
+    per_scale: list[dict],
+    *,
+    t_min: int,
+    t_max: int,
+    subharmonics: bool = False,
 ) -> tuple[int, dict]:
-    """Pick, among the detector's own candidates, the most significant fold (spec §5 iii)."""
+    """Pick, among the detector's own candidates, the most significant fold (spec §5 iii).
+
+    Each fold's p-value uses its own (T − 1, n − T) degrees of freedom, so a
+    longer period pays for its extra phase means. With `subharmonics`, the
+    periods round(T/m) (m >= 2) of the winner are scored too and the selection
+    repeats until it is stable: a stream with a daily and a weekly cycle keeps
+    the daily one when that is the more significant fold, even if no window
+    proposed it (the weekly fold nests it, so it is always at least as large).
+    """
+    hi = min(t_max, y.size - 1)
     cands = {int(voted)}
     for e in per_scale:
         cands.update(int(t) for t in e["window_periods"])
         if "T_s" in e:
             cands.update({math.floor(e["T_s"]), math.ceil(e["T_s"])})
-    cands = {t for t in cands if t_min <= t <= min(t_max, y.size - 1)}
+    cands = {t for t in cands if t_min <= t <= hi}
     scored = {t: _fold_log_p(y, t) for t in sorted(cands)}
-    best = min(scored, key=lambda t: (scored[t][0], -scored[t][1], t))
+
+    def _key(t: int) -> tuple[float, float, int]:
+        return (scored[t][0], -scored[t][1], t)
+
+    best = min(scored, key=_key)
+    rounds = 0
+    while subharmonics and rounds < 8:
+        rounds += 1
+        extra = {t for t in _subharmonics(best, t_min) if t <= hi and t not in scored}
+        scored.update({t: _fold_log_p(y, t) for t in sorted(extra)})
+        new = min(scored, key=_key)
+        if new == best:
+            break
+        best = new
     return int(best), {
-        "candidates": {str(t): {"log_p": v[0], "F": v[1]} for t, v in scored.items()},
+        "candidates": {str(t): {"log_p": v[0], "F": v[1]} for t, v in sorted(scored.items())},
         "selected": int(best),
+        "subharmonics": bool(subharmonics),
     }
 
 
@@ -487,6 +527,7 @@ def detect_period_details(
     multiple_test: bool | None = None,
     rep_score: str | None = None,
     final: str | None = None,
+    subharmonics: bool | None = None,
     multiple_factors: tuple[int, ...] = (2, 3, 4),
     multiple_alpha: float = 1e-3,
     multiple_gain: float = 0.25,
@@ -521,6 +562,12 @@ def detect_period_details(
         final: ``"vote"`` (the paper: the voted period) or ``"ftest"`` (among
             the voted period, the per-scale medians and every window's T*, the
             one whose phase fold of the whole stream is most significant).
+        subharmonics: with ``final="ftest"``, also score the periods round(T/m),
+            m >= 2, of the selected fold and re-select until stable (default
+            on for ``"improved"``, off for ``"paper"``): a long period that
+            nests a shorter one (a weekly cycle over a daily one) is kept only
+            if its fold is the more significant with its own degrees of
+            freedom.
         multiple_test: test divisors and multiples (`multiple_factors`) of the
             winner with a nested F-test (level `multiple_alpha`, and the larger
             period must explain `multiple_gain` more signal variance).
@@ -540,6 +587,7 @@ def detect_period_details(
         multiple_test=multiple_test,
         rep_score=rep_score,
         final=final,
+        subharmonics=subharmonics,
     )
     for name, val in (
         ("top_k", top_k),
@@ -601,7 +649,12 @@ def detect_period_details(
         diag["voted_period"] = int(period)
         if opts["final"] == "ftest":
             period, diag["ftest_select"] = _ftest_select(
-                arr, period, per_scale, t_min=t_min, t_max=tmax
+                arr,
+                period,
+                per_scale,
+                t_min=t_min,
+                t_max=tmax,
+                subharmonics=bool(opts["subharmonics"]),
             )
         if opts["refine"]:
             radius = (
