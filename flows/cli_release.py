@@ -42,7 +42,11 @@ def _prepare(verbose: bool) -> None:
     configure_prefect()
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
-    import prefect  # noqa: F401  (configures logging once, then we quieten it)
+    # prefect.main runs Prefect's logging dictConfig (a plain `import prefect` is
+    # lazy and does not): configure it now, so the levels below are not reset when
+    # the flows module is imported, and a failed run prints our one-line error,
+    # not Prefect's traceback.
+    import prefect.main  # noqa: F401
 
     if not verbose:
         for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed"):
