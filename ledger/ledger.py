@@ -32,6 +32,8 @@ Guarantees (see also ``ledger/README.md``):
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import json
 import os
@@ -39,7 +41,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -238,6 +240,38 @@ def _process_lock(path: Path) -> threading.RLock:
         return lock
 
 
+@contextlib.contextmanager
+def _init_lock(directory: Path, deadline: float) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on `directory` (polling until `deadline`).
+
+    Raises:
+        LedgerBusyError: another process held the lock until the deadline.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # an unreadable directory: creating in it fails with a clear error anyway
+        yield
+        return
+    try:
+        attempt = 0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise LedgerBusyError(
+                        f"gave up waiting for another process creating a ledger in "
+                        f"{str(directory)!r}") from None
+                delay = min(0.25, 0.005 * 2 ** min(attempt, 6))
+                time.sleep(min(random.uniform(0, delay) + 0.001, max(0.0, deadline - now)))
+                attempt += 1
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _check_id(value: Any, what: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise ParameterError(f"{what} must be a string, got {type(value).__name__}")
@@ -370,8 +404,26 @@ class Ledger:
         """
         p = Path(path)
         kp = keys.key_path_for(p)
+        if lock_timeout <= 0:
+            raise ParameterError("lock_timeout must be > 0 seconds")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise LedgerOpenError(
+                f"cannot create directory {str(p.parent)!r}: {err.strerror}") from None
+        # Creating is check-then-create on two files: serialise it between processes (and
+        # threads) with an exclusive lock on the directory, held until the new database is
+        # committed and closed, so a concurrent init sees either nothing (and creates) or
+        # both files complete (and opens them).
+        with _init_lock(p.parent, time.monotonic() + float(lock_timeout)):
+            cls._create(p, kp)
+        return cls(p, actor=actor, lock_timeout=lock_timeout)
+
+    @staticmethod
+    def _create(p: Path, kp: Path) -> None:
+        """Create the database and its key unless both exist (caller holds the init lock)."""
         if p.exists() and kp.exists():
-            return cls(p, actor=actor, lock_timeout=lock_timeout)
+            return
         if p.exists():
             raise LedgerOpenError(
                 f"the ledger {str(p)!r} exists but its noise key {str(kp)!r} is missing; "
@@ -382,11 +434,6 @@ class Ledger:
                 f"a noise key {str(kp)!r} exists without its ledger {str(p)!r}; restore the "
                 "ledger or move the key away before creating a new ledger"
             )
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise LedgerOpenError(
-                f"cannot create directory {str(p.parent)!r}: {err.strerror}") from None
         key = keys.create_key(kp)
         try:
             con = duckdb.connect(str(p))
@@ -418,7 +465,6 @@ class Ledger:
             kp.unlink(missing_ok=True)
             raise
         con.close()
-        return cls(p, actor=actor, lock_timeout=lock_timeout)
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r})"

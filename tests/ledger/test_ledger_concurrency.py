@@ -186,3 +186,57 @@ def test_sigkill_at_random_moments(led, ledger_path):
     for delay in (0.9, 1.7):
         _crash_and_check(ledger_path, 2000, "loop", delay)
     assert Ledger(ledger_path).verify().ok
+
+
+INITER = textwrap.dedent("""
+    import json, sys
+    from ledger import Ledger
+
+    base, k = sys.argv[1], int(sys.argv[2])
+    print("READY", flush=True)
+    out = []
+    for i in range(k):
+        sys.stdin.readline()  # wait for the parent's go: both processes start together
+        try:
+            led = Ledger.init(f"{base}/ledger-{i}.duckdb", actor="init-race", lock_timeout=60)
+            out.append(["ok", str(led.noise_seed("r", "u"))])
+        except Exception as err:
+            out.append(["error", type(err).__name__, str(err)])
+        print("DONE", flush=True)
+    print(json.dumps(out), flush=True)
+""")
+
+
+def test_concurrent_init_of_a_new_path_is_safe(tmp_path):
+    rounds = 6
+    procs = [subprocess.Popen([PYTHON, "-c", INITER, str(tmp_path), str(rounds)], cwd=REPO,
+                              env=subprocess_env(), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "READY"
+    for _ in range(rounds):
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            assert p.stdout.readline().strip() == "DONE"
+    results = []
+    for p in procs:
+        p.stdin.close()
+        out = p.stdout.read()  # not communicate(): readline() may have buffered the last line
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+        results.append(json.loads(out))
+    for i in range(rounds):
+        a, b = results[0][i], results[1][i]
+        assert a[0] == "ok" and b[0] == "ok", (a, b)
+        assert a[1] == b[1]  # the same noise key: one process created it, the other opened it
+        path = tmp_path / f"ledger-{i}.duckdb"
+        con = duckdb.connect(str(path))
+        ids = con.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchall()
+        con.close()
+        assert len(ids) == 1
+        assert Ledger(path).verify().ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"ledger-{i}.duckdb" for i in range(rounds)]
+        + [f"ledger-{i}.duckdb.key" for i in range(rounds)])
