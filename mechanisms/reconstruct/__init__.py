@@ -3,7 +3,15 @@
 Spec: ``specs/MECHANISMS.md`` §2.3-§2.5 and §5. Paper: CPR (arXiv 2605.02724).
 """
 
-from mechanisms.reconstruct.cpr import PADDING_MODES, CPRResult, cpr, phase_groups, tile_template
+from mechanisms.reconstruct.cpr import (
+    FALLBACK_KINDS,
+    PADDING_MODES,
+    SHRINKAGE,
+    CPRResult,
+    cpr,
+    phase_groups,
+    tile_template,
+)
 from mechanisms.reconstruct.em import (
     PSEUDO_SAMPLES,
     EMResult,
@@ -21,9 +29,19 @@ from mechanisms.reconstruct.period import (
     fold_anova,
     repeatability,
 )
+from mechanisms.reconstruct.shrink import (
+    SMOOTHER_WINDOWS,
+    savgol_trace,
+    shrink_periodic,
+    sure_smooth,
+    sw_noise_variance,
+)
 
 __all__ = [
+    "FALLBACK_KINDS",
     "PADDING_MODES",
+    "SHRINKAGE",
+    "SMOOTHER_WINDOWS",
     "PERIOD_METHODS",
     "PSEUDO_SAMPLES",
     "CPRResult",
@@ -38,6 +56,10 @@ __all__ = [
     "phase_groups",
     "pseudo_samples",
     "repeatability",
+    "savgol_trace",
+    "shrink_periodic",
+    "sure_smooth",
+    "sw_noise_variance",
     "silverman_bandwidth",
     "sw_em",
     "tile_template",

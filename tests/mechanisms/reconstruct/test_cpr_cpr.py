@@ -97,3 +97,41 @@ def test_false_period_rate_on_aperiodic_reports_is_small():
         y = release_stream(np.full(800, 0.4), epsilon=5, w=5, rng=np.random.default_rng(seed)).y
         hits += not cpr(y, epsilon_per_step=1.0).diagnostics["fallback_constant"]
     assert hits <= 1
+
+
+def test_cpr_without_a_period_returns_a_shrunk_smoother_and_says_so():
+    t = np.arange(3000)
+    x = 0.5 + 0.35 * np.sin(2 * np.pi * t / 1700.0) * np.exp(-t / 4000.0)
+    rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(4))
+    res = cpr(rel.y, epsilon_per_step=1.0)
+    d = res.diagnostics
+    assert d["period_significant"] is False
+    assert d["path"] == "smoother" and d["fallback"] == "smoother"
+    assert d["fallback_constant"] is False
+    assert 0.0 < d["shrinkage"]["lambda"] <= 1.0 and d["shrinkage"]["window"] is not None
+    const = np.full(x.size, d["level"])
+    assert correlation_distance(x, res.reconstruction) < 0.2
+    assert np.mean((res.reconstruction - x) ** 2) < 0.3 * np.mean((const - x) ** 2)
+    old = cpr(rel.y, epsilon_per_step=1.0, fallback_kind="constant")
+    assert old.diagnostics["path"] == "constant" and np.ptp(old.reconstruction) == 0.0
+    json.dumps(d, allow_nan=False)
+    with pytest.raises(MechanismParameterError):
+        cpr(rel.y, epsilon_per_step=1.0, fallback_kind="flat")
+    with pytest.raises(MechanismParameterError):
+        cpr(rel.y, epsilon_per_step=1.0, shrinkage="js")
+
+
+def test_cpr_eb_shrinkage_leaves_a_significant_template_nearly_unchanged():
+    df = synthetic.periodic_stream(30, 40, seed=3, jitter=0.01)
+    x = df["value"].to_numpy()
+    rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(1))
+    raw = cpr(rel.y, epsilon_per_step=1.0)
+    eb = cpr(rel.y, epsilon_per_step=1.0, shrinkage="eb")
+    assert raw.diagnostics["path"] == eb.diagnostics["path"] == "periodic"
+    assert "shrinkage" not in raw.diagnostics
+    sh = eb.diagnostics["shrinkage"]
+    assert sh["lambda"] > 0.9 and sh["signal_energy"] > 0
+    # recentred on the EM level, scaled by λ: the shape is the same
+    assert np.mean(np.abs(eb.reconstruction - raw.reconstruction)) < 0.03
+    assert abs(correlation_distance(x, eb.reconstruction)
+               - correlation_distance(x, raw.reconstruction)) < 0.01

@@ -134,3 +134,18 @@ def test_bad_reports_rejected():
         detect_period(np.ones(5))
     with pytest.raises(MechanismParameterError):
         detect_period(np.r_[np.ones(20), np.nan])
+
+
+@pytest.mark.parametrize("trial", [2, 3, 14])
+def test_taylor_weekly_fold_does_not_hide_the_daily_period(trial):
+    # Benchmark (a) seeds (w = 5, ε = 5) where the detector used to return 336,
+    # the weekly period: 48 was not among the window candidates, and 336 only
+    # had its divisors 168/112/84 tested. Scoring the sub-harmonics 336/m with
+    # their own degrees of freedom brings 48 back.
+    x = _unit(loaders.taylor_stream()["value"].to_numpy())
+    y = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng([0, trial, 5, 5, 6])).y
+    assert detect_period(y, subharmonics=False) == 336
+    det = detect_period_details(y)
+    assert det.period == 48
+    cands = det.diagnostics["ftest_select"]["candidates"]
+    assert "48" in cands and cands["48"]["log_p"] < cands["336"]["log_p"]
