@@ -5,8 +5,9 @@ Each source becomes a SQL relation with the input's columns plus ``_row``, the
 name its row after DuckDB has sorted the data:
 
 - CSV (any other suffix, optionally gzip-compressed): read as text
-  (``all_varchar``) into a table of a private temporary DuckDB file, whose
-  insertion order is the file's record order; ``_row = rowid + 1``. Reading
+  (``all_varchar``) into a TEMP table of a private DuckDB connection (spilled
+  to its temporary directory beyond the memory limit), whose insertion order
+  is the file's record order; ``_row = rowid + 1``. Reading
   everything as text means one bad cell makes one bad row, not a bad column.
   A quoted field spanning several lines counts as one row.
 - Parquet (``.parquet``, ``.pq``): ``file_row_number + 1``.
@@ -193,8 +194,11 @@ def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, l
                               f"not a readable Parquet file: {_first_line(err)}") from None
         return rel
     try:
+        # A TEMP table: kept by DuckDB's buffer manager (spilled to the temporary
+        # directory beyond the memory limit), never compressed and checkpointed into
+        # the database file, which costs several times the parse itself.
         con.execute(
-            "CREATE TABLE src_csv AS SELECT * FROM read_csv(?, all_varchar = true, "
+            "CREATE TEMP TABLE src_csv AS SELECT * FROM read_csv(?, all_varchar = true, "
             "header = true, auto_detect = true)", [str(path)])
     except duckdb.Error as err:
         raise _file_error(label, "readable",

@@ -8,6 +8,12 @@ frame-wide rules ("t strictly increasing", "at least 2 points") rely on.
 
 Rule names (the ``check`` of each failure) are stable: `schemas.problems` turns
 them into `Problem` records with text that never includes the failing value.
+
+Every row rule also exists in vectorised form (`curve_rows_failing`,
+`stream_rows_failing`: numpy over whole arrays, the same helpers the pandera
+checks call), so that ingestion can screen a large batch in one pass and hand
+only the users that may fail to pandera, which then names each problem. The
+screen may flag more rows than pandera rejects, never fewer.
 """
 
 from __future__ import annotations
@@ -41,6 +47,42 @@ def _finite(s: pd.Series) -> pd.Series:
     return pd.Series(np.isfinite(s.to_numpy(dtype=np.float64)), index=s.index)
 
 
+def _in_range(v: np.ndarray, low: float, high: float, strict: bool) -> np.ndarray:
+    """Whether low <= v <= high (strictly inside with `strict`); NaN is False."""
+    with np.errstate(invalid="ignore"):
+        return ((v > low) & (v < high)) if strict else ((v >= low) & (v <= high))
+
+
+def same_group_as_previous(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Row i belongs to the same (id, key) group as row i - 1 (row 0: False)."""
+    same = np.zeros(len(ids), dtype=bool)
+    if len(ids) > 1:
+        same[1:] = (ids[1:] == ids[:-1]) & (keys[1:] == keys[:-1])
+    return same
+
+
+def not_increasing(t: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """Rows whose t does not exceed the previous row's t in the same group.
+
+    Rows whose t (or the previous row's t) is not finite are not flagged: they
+    already fail the "finite" rule.
+    """
+    bad = np.zeros(len(t), dtype=bool)
+    if len(t) > 1:
+        with np.errstate(invalid="ignore"):
+            bad[1:] = same[1:] & (t[1:] <= t[:-1]) & np.isfinite(t[1:]) & np.isfinite(t[:-1])
+    return bad
+
+
+def too_few_points(same: np.ndarray, minimum: int = 2) -> np.ndarray:
+    """Rows of groups (runs of `same`) with fewer than `minimum` rows."""
+    if len(same) == 0:
+        return np.zeros(0, dtype=bool)
+    gid = np.cumsum(~same) - 1
+    counts = np.bincount(gid)
+    return counts[gid] < minimum
+
+
 def finite_check() -> pa.Check:
     """Pandera check: every value is a finite float (NaN, missing and ±inf fail).
 
@@ -55,20 +97,15 @@ def range_check(low: float, high: float, name: str, *, strict: bool = False) -> 
     """Pandera check: low <= value <= high (strictly inside with `strict`); NaN skipped."""
 
     def _check(s: pd.Series) -> pd.Series:
-        v = s.to_numpy(dtype=np.float64)
-        ok = ((v > low) & (v < high)) if strict else ((v >= low) & (v <= high))
-        return pd.Series(ok, index=s.index)
+        return pd.Series(_in_range(s.to_numpy(dtype=np.float64), low, high, strict),
+                         index=s.index)
 
     return pa.Check(_check, name=name)
 
 
 def _same_group_as_previous(df: pd.DataFrame, key: str) -> np.ndarray:
-    u = df["user_id"].to_numpy(dtype=object)
-    k = df[key].to_numpy(dtype=object)
-    same = np.zeros(len(df), dtype=bool)
-    if len(df) > 1:
-        same[1:] = (u[1:] == u[:-1]) & (k[1:] == k[:-1])
-    return same
+    return same_group_as_previous(df["user_id"].to_numpy(dtype=object),
+                                  df[key].to_numpy(dtype=object))
 
 
 def increasing_check(key: str) -> pa.Check:
@@ -80,13 +117,8 @@ def increasing_check(key: str) -> pa.Check:
 
     def _check(df: pd.DataFrame) -> pd.Series:
         t = df["t"].to_numpy(dtype=np.float64)
-        ok = np.ones(len(df), dtype=bool)
-        if len(df) > 1:
-            same = _same_group_as_previous(df, key)
-            with np.errstate(invalid="ignore"):
-                bad = same[1:] & (t[1:] <= t[:-1]) & np.isfinite(t[1:]) & np.isfinite(t[:-1])
-            ok[1:] = ~bad
-        return pd.Series(ok, index=df.index)
+        bad = not_increasing(t, _same_group_as_previous(df, key))
+        return pd.Series(~bad, index=df.index)
 
     return pa.Check(_check, name=RULE_INCREASING)
 
@@ -95,15 +127,20 @@ def min_points_check(key: str, minimum: int = 2) -> pa.Check:
     """Frame check: every (user, `key`) group has at least `minimum` rows."""
 
     def _check(df: pd.DataFrame) -> pd.Series:
-        n = len(df)
-        if n == 0:
-            return pd.Series(np.ones(0, dtype=bool), index=df.index)
-        start = ~_same_group_as_previous(df, key)
-        gid = np.cumsum(start) - 1
-        counts = np.bincount(gid)
-        return pd.Series(counts[gid] >= minimum, index=df.index)
+        return pd.Series(~too_few_points(_same_group_as_previous(df, key), minimum),
+                         index=df.index)
 
     return pa.Check(_check, name=RULE_MIN_POINTS)
+
+
+def _step_out_of_range(v: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.abs(v) > MAX_STEP
+
+
+def _whole(v: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.floor(v) == v
 
 
 class _Samples(pa.DataFrameModel):
@@ -166,8 +203,7 @@ class StreamSamples(_Samples):
     @pa.check("t", name=RULE_STEP_RANGE)
     @classmethod
     def _step_range(cls, s: Series[float]) -> Series[bool]:
-        v = s.to_numpy(dtype=np.float64)
-        return pd.Series(~(np.abs(v) > MAX_STEP), index=s.index)
+        return pd.Series(~_step_out_of_range(s.to_numpy(dtype=np.float64)), index=s.index)
 
     @pa.dataframe_check(name=RULE_INCREASING)
     @classmethod
@@ -231,8 +267,86 @@ def stream_samples_schema(
     if integer_steps:
         col = schema.columns["t"]
         updates["t"] = col.set_checks([*col.checks, pa.Check(
-            lambda s: pd.Series(np.floor(s.to_numpy()) == s.to_numpy(), index=s.index),
+            lambda s: pd.Series(_whole(s.to_numpy()), index=s.index),
             name=RULE_INTEGER_STEP)])
     if updates:
         schema = schema.update_columns({k: {"checks": v.checks} for k, v in updates.items()})
     return schema
+
+
+# --------------------------------------------------------------------------- vectorised screen
+
+
+def _not_finite(v: np.ndarray) -> np.ndarray:
+    return ~np.isfinite(np.asarray(v, dtype=np.float64))
+
+
+def curve_rows_failing(
+    t: np.ndarray,
+    columns: dict[str, np.ndarray],
+    *,
+    same: np.ndarray,
+    bad_ids: np.ndarray,
+    lon_lat: tuple[str, str] | None = None,
+    mercator: bool = False,
+) -> np.ndarray:
+    """Rows that may fail a rule of `curve_samples_schema`, in one numpy pass.
+
+    Args:
+        t: float times, rows in (user, curve) order as for the schema.
+        columns: the float value columns by name (the lon and lat columns for
+            a projected domain).
+        same: row i is in the same (user, curve) group as row i - 1
+            (`same_group_as_previous`).
+        bad_ids: rows whose user id or curve id is missing or empty.
+        lon_lat: the (lon, lat) column names of a projected domain.
+        mercator: as in `curve_samples_schema`.
+
+    Returns:
+        A boolean mask over the rows: every row pandera would reject is True.
+    """
+    tt = np.asarray(t, dtype=np.float64)
+    bad = np.asarray(bad_ids, dtype=bool) | _not_finite(tt)
+    for name, v in columns.items():
+        bad |= _not_finite(v)
+        if lon_lat is not None and name == lon_lat[0]:
+            bad |= ~_in_range(v, *LON_RANGE, False)
+        elif lon_lat is not None and name == lon_lat[1]:
+            bad |= ~_in_range(v, *LAT_RANGE, mercator)
+    bad |= not_increasing(tt, same)
+    bad |= too_few_points(same)
+    return bad
+
+
+def stream_rows_failing(
+    t: np.ndarray,
+    value: np.ndarray,
+    *,
+    same: np.ndarray,
+    bad_ids: np.ndarray,
+    value_range: tuple[float, float] | None = None,
+    integer_steps: bool = False,
+) -> np.ndarray:
+    """Rows that may fail a rule of `stream_samples_schema`, in one numpy pass.
+
+    Args:
+        t: float step indices, rows in (user, stream) order as for the schema.
+        value: float values (the domain's unit, before normalisation).
+        same: row i is in the same (user, stream) group as row i - 1.
+        bad_ids: rows whose user id or stream id is missing or empty.
+        value_range: as in `stream_samples_schema`.
+        integer_steps: as in `stream_samples_schema`.
+
+    Returns:
+        A boolean mask over the rows: every row pandera would reject is True.
+    """
+    tt = np.asarray(t, dtype=np.float64)
+    v = np.asarray(value, dtype=np.float64)
+    bad = np.asarray(bad_ids, dtype=bool) | _not_finite(tt) | _not_finite(v)
+    bad |= _step_out_of_range(tt)
+    if value_range is not None:
+        bad |= ~_in_range(v, value_range[0], value_range[1], False)
+    if integer_steps:
+        bad |= ~_whole(tt)
+    bad |= not_increasing(tt, same)
+    return bad
