@@ -50,9 +50,13 @@ class CPRResult:
     """CPR output.
 
     Attributes:
-        period: the period used (detected, or supplied by the caller).
-        template: (period,) reconstructed cycle R̂ in [0, 1].
-        reconstruction: (n,) the tiled template aligned with the reports.
+        period: the period used (detected, or supplied by the caller). On
+            the ``"smoother"`` and ``"constant"`` paths it is the detected but
+            not significant period, and is not used.
+        template: (period,) reconstructed cycle R̂ in [0, 1] (the constant
+            level on the ``"smoother"`` and ``"constant"`` paths).
+        reconstruction: (n,) the tiled template aligned with the reports, or
+            the shrunk smoother / constant of the fallback.
         diagnostics: plain JSON-able values: detection diagnostics (candidates
             per scale, votes, repeatability, tests), EM iterations, padding,
             ``path`` (``"periodic"``: tiled template; ``"smoother"``: no
