@@ -25,6 +25,9 @@ from datetime import datetime
 from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined]
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 GENESIS_HASH = "0" * 64
 
 HASHED_COLUMNS: tuple[str, ...] = (
@@ -58,14 +61,15 @@ def _column_text(name: str, value: Any) -> str:
     return _estr(str(value))
 
 
-def _runs_text(runs: Sequence[Sequence[int]]) -> str:
+def runs_text(runs: Sequence[Sequence[int]]) -> str:
+    """Canonical text of an entry's step runs: ``[["start","stop","amount"],...]``."""
     return "[" + ",".join(f'["{int(a)}","{int(b)}","{int(q)}"]' for a, b, q in runs) + "]"
 
 
 def canonical(entry: dict[str, Any], runs: Sequence[Sequence[int]] = ()) -> bytes:
     """Canonical bytes of one entry (all hashed columns, then its step runs)."""
     parts = [_column_text(c, entry.get(c)) for c in HASHED_COLUMNS]
-    parts.append(_runs_text(runs))
+    parts.append(runs_text(runs))
     return ("[" + ",".join(parts) + "]").encode("utf-8")
 
 
@@ -77,24 +81,104 @@ def entry_hash(prev_hash: str, data: bytes) -> str:
     return h.hexdigest()
 
 
-class BatchEncoder:
-    """Fast canonical encoding of many entries that share most columns.
+_SPECIAL = r'[\x00-\x1f"\\]'  # what JSON string encoding escapes (see test_ledger_tamper)
+_CONTROL = r"[\x00-\x1f]"
+_SLICE = 1 << 16  # rows per Arrow join (keeps string offsets far below 2 GiB)
 
-    A reserve or settle of 100,000 users writes entries that differ only in a
-    few columns. The shared columns are encoded once, the others column by
-    column (repeated values memoised), and each entry's bytes come from one
-    format template. `encode_columns` produces exactly the bytes `canonical`
+
+def json_texts(values: pa.Array) -> pa.Array:
+    """JSON text of every value of a string array, exactly as `canonical` writes it.
+
+    ``null`` for None, else the text in double quotes with backslashes and double
+    quotes escaped; values with control characters (rare) go through
+    `json.encoder.encode_basestring` itself.
+    """
+    values = values.cast(pa.string())
+    special = pc.match_substring_regex(values, _SPECIAL)
+    if pc.any(special).as_py():
+        escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+        text = pc.binary_join_element_wise('"', escaped, '"', "")
+        control = pc.fill_null(pc.match_substring_regex(values, _CONTROL), False)
+        if pc.any(control).as_py():
+            exact_text = [_estr(v) for v in values.filter(control).to_pylist()]
+            text = pc.replace_with_mask(text, control, pa.array(exact_text, pa.string()))
+    else:
+        text = pc.binary_join_element_wise('"', values, '"', "")
+    return pc.fill_null(text, "null")
+
+
+def int_texts(values: pa.Array) -> pa.Array:
+    """JSON text of an integer column given as int64 or decimal strings: ``"123"`` or null."""
+    return pc.fill_null(pc.binary_join_element_wise('"', values.cast(pa.string()), '"', ""),
+                        "null")
+
+
+def encode_batch(
+    arrays: dict[str, pa.Array], shared: dict[str, Any], runs_texts: pa.Array | None = None
+) -> list[bytes]:
+    """Canonical bytes of n entries, built column by column with Arrow compute.
+
+    Args:
+        arrays: the varying columns, each an Arrow array of n values: integer
+            columns as int64 or decimal-integer strings, ``created_at`` as its
+            canonical text, the others as strings (None for NULL).
+        shared: the columns with one value for all n entries (any of HASHED_COLUMNS).
+        runs_texts: each entry's step runs as `runs_text` (None: no entry has runs).
+
+    Returns:
+        For each entry exactly ``canonical(entry, runs)`` (the tests check it).
+    """
+    n = len(next(iter(arrays.values()))) if arrays else 0
+    pieces: list[Any] = []
+    const = "["
+    for c in HASHED_COLUMNS:
+        if c in shared:
+            const += _column_text(c, shared[c])
+        else:
+            arr = arrays[c]
+            pieces += [const, int_texts(arr) if c in _INT_COLUMNS else json_texts(arr)]
+            const = ""
+        const += ","
+    if runs_texts is None:
+        const += "[]]"
+    else:
+        pieces += [const, runs_texts]
+        const = "]"
+    out: list[bytes] = []
+    for lo in range(0, n, _SLICE):
+        part = [p if isinstance(p, str) else p.slice(lo, _SLICE) for p in pieces]
+        joined = pc.binary_join_element_wise(*part, const, "")
+        out += joined.cast(pa.binary()).to_pylist()
+    return out
+
+
+def chain_hashes(prev_hash: str, data: Sequence[bytes]) -> list[str]:
+    """The hashes of consecutive entries after `prev_hash` (one SHA-256 each)."""
+    out = []
+    append = out.append
+    sha = hashlib.sha256
+    prev = prev_hash.encode("ascii")
+    for d in data:
+        h = sha(prev)
+        h.update(b"|")
+        h.update(d)
+        x = h.hexdigest()
+        append(x)
+        prev = x.encode("ascii")
+    return out
+
+
+class BatchEncoder:
+    """Canonical encoding of many entries that share most columns (Python values).
+
+    The shared columns are encoded once, the others column by column with Arrow
+    (`encode_batch`). `encode_columns` produces exactly the bytes `canonical`
     would for each entry (the tests check the equality).
     """
 
     def __init__(self, shared: dict[str, Any]):
         self._shared = dict(shared)
         self._varying = [c for c in HASHED_COLUMNS if c not in shared]
-        parts = [
-            "%s" if c not in shared else _column_text(c, shared[c]).replace("%", "%%")
-            for c in HASHED_COLUMNS
-        ]
-        self._template = "[" + ",".join(parts) + ",%s]"
 
     def encode(self, entry: dict[str, Any], runs: Sequence[Sequence[int]] = ()) -> bytes:
         """Canonical bytes of one entry (`entry` gives the columns not in `shared`)."""
@@ -105,27 +189,21 @@ class BatchEncoder:
         self, columns: dict[str, list[Any]], runs: Sequence[Sequence[Sequence[int]]]
     ) -> list[bytes]:
         """Canonical bytes of n entries given as columns (each a list of n values)."""
-        encoded = []
+        arrays = {}
         for c in self._varying:
             values = columns[c]
             if c in _INT_COLUMNS:
-                encoded.append(["null" if v is None else f'"{int(v)}"' for v in values])
-            elif c in _MEMO_COLUMNS:
-                memo: dict[Any, str] = {}
-                out = []
-                for v in values:
-                    t = memo.get(v)
-                    if t is None:
-                        t = memo[v] = _column_text(c, v)
-                    out.append(t)
-                encoded.append(out)
+                arrays[c] = pa.array([None if v is None else str(int(v)) for v in values],
+                                     pa.string())
+            elif c == "created_at":
+                arrays[c] = pa.array([None if v is None else format_ts(v) for v in values],
+                                     pa.string())
             else:
-                encoded.append(["null" if v is None else _column_text(c, v) for v in values])
-        encoded.append([_runs_text(r) if r else "[]" for r in runs])
-        template = self._template
-        return [(template % t).encode("utf-8") for t in zip(*encoded, strict=True)]
-
-
-_MEMO_COLUMNS = frozenset({"domain", "step", "stream_id", "kind", "notion", "cap", "detail",
-                           "reason", "amount", "created_at", "actor", "release_id", "mechanism",
-                           "parameters", "flow_run_id", "input_fingerprint"})
+                arrays[c] = pa.array([None if v is None else str(v) for v in values],
+                                     pa.string())
+        runs_texts = None
+        if any(runs):
+            runs_texts = pa.array([runs_text(r) for r in runs], pa.string())
+        if not arrays:  # every column shared
+            return [canonical({**self._shared}, r) for r in runs]
+        return encode_batch(arrays, self._shared, runs_texts)

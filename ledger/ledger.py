@@ -61,7 +61,15 @@ from ledger.amounts import (
     format_units,
     from_units,
 )
-from ledger.chain import GENESIS_HASH, BatchEncoder, canonical, entry_hash, format_ts
+from ledger.chain import (
+    GENESIS_HASH,
+    canonical,
+    chain_hashes,
+    encode_batch,
+    entry_hash,
+    format_ts,
+    runs_text,
+)
 from ledger.errors import (
     BudgetExceededError,
     LedgerBusyError,
@@ -215,6 +223,45 @@ class _Prepared:
 
 
 @dataclass
+class _Columns:
+    """The requests of one reserve call as columns."""
+
+    users: list[str]
+    domains: list[str]
+    steps: list[str]
+    streams: list[str]
+    notions: list[str]
+    amounts: list[Any]
+    runs: list[tuple[StepRun, ...]]
+
+
+@dataclass
+class _AccountWrites:
+    """Accounts to insert or update, as columns (cap and spent in quanta)."""
+
+    users: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)
+    streams: list[str] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)
+    spents: list[int] = field(default_factory=list)
+
+    def add(self, user: str, domain: str, stream: str, cap: int, spent: int) -> None:
+        """Queue one account row."""
+        self.users.append(user)
+        self.domains.append(domain)
+        self.streams.append(stream)
+        self.caps.append(cap)
+        self.spents.append(spent)
+
+
+def _new_decision(fields: dict[str, Any]) -> Decision:
+    """A `Decision` from a dict of all its fields (the frozen dataclass, built in one step)."""
+    d = object.__new__(Decision)
+    object.__setattr__(d, "__dict__", fields)
+    return d
+
+
+@dataclass
 class _Account:
     cap: int
     spent: int
@@ -288,6 +335,68 @@ def _check_id(value: Any, what: str, *, allow_empty: bool = False) -> str:
     return value
 
 
+def _ids_ok(values: list[Any], allow_empty: bool = False) -> bool:
+    """True if every value would pass `_check_id` (an all-at-once pre-check)."""
+    try:
+        joined = "".join(values)  # TypeError unless every value is a str
+    except TypeError:
+        return False
+    if "\x00" in joined:
+        return False
+    try:
+        joined.encode("utf-8")  # lone surrogates
+    except UnicodeEncodeError:
+        return False
+    if not values:
+        return True
+    lengths = list(map(len, values))
+    return max(lengths) <= _MAX_ID_CHARS and (allow_empty or min(lengths) > 0)
+
+
+def _distinct_ids_ok(values: list[Any], allow_empty: bool = False) -> bool:
+    """`_ids_ok` for a column with few distinct values (domains, steps, streams)."""
+    try:
+        distinct = list(set(values))
+    except TypeError:
+        return False
+    return _ids_ok(distinct, allow_empty)
+
+
+def _distinct_ok(values: list[Any], allowed: set[str]) -> bool:
+    try:
+        return set(values) <= allowed
+    except TypeError:
+        return False
+
+
+def _check_unique(
+    users: list[str], steps: list[str], streams: list[str], what: str, where: str
+) -> None:
+    """Refuse two entries of one call for the same (user_id, step, stream_id)."""
+    n = len(users)
+    if len(set(steps)) <= 1 and len(set(streams)) <= 1:
+        if len(set(users)) == n:
+            return
+    elif len(set(zip(users, steps, streams, strict=True))) == n:
+        return
+    seen: set[tuple[str, str, str]] = set()
+    for k in zip(users, steps, streams, strict=True):
+        if k in seen:
+            if what == "request":
+                raise ParameterError(
+                    f"duplicate request for user {k[0]!r}, step {k[1]!r}, stream "
+                    f"{k[2]!r} in one {where}"
+                )
+            raise ParameterError(f"duplicate settlement for user {k[0]!r}, step {k[1]!r}")
+        seen.add(k)
+
+
+def _row_columns(rows: list[dict[str, Any]], shared: dict[str, Any]) -> dict[str, list[Any]]:
+    """Entry rows (dicts) as the columns `Ledger._append` takes."""
+    return {c: [r.get(c) for r in rows] for c in _ENTRY_COLUMNS
+            if c not in shared and c not in ("seq", "entry_id", "prev_hash", "hash")}
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, Fraction):
         return str(obj)
@@ -337,6 +446,8 @@ _ENTRY_COLUMNS = (
     "mechanism", "parameters", "detail", "reason", "flow_run_id", "input_fingerprint",
 )
 _ENTRY_HUGE = ("amount", "cap", "balance_after")
+_ENTRY_TYPES = {"seq": "BIGINT", "created_at": "TIMESTAMP", "amount": "HUGEINT",
+                "cap": "HUGEINT", "balance_after": "HUGEINT"}
 
 
 # --------------------------------------------------------------------------- the ledger
@@ -593,78 +704,101 @@ class Ledger:
     def _append(
         self,
         con: duckdb.DuckDBPyConnection,
-        rows: list[dict[str, Any]],
-        runs: list[list[Run]],
+        cols: dict[str, list[Any]],
+        runs: list[list[Run]] | None,
         shared: dict[str, Any],
-    ) -> list[int]:
-        """Hash-chain and bulk-insert entries; returns their seqs. Updates chain_head."""
-        if not rows:
-            return []
+    ) -> range:
+        """Hash-chain and bulk-insert entries; returns their seqs. Updates chain_head.
+
+        `cols` holds the varying columns as lists of n Python values (a column whose
+        values are all equal is moved to `shared`), `shared` the columns with one
+        value for every entry, `runs` each entry's w-event step runs (None: none).
+        The canonical bytes are built column by column (`chain.encode_batch`); only
+        the SHA-256 link is computed per entry.
+        """
+        n = len(next(iter(cols.values()))) if cols else 0
+        if n == 0:
+            return range(0)
+        shared = dict(shared)
+        for c, values in list(cols.items()):
+            if values.count(values[0]) == n:  # one value for all: encoded and bound once
+                shared[c] = values[0]
+                del cols[c]
         last_seq, last_hash = self._head(con)
-        n = len(rows)
+        seqs = range(last_seq + 1, last_seq + 1 + n)
         ids = os.urandom(16 * n).hex()
-        seqs = list(range(last_seq + 1, last_seq + 1 + n))
-        cols: dict[str, list[Any]] = {}
-        for c in _ENTRY_COLUMNS:
-            if c in shared:
-                cols[c] = [shared[c]] * n
-            elif c not in ("seq", "entry_id", "prev_hash", "hash"):
-                cols[c] = [r.get(c) for r in rows]
-        cols["seq"] = seqs
-        cols["entry_id"] = [ids[32 * i: 32 * i + 32] for i in range(n)]
-        prev = last_hash
-        prevs, hashes = [], []
-        for data in BatchEncoder(shared).encode_columns(cols, runs):
-            prevs.append(prev)
-            prev = entry_hash(prev, data)
-            hashes.append(prev)
-        cols["prev_hash"], cols["hash"] = prevs, hashes
-        cols = {c: cols[c] for c in _ENTRY_COLUMNS}
-        run_cols: dict[str, list[Any]] = {
-            c: [] for c in ("seq", "kind", "user_id", "domain", "stream_id", "run_start",
-                            "run_stop", "amount")
+        arrays: dict[str, pa.Array] = {
+            "seq": pa.array(seqs, pa.int64()),
+            "entry_id": pa.array([ids[i: i + 32] for i in range(0, 32 * n, 32)], pa.string()),
         }
-        for i, rr in enumerate(runs):
-            if not rr:
-                continue
-            row = rows[i]
-            for a, b, q in rr:
-                run_cols["seq"].append(seqs[i])
-                run_cols["kind"].append(row["kind"])
-                run_cols["user_id"].append(row["user_id"])
-                run_cols["domain"].append(row["domain"])
-                run_cols["stream_id"].append(row["stream_id"])
-                run_cols["run_start"].append(a)
-                run_cols["run_stop"].append(b)
-                run_cols["amount"].append(q)
-        tbl = _arrow(cols, _ENTRY_HUGE)  # noqa: F841 - scanned by DuckDB below
-        select = ", ".join(
-            f"CAST({c} AS HUGEINT)" if c in _ENTRY_HUGE
-            else "CAST(created_at AS TIMESTAMP)" if c == "created_at"
-            else c
-            for c in _ENTRY_COLUMNS
-        )
+        for c, values in cols.items():
+            if c in _ENTRY_HUGE:
+                memo = {v: None if v is None else str(int(v)) for v in set(values)}
+                arrays[c] = pa.array(list(map(memo.__getitem__, values)), pa.string())
+            else:
+                arrays[c] = pa.array(values, pa.string())
+        with_runs = runs is not None and any(runs)
+        runs_texts = pa.array([runs_text(r) for r in runs], pa.string()) if with_runs else None
+        hashes = chain_hashes(last_hash, encode_batch(arrays, shared, runs_texts))
+        arrays["prev_hash"] = pa.array([last_hash, *hashes[:-1]], pa.string())
+        arrays["hash"] = pa.array(hashes, pa.string())
+        tbl = pa.table(arrays)  # noqa: F841 - scanned by DuckDB below
+        select, params = [], []
+        for c in _ENTRY_COLUMNS:
+            typ = _ENTRY_TYPES.get(c)
+            if c in shared:
+                value = shared[c]
+                select.append(f"CAST(? AS {typ or 'VARCHAR'})")
+                params.append(None if value is None else str(value) if typ != "BIGINT" else value)
+            elif typ:
+                select.append(f"CAST({c} AS {typ})")
+            else:
+                select.append(c)
         con.register("_pp_new_entries", tbl)
         try:
-            con.execute(f"INSERT INTO entries SELECT {select} FROM _pp_new_entries")  # noqa: S608
+            con.execute(f"INSERT INTO entries SELECT {', '.join(select)} "  # noqa: S608
+                        "FROM _pp_new_entries", params)
         finally:
             con.unregister("_pp_new_entries")
-        if run_cols["seq"]:
-            rtbl = _arrow(run_cols, ("amount",))
-            con.register("_pp_new_runs", rtbl)
-            try:
-                con.execute(
-                    "INSERT INTO step_runs SELECT seq, kind, user_id, domain, stream_id, "
-                    "run_start, run_stop, CAST(amount AS HUGEINT) FROM _pp_new_runs"
-                )
-            finally:
-                con.unregister("_pp_new_runs")
+        if with_runs:
+            self._append_runs(con, seqs, cols, shared, runs or [])
         new_seq = last_seq + n
+        prev = hashes[-1]
         con.execute(
             "UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ? WHERE id = 1",
             [new_seq, prev, keys.chain_seal(self._key, new_seq, prev)],
         )
         return seqs
+
+    @staticmethod
+    def _append_runs(
+        con: duckdb.DuckDBPyConnection,
+        seqs: range,
+        cols: dict[str, list[Any]],
+        shared: dict[str, Any],
+        runs: list[list[Run]],
+    ) -> None:
+        names = ("kind", "user_id", "domain", "stream_id")
+        run_cols: dict[str, list[Any]] = {
+            c: [] for c in ("seq", *names, "run_start", "run_stop", "amount")
+        }
+        for i, rr in enumerate(runs):
+            for a, b, q in rr:
+                run_cols["seq"].append(seqs[i])
+                for c in names:
+                    run_cols[c].append(shared[c] if c in shared else cols[c][i])
+                run_cols["run_start"].append(a)
+                run_cols["run_stop"].append(b)
+                run_cols["amount"].append(q)
+        rtbl = _arrow(run_cols, ("amount",))  # noqa: F841 - scanned by DuckDB below
+        con.register("_pp_new_runs", rtbl)
+        try:
+            con.execute(
+                "INSERT INTO step_runs SELECT seq, kind, user_id, domain, stream_id, "
+                "run_start, run_stop, CAST(amount AS HUGEINT) FROM _pp_new_runs"
+            )
+        finally:
+            con.unregister("_pp_new_runs")
 
     def _load_accounts(
         self,
@@ -714,22 +848,41 @@ class Ledger:
                 acc.runs = accounting.profile(acc.runs)
         return out
 
-    def _save_accounts(
-        self, con: duckdb.DuckDBPyConnection, accounts: dict[tuple[str, str, str], _Account]
-    ) -> None:
-        changed = [(k, a) for k, a in accounts.items() if a.dirty or not a.exists]
-        if not changed:
+    def _account_spent(
+        self, con: duckdb.DuckDBPyConnection, users: list[str], domains: list[str],
+        streams: list[str],
+    ) -> list[int | None]:
+        """Stored spent (quanta) of each (user, domain, stream), None for a new account."""
+        keys_tbl = pa.table({  # noqa: F841 - scanned by DuckDB below
+            "i": pa.array(range(len(users)), pa.int64()),
+            "user_id": pa.array(users, pa.string()),
+            "domain": pa.array(domains, pa.string()),
+            "stream_id": pa.array(streams, pa.string()),
+        })
+        con.register("_pp_keys", keys_tbl)
+        try:
+            texts = con.sql(
+                "SELECT CAST(a.spent AS VARCHAR) FROM _pp_keys k LEFT JOIN accounts a "
+                "ON a.user_id = k.user_id AND a.domain = k.domain AND a.stream_id = k.stream_id "
+                "ORDER BY k.i"
+            ).to_arrow_table().column(0).to_pylist()
+        finally:
+            con.unregister("_pp_keys")
+        memo = {t: None if t is None else int(t) for t in set(texts)}
+        return list(map(memo.__getitem__, texts))
+
+    def _save_accounts(self, con: duckdb.DuckDBPyConnection, accounts: _AccountWrites) -> None:
+        """Insert or update accounts (one bulk upsert)."""
+        if not accounts.users:
             return
-        tbl = _arrow(  # noqa: F841 - scanned by DuckDB below
-            {
-                "user_id": [k[0] for k, _ in changed],
-                "domain": [k[1] for k, _ in changed],
-                "stream_id": [k[2] for k, _ in changed],
-                "cap": [a.cap for _, a in changed],
-                "spent": [a.spent for _, a in changed],
-            },
-            ("cap", "spent"),
-        )
+        memo = {v: str(v) for v in {*accounts.caps, *accounts.spents}}
+        tbl = pa.table({  # noqa: F841 - scanned by DuckDB below
+            "user_id": pa.array(accounts.users, pa.string()),
+            "domain": pa.array(accounts.domains, pa.string()),
+            "stream_id": pa.array(accounts.streams, pa.string()),
+            "cap": pa.array(list(map(memo.__getitem__, accounts.caps)), pa.string()),
+            "spent": pa.array(list(map(memo.__getitem__, accounts.spents)), pa.string()),
+        })
         con.register("_pp_acc", tbl)
         try:
             con.execute(
@@ -739,9 +892,15 @@ class Ledger:
             )
         finally:
             con.unregister("_pp_acc")
-        for _, a in changed:
-            a.exists = True
-            a.dirty = False
+
+    @staticmethod
+    def _writes(accounts: dict[tuple[str, str, str], _Account]) -> _AccountWrites:
+        """The changed or new accounts of `accounts`."""
+        out = _AccountWrites()
+        for (u, d, s), acc in accounts.items():
+            if acc.dirty or not acc.exists:
+                out.add(u, d, s, acc.cap, acc.spent)
+        return out
 
     def _touch_release(
         self, con: duckdb.DuckDBPyConnection, release_id: str, now: str
@@ -913,6 +1072,31 @@ class Ledger:
             hit = cache[ck] = (q, json.dumps([r.notion, r.domain, str(amount)]), detail)
         p.units, p.signature, p.detail = hit[0], hit[1], hit[2]
 
+    def _request_columns(self, reqs: list[Request]) -> _Columns:
+        """Validate the requests and return them as columns (fast path: per column)."""
+        ok = all(isinstance(r, Request) for r in reqs)
+        if ok:
+            cols = _Columns(
+                [r.user_id for r in reqs], [r.domain for r in reqs], [r.step for r in reqs],
+                [r.stream_id for r in reqs], [r.notion for r in reqs],
+                [r.amount for r in reqs], [r.runs for r in reqs],
+            )
+            ok = (_ids_ok(cols.users) and _distinct_ids_ok(cols.domains)
+                  and _distinct_ids_ok(cols.steps)
+                  and _distinct_ids_ok(cols.streams, allow_empty=True)
+                  and _distinct_ok(cols.notions, {"gp", "cgp", "wevent"}))
+        if not ok:  # find and raise the first problem, in request order
+            checked: set[tuple[str, str, str]] = set()
+            for i, r in enumerate(reqs):
+                self._prepare(i, r, checked)
+            cols = _Columns(
+                [r.user_id for r in reqs], [r.domain for r in reqs], [r.step for r in reqs],
+                [r.stream_id for r in reqs], [r.notion for r in reqs],
+                [r.amount for r in reqs], [r.runs for r in reqs],
+            )
+        _check_unique(cols.users, cols.steps, cols.streams, "request", "reserve call")
+        return cols
+
     def reserve(
         self,
         release_id: str,
@@ -959,28 +1143,21 @@ class Ledger:
         if not isinstance(parameters, dict):
             raise ParameterError("parameters must be a dict")
         params_json = _canonical_json(parameters, "parameters")
-        checked: set[tuple[str, str, str]] = set()
-        prepared = [self._prepare(i, r, checked) for i, r in enumerate(requests)]
-        seen: set[tuple[str, str, str]] = set()
-        for p in prepared:
-            if p.key in seen:
-                raise ParameterError(
-                    f"duplicate request for user {p.key[0]!r}, step {p.key[1]!r}, stream "
-                    f"{p.key[2]!r} in one reserve call"
-                )
-            seen.add(p.key)
+        reqs = list(requests)
+        cols = self._request_columns(reqs)
 
         def tx(con: duckdb.DuckDBPyConnection) -> ReserveResult:
-            return self._reserve_tx(con, release_id, prepared, mechanism, params_json,
+            return self._reserve_tx(con, release_id, reqs, cols, mechanism, params_json,
                                     flow_run_id, input_fingerprint)
 
         return self._transact(tx)
 
-    def _reserve_tx(
+    def _reserve_tx(  # noqa: C901 - one pass per phase, kept together on purpose
         self,
         con: duckdb.DuckDBPyConnection,
         release_id: str,
-        prepared: list[_Prepared],
+        reqs: list[Request],
+        q: _Columns,
         mechanism: str,
         params_json: str,
         flow_run_id: str | None,
@@ -988,117 +1165,276 @@ class Ledger:
     ) -> ReserveResult:
         now = _now()
         domains = self._domains(con)
+        n = len(reqs)
+        users, dnames, steps, streams = q.users, q.domains, q.steps, q.streams
+        # Per request: the account's notion, the charge in quanta, the replay signature,
+        # the detail dict and (w-event) the runs. gp/cgp charges are computed once per
+        # (domain, notion, amount object); w-event charges per request.
+        acc_notion: list[str] = [""] * n
+        units: list[int] = [0] * n
+        sigs: list[str] = [""] * n
+        details: list[dict[str, Any]] = [{}] * n
+        pruns: list[list[Run]] = [[]] * n
+        wevent: dict[int, _Prepared] = {}
         cache: dict[Any, Any] = {}
-        for p in prepared:
-            dom = domains.get(p.req.domain)
+        charges: dict[tuple[str, str, int], tuple[str, int, str, dict[str, Any]]] = {}
+        for i in range(n):
+            dname = dnames[i]
+            dom = domains.get(dname)
             if dom is None:
                 known = ", ".join(sorted(domains)) or "(none: run `privpipe ledger policy apply`)"
-                raise ParameterError(f"unknown domain {p.req.domain!r}; the ledger knows: {known}")
-            self._charge(p, dom, cache)
-        self._check_domain_macs(con, {p.req.domain for p in prepared})
-        state = self._touch_release(con, release_id, now)
-        decisions: dict[int, Decision] = {}
-        # Earlier decisions of this release (idempotency).
-        earlier: dict[tuple[str, str, str], tuple] = {}
-        denied_users: set[str] = set()
-        if state is not None:
-            # Only this call's users: a release reserved chunk by chunk stays linear.
-            users_tbl = pa.table({"user_id": list({p.key[0] for p in prepared})})  # noqa: F841
-            con.register("_pp_users", users_tbl)
-            try:
-                rows_earlier = con.execute(
-                    "SELECT e.user_id, e.step, e.stream_id, e.kind, e.seq, e.domain, e.amount, "
-                    "e.cap, e.balance_after, e.reason, e.detail, e.notion FROM entries e "
-                    "SEMI JOIN _pp_users u ON e.user_id = u.user_id "
-                    "WHERE e.release_id = ? AND e.kind IN ('reserve', 'deny')",
-                    [release_id],
-                ).fetchall()
-            finally:
-                con.unregister("_pp_users")
-            for row in rows_earlier:
-                earlier[(row[0], row[1], row[2])] = row
-                if row[3] == "deny":
-                    denied_users.add(row[0])
-        fresh: list[_Prepared] = []
-        for p in prepared:
-            row = earlier.get(p.key)
-            if row is None:
-                fresh.append(p)
+                raise ParameterError(f"unknown domain {dname!r}; the ledger knows: {known}")
+            notion, amount = q.notions[i], q.amounts[i]
+            if dom["notion"] == "wevent" or notion == "wevent" or q.runs[i] or amount is None:
+                p = _Prepared(i, reqs[i], (users[i], steps[i], streams[i]),
+                              (users[i], dname, streams[i]))
+                self._charge(p, dom, cache)  # raises for a gp request without an amount, ...
+                wevent[i] = p
+                acc_notion[i], units[i], sigs[i] = p.notion, p.units, p.signature
+                details[i], pruns[i] = p.detail, p.runs
                 continue
-            det = json.loads(row[10])
-            if row[5] != p.req.domain or det.get("signature") != p.signature:
-                raise ReplayConflictError(
-                    f"release {release_id!r} already recorded a different request for user "
-                    f"{p.key[0]!r}, step {p.key[1]!r}, stream {p.key[2]!r}; a new or changed "
-                    "charge needs a new release id"
-                )
-            dom = domains[row[5]]
-            if "requested" in det:  # w-event: the worst window's figures
-                req_q, rem_q = int(det["requested"]), int(det["remaining"])
-            else:
-                req_q, rem_q = int(row[6]), int(row[7]) - int(row[8])
-            decisions[p.index] = Decision(
-                user_id=p.key[0], domain=row[5], step=p.key[1], stream_id=p.key[2],
-                admitted=row[3] == "reserve", reason=row[9] or "",
-                requested=from_units(req_q), remaining=from_units(rem_q),
-                entry_seq=int(row[4]),
-                replayed=True, notion=dom["notion"], units=_units_text(dom),
-            )
+            ck = (dname, notion, id(amount))
+            hit = charges.get(ck)
+            if hit is None:
+                p = _Prepared(i, reqs[i], (users[i], steps[i], streams[i]),
+                              (users[i], dname, streams[i]))
+                self._charge(p, dom, cache)
+                hit = charges[ck] = (p.notion, p.units, p.signature, p.detail)
+            acc_notion[i], units[i], sigs[i], details[i] = hit
+        self._check_domain_macs(con, set(dnames))
+        state = self._touch_release(con, release_id, now)
+        decisions: list[Decision | None] = [None] * n
+        denied_users: set[str] = set()
+        fresh: list[int] = list(range(n))
+        if state is not None:
+            fresh = self._replays(con, release_id, q, acc_notion, sigs, domains, decisions,
+                                  denied_users)
         if fresh and state == "closed":
             raise ParameterError(
                 f"release {release_id!r} is closed; a new charge needs a new release id"
             )
-        accounts = self._load_accounts(con, (p.account for p in fresh), domains)
-        by_user: dict[str, list[_Prepared]] = {}
-        for p in fresh:
-            by_user.setdefault(p.key[0], []).append(p)
-        rows: list[dict[str, Any]] = []
-        runs: list[list[Run]] = []
-        pending: list[tuple[_Prepared, bool, str, int, int, int]] = []
+        all_fresh = len(fresh) == n
+        fu = users if all_fresh else [users[i] for i in fresh]
+        fd = dnames if all_fresh else [dnames[i] for i in fresh]
+        fs = streams if all_fresh else [streams[i] for i in fresh]
+        caps = {name: int(dom["cap"]) for name, dom in domains.items()}
+        symbols = {name: _units_text(dom) for name, dom in domains.items()}
+        # Outputs, one per new entry, in entry order.
+        out_idx: list[int] = []
+        kinds: list[str] = []
+        reasons: list[str] = []
+        req_q: list[int] = []
+        rem_q: list[int] = []
+        bals: list[int] = []
+        out_caps: list[int] = []
+        writes = _AccountWrites()
+        simple = (not wevent and len(set(fu)) == len(fu)
+                  and denied_users.isdisjoint(fu))
+        if simple:
+            # Every user has one gp/cgp request in this call: admit iff spent + charge <= cap.
+            spent = self._account_spent(con, fu, fd, fs) if fresh else []
+            out_idx = fresh
+            for j, i in enumerate(fresh):
+                dname = dnames[i]
+                cap = caps[dname]
+                sp = spent[j]
+                new = sp is None
+                if new:
+                    sp = 0
+                u = units[i]
+                tot = sp + u
+                out_caps.append(cap)
+                req_q.append(u)
+                if tot <= cap:
+                    kinds.append("reserve")
+                    reasons.append("admitted")
+                    rem_q.append(cap - tot)
+                    bals.append(tot)
+                    writes.add(users[i], dname, streams[i], cap, tot)
+                else:
+                    kinds.append("deny")
+                    reasons.append(f"spent {format_units(sp)} + requested {format_units(u)} > "
+                                   f"cap {format_units(cap)} {symbols[dname]}")
+                    rem_q.append(cap - sp)
+                    bals.append(sp)
+                    if new:
+                        writes.add(users[i], dname, streams[i], cap, 0)
+        else:
+            self._evaluate_all(con, fresh, q, reqs, wevent, acc_notion, units, sigs,
+                               details, pruns, domains, denied_users, out_idx, kinds, reasons,
+                               req_q, rem_q, bals, out_caps, writes)
+        # Entry columns.
+        if out_idx is fresh and all_fresh:
+            c_users, c_domains, c_steps, c_streams = users, dnames, steps, streams
+            c_units, c_notions = units, acc_notion
+        else:
+            c_users = [users[i] for i in out_idx]
+            c_domains = [dnames[i] for i in out_idx]
+            c_steps = [steps[i] for i in out_idx]
+            c_streams = [streams[i] for i in out_idx]
+            c_units = [units[i] for i in out_idx]
+            c_notions = [acc_notion[i] for i in out_idx]
         detail_cache: dict[str, str] = {}
-        for user, group in by_user.items():
-            verdict = self._evaluate(user, group, accounts, domains, denied_users)
-            for p, admitted, reason, requested, remaining, balance in verdict:
-                acc = accounts[p.account]
-                if p.notion == "wevent":
-                    detail = _canonical_json({**p.detail, "signature": p.signature,
-                                              "requested": str(requested),
-                                              "remaining": str(remaining)}, "detail")
-                else:  # requested = amount, remaining = cap - balance_after
-                    detail = detail_cache.get(p.signature)
-                    if detail is None:
-                        detail = detail_cache[p.signature] = _canonical_json(
-                            {**p.detail, "signature": p.signature}, "detail")
-                rows.append({
-                    "user_id": p.key[0], "domain": p.req.domain, "step": p.key[1],
-                    "stream_id": p.key[2], "kind": "reserve" if admitted else "deny",
-                    "amount": p.units, "notion": p.notion, "cap": acc.cap,
-                    "balance_after": balance, "detail": detail, "reason": reason,
-                })
-                runs.append(p.runs)
-                pending.append((p, admitted, reason, requested, remaining, balance))
+        dets: list[str] = []
+        for k, i in enumerate(out_idx):
+            if acc_notion[i] == "wevent":
+                dets.append(_canonical_json({**details[i], "signature": sigs[i],
+                                             "requested": str(req_q[k]),
+                                             "remaining": str(rem_q[k])}, "detail"))
+                continue
+            text = detail_cache.get(sigs[i])
+            if text is None:
+                text = detail_cache[sigs[i]] = _canonical_json(
+                    {**details[i], "signature": sigs[i]}, "detail")
+            dets.append(text)
+        cols = {"user_id": c_users, "domain": c_domains, "step": c_steps, "stream_id": c_streams,
+                "kind": kinds, "amount": c_units, "notion": c_notions, "cap": out_caps,
+                "balance_after": bals, "detail": dets, "reason": reasons}
+        runs = [pruns[i] for i in out_idx] if wevent else None
         shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
                   "mechanism": mechanism, "parameters": params_json, "flow_run_id": flow_run_id,
                   "input_fingerprint": input_fingerprint}
-        seqs = self._append(con, rows, runs, shared)
-        self._save_accounts(con, accounts)
+        seqs = self._append(con, cols, runs, shared)
+        self._save_accounts(con, writes)
         fractions: dict[int, Fraction] = {}
-        units = {name: _units_text(dom) for name, dom in domains.items()}
-        for (p, admitted, reason, requested, remaining, _), seq in zip(pending, seqs, strict=True):
-            req_f = fractions.get(requested)
+        new_decision = _new_decision
+        for k, i in enumerate(out_idx):
+            r = req_q[k]
+            req_f = fractions.get(r)
             if req_f is None:
-                req_f = fractions[requested] = from_units(requested)
-            rem_f = fractions.get(remaining)
+                req_f = fractions[r] = from_units(r)
+            r = rem_q[k]
+            rem_f = fractions.get(r)
             if rem_f is None:
-                rem_f = fractions[remaining] = from_units(remaining)
-            decisions[p.index] = Decision(
-                user_id=p.key[0], domain=p.req.domain, step=p.key[1], stream_id=p.key[2],
-                admitted=admitted, reason=reason, requested=req_f, remaining=rem_f,
-                entry_seq=seq, notion=p.notion, units=units[p.req.domain],
+                rem_f = fractions[r] = from_units(r)
+            dname = dnames[i]
+            decisions[i] = new_decision({
+                "user_id": users[i], "domain": dname, "step": steps[i],
+                "stream_id": streams[i], "admitted": kinds[k] == "reserve",
+                "reason": reasons[k], "requested": req_f, "remaining": rem_f,
+                "entry_seq": seqs[k], "replayed": False, "notion": acc_notion[i],
+                "units": symbols[dname],
+            })
+        admitted = [d for d in decisions if d is not None and d.admitted]
+        denied = [d for d in decisions if d is not None and not d.admitted]
+        return ReserveResult(admitted=admitted, denied=denied)
+
+    def _replays(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        release_id: str,
+        q: _Columns,
+        acc_notion: list[str],
+        sigs: list[str],
+        domains: dict[str, dict[str, Any]],
+        decisions: list[Decision | None],
+        denied_users: set[str],
+    ) -> list[int]:
+        """Answer requests recorded earlier in this release; return the others' indices."""
+        # Only this call's users: a release reserved chunk by chunk stays linear.
+        users_tbl = pa.table({"user_id": pa.array(list(set(q.users)), pa.string())})  # noqa: F841
+        con.register("_pp_users", users_tbl)
+        try:
+            rows_earlier = con.execute(
+                "SELECT e.user_id, e.step, e.stream_id, e.kind, e.seq, e.domain, "
+                "CAST(e.amount AS VARCHAR), CAST(e.cap AS VARCHAR), "
+                "CAST(e.balance_after AS VARCHAR), e.reason, e.detail, e.notion FROM entries e "
+                "SEMI JOIN _pp_users u ON e.user_id = u.user_id "
+                "WHERE e.release_id = ? AND e.kind IN ('reserve', 'deny')",
+                [release_id],
+            ).fetchall()
+        finally:
+            con.unregister("_pp_users")
+        earlier: dict[tuple[str, str, str], tuple] = {}
+        for row in rows_earlier:
+            earlier[(row[0], row[1], row[2])] = row
+            if row[3] == "deny":
+                denied_users.add(row[0])
+        if not earlier:
+            return list(range(len(q.users)))
+        fresh: list[int] = []
+        parsed: dict[str, dict[str, Any]] = {}
+        fractions: dict[int, Fraction] = {}
+        for i, key in enumerate(zip(q.users, q.steps, q.streams, strict=True)):
+            row = earlier.get(key)
+            if row is None:
+                fresh.append(i)
+                continue
+            det = parsed.get(row[10])
+            if det is None:
+                det = parsed[row[10]] = json.loads(row[10])
+            if row[5] != q.domains[i] or det.get("signature") != sigs[i]:
+                raise ReplayConflictError(
+                    f"release {release_id!r} already recorded a different request for user "
+                    f"{key[0]!r}, step {key[1]!r}, stream {key[2]!r}; a new or changed "
+                    "charge needs a new release id"
+                )
+            dom = domains[row[5]]
+            if "requested" in det:  # w-event: the worst window's figures
+                req, rem = int(det["requested"]), int(det["remaining"])
+            else:
+                req, rem = int(row[6]), int(row[7]) - int(row[8])
+            for v in (req, rem):
+                if v not in fractions:
+                    fractions[v] = from_units(v)
+            decisions[i] = Decision(
+                user_id=key[0], domain=row[5], step=key[1], stream_id=key[2],
+                admitted=row[3] == "reserve", reason=row[9] or "",
+                requested=fractions[req], remaining=fractions[rem], entry_seq=int(row[4]),
+                replayed=True, notion=dom["notion"], units=_units_text(dom),
             )
-        ordered = [decisions[i] for i in range(len(prepared))]
-        return ReserveResult(admitted=[d for d in ordered if d.admitted],
-                             denied=[d for d in ordered if not d.admitted])
+        return fresh
+
+    def _evaluate_all(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        fresh: list[int],
+        q: _Columns,
+        reqs: list[Request],
+        wevent: dict[int, _Prepared],
+        acc_notion: list[str],
+        units: list[int],
+        sigs: list[str],
+        details: list[dict[str, Any]],
+        pruns: list[list[Run]],
+        domains: dict[str, dict[str, Any]],
+        denied_users: set[str],
+        out_idx: list[int],
+        kinds: list[str],
+        reasons: list[str],
+        req_q: list[int],
+        rem_q: list[int],
+        bals: list[int],
+        out_caps: list[int],
+        writes: _AccountWrites,
+    ) -> None:
+        """Decide user by user (several requests per user, w-event, earlier denials)."""
+        by_user: dict[str, list[int]] = {}
+        for i in fresh:
+            by_user.setdefault(q.users[i], []).append(i)
+        accounts = self._load_accounts(
+            con, ((q.users[i], q.domains[i], q.streams[i]) for i in fresh), domains)
+        for user, group in by_user.items():
+            prepared = []
+            for i in group:
+                p = wevent.get(i)
+                if p is None:
+                    p = _Prepared(i, reqs[i], (user, q.steps[i], q.streams[i]),
+                                  (user, q.domains[i], q.streams[i]), acc_notion[i], units[i],
+                                  pruns[i], sigs[i], details[i])
+                prepared.append(p)
+            for p, admitted, reason, requested, remaining, balance in self._evaluate(
+                    user, prepared, accounts, domains, denied_users):
+                out_idx.append(p.index)
+                kinds.append("reserve" if admitted else "deny")
+                reasons.append(reason)
+                req_q.append(requested)
+                rem_q.append(remaining)
+                bals.append(balance)
+                out_caps.append(accounts[p.account].cap)
+        w = self._writes(accounts)
+        for c in ("users", "domains", "streams", "caps", "spents"):
+            getattr(writes, c).extend(getattr(w, c))
 
     def _evaluate(
         self,
@@ -1263,118 +1599,256 @@ class Ledger:
         self._require_key()
         _check_id(release_id, "release_id")
         items = list(settlements)
-        seen: set[tuple[str, str, str]] = set()
-        for s in items:
-            if not isinstance(s, Settlement):
-                raise ParameterError("settlements must be ledger.Settlement objects")
-            _check_id(s.user_id, "user_id")
-            _check_id(s.domain, "domain")
-            _check_id(s.step, "step")
-            _check_id(s.stream_id, "stream_id", allow_empty=True)
-            if not isinstance(s.cost, Cost | WEventCost):
-                raise ParameterError("a settlement's cost must be a Cost or WEventCost")
-            k = (s.user_id, s.step, s.stream_id)
-            if k in seen:
-                raise ParameterError(f"duplicate settlement for user {k[0]!r}, step {k[1]!r}")
-            seen.add(k)
+        ok = all(isinstance(s, Settlement) for s in items)
+        if ok:
+            users = [s.user_id for s in items]
+            doms = [s.domain for s in items]
+            steps = [s.step for s in items]
+            streams = [s.stream_id for s in items]
+            ok = (_ids_ok(users) and _distinct_ids_ok(doms) and _distinct_ids_ok(steps)
+                  and _distinct_ids_ok(streams, allow_empty=True)
+                  and all(isinstance(c, Cost | WEventCost) for c in {id(s.cost): s.cost
+                                                                     for s in items}.values()))
+        if ok:
+            _check_unique(users, steps, streams, "settlement", "settle call")
+        else:  # find and raise the first problem, in settlement order
+            seen: set[tuple[str, str, str]] = set()
+            for s in items:
+                if not isinstance(s, Settlement):
+                    raise ParameterError("settlements must be ledger.Settlement objects")
+                _check_id(s.user_id, "user_id")
+                _check_id(s.domain, "domain")
+                _check_id(s.step, "step")
+                _check_id(s.stream_id, "stream_id", allow_empty=True)
+                if not isinstance(s.cost, Cost | WEventCost):
+                    raise ParameterError("a settlement's cost must be a Cost or WEventCost")
+                k = (s.user_id, s.step, s.stream_id)
+                if k in seen:
+                    raise ParameterError(f"duplicate settlement for user {k[0]!r}, step {k[1]!r}")
+                seen.add(k)
+            users = [s.user_id for s in items]
+            doms = [s.domain for s in items]
+            steps = [s.step for s in items]
+            streams = [s.stream_id for s in items]
 
         def tx(con: duckdb.DuckDBPyConnection) -> None:
-            self._settle_tx(con, release_id, items)
+            self._settle_tx(con, release_id, items, users, doms, steps, streams)
 
         self._transact(tx)
 
-    def _settle_tx(
-        self, con: duckdb.DuckDBPyConnection, release_id: str, items: list[Settlement]
+    def _settle_lookup(
+        self, con: duckdb.DuckDBPyConnection, release_id: str, users: list[str],
+        steps: list[str], streams: list[str],
+    ) -> dict[str, list[Any]]:
+        """Per settlement (aligned): its reservation, an earlier settle/close, the account.
+
+        Columns ``r_seq, r_kind, r_domain, r_amount, r_notion`` (the reserve or deny
+        entry of the key; the last one if there were several), ``d_kind, d_detail``
+        (its settle or close entry) and ``spent`` (the account, None if missing).
+        """
+        keys_tbl = pa.table({  # noqa: F841 - scanned by DuckDB below
+            "i": pa.array(range(len(users)), pa.int64()),
+            "user_id": pa.array(users, pa.string()),
+            "step": pa.array(steps, pa.string()),
+            "stream_id": pa.array(streams, pa.string()),
+        })
+        con.register("_pp_keys", keys_tbl)
+        try:
+            tbl = con.sql(
+                "WITH e AS (SELECT e.seq, e.kind, e.user_id, e.step, e.stream_id, e.domain, "
+                "e.amount, e.notion, e.detail FROM entries e "
+                "SEMI JOIN (SELECT DISTINCT user_id FROM _pp_keys) u ON e.user_id = u.user_id "
+                "WHERE e.release_id = ? AND e.user_id <> '' "
+                "AND e.kind IN ('reserve', 'deny', 'settle', 'close')), "
+                "r AS (SELECT * FROM e WHERE kind IN ('reserve', 'deny') QUALIFY row_number() "
+                "OVER (PARTITION BY user_id, step, stream_id ORDER BY seq DESC) = 1), "
+                "d AS (SELECT * FROM e WHERE kind IN ('settle', 'close') QUALIFY row_number() "
+                "OVER (PARTITION BY user_id, step, stream_id ORDER BY seq DESC) = 1) "
+                "SELECT r.seq AS r_seq, r.kind AS r_kind, r.domain AS r_domain, "
+                "CAST(r.amount AS VARCHAR) AS r_amount, r.notion AS r_notion, "
+                "d.kind AS d_kind, d.detail AS d_detail, CAST(a.spent AS VARCHAR) AS spent "
+                "FROM _pp_keys k "
+                "LEFT JOIN r ON r.user_id = k.user_id AND r.step = k.step "
+                "AND r.stream_id = k.stream_id "
+                "LEFT JOIN d ON d.user_id = k.user_id AND d.step = k.step "
+                "AND d.stream_id = k.stream_id "
+                "LEFT JOIN accounts a ON a.user_id = k.user_id AND a.domain = r.domain "
+                "AND a.stream_id = k.stream_id ORDER BY k.i",
+                params=[release_id],
+            ).to_arrow_table()
+        finally:
+            con.unregister("_pp_keys")
+        out = {name: tbl.column(name).to_pylist() for name in tbl.column_names}
+        for c in ("r_amount", "spent"):
+            memo = {t: None if t is None else int(t) for t in set(out[c])}
+            out[c] = list(map(memo.__getitem__, out[c]))
+        return out
+
+    def _settle_tx(  # noqa: C901 - the checks of one settlement, in their documented order
+        self,
+        con: duckdb.DuckDBPyConnection,
+        release_id: str,
+        items: list[Settlement],
+        users: list[str],
+        doms: list[str],
+        steps: list[str],
+        streams: list[str],
     ) -> None:
         now = _now()
         domains = self._domains(con)
-        res, done = self._reservations(con, release_id, {s.user_id for s in items})
-        rows: list[dict[str, Any]] = []
+        look = self._settle_lookup(con, release_id, users, steps, streams)
+        r_seq, r_kind, r_domain, r_amount = (look["r_seq"], look["r_kind"], look["r_domain"],
+                                             look["r_amount"])
+        d_kind, d_detail, spent = look["d_kind"], look["d_detail"], look["spent"]
+        # Entry columns (settle, refund?) per settlement, in settlement order.
+        c_idx: list[int] = []
+        kinds: list[str] = []
+        amounts: list[int] = []
+        notions: list[str] = []
+        dets: list[str] = []
+        reasons: list[str] = []
+        caps: list[int] = []
+        bals: list[int] = []
         runs: list[list[Run]] = []
-        todo: list[tuple[Settlement, dict[str, Any], int, list[Run], int, list[Run]]] = []
+        any_runs = False
         cache: dict[Any, Any] = {}
-        for s in items:
-            k = (s.user_id, s.step, s.stream_id)
-            r = res.get(k)
-            if r is None or r["kind"] != "reserve" or r["domain"] != s.domain:
+        prior_sig: dict[str, Any] = {}
+        current: dict[tuple[str, str, str], int] = {}  # accounts changed by this call
+        wevent_seqs = [r_seq[i] for i in range(len(items)) if r_kind[i] == "reserve"
+                       and domains.get(r_domain[i], {}).get("notion") == "wevent"]
+        reserved_runs = self._runs_of(con, wevent_seqs) if wevent_seqs else {}
+        wevent_acc = self._load_accounts(
+            con, [(users[i], doms[i], streams[i]) for i in range(len(items))
+                  if r_seq[i] in reserved_runs], domains) if wevent_seqs else {}
+        writes = _AccountWrites()
+        caps_by_dom = {name: int(dom["cap"]) for name, dom in domains.items()}
+        for i, s in enumerate(items):
+            if r_seq[i] is None or r_kind[i] != "reserve" or r_domain[i] != doms[i]:
                 what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
-                if r is not None and r["kind"] == "reserve":
+                if r_seq[i] is not None and r_kind[i] == "reserve":
                     raise ParameterError(
                         f"settlement for {what} names domain {s.domain!r} but the reservation "
-                        f"is for {r['domain']!r}"
+                        f"is for {r_domain[i]!r}"
                     )
-                state = "was denied" if r is not None else "has no reservation"
+                state = "was denied" if r_seq[i] is not None else "has no reservation"
                 raise ParameterError(f"cannot settle release {release_id!r} for {what}: it {state}")
-            dom = domains[r["domain"]]
-            actual, actual_runs, breakdown, sig = self._actual(s, dom, cache)
-            prior = done.get(k)
-            what = ""
-            if prior is not None or (dom["notion"] != "wevent" and actual > r["amount"]):
+            dom = domains[r_domain[i]]
+            cost = s.cost
+            hit = cache.get((dom["notion"], id(cost)))
+            if hit is None or isinstance(cost, WEventCost):
+                hit = self._actual(s, dom, cache)
+            actual, actual_runs, breakdown, sig = hit
+            reserved = r_amount[i]
+            if d_kind[i] is not None:
                 what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
-            if prior is not None:
-                if prior["kind"] == "close":
+                if d_kind[i] == "close":
                     raise ParameterError(
                         f"cannot settle {what}: the reservation of release {release_id!r} was "
                         "closed (refunded) by an operator"
                     )
-                if json.loads(prior["detail"]).get("signature") != sig:
+                text = d_detail[i]
+                if text not in prior_sig:
+                    prior_sig[text] = json.loads(text).get("signature")
+                if prior_sig[text] != sig:
                     raise ReplayConflictError(
                         f"release {release_id!r} already settled {what} with a different cost"
                     )
                 continue
-            if dom["notion"] == "wevent":
-                refund_runs = accounting.difference(r["runs"], actual_runs)
+            notion = dom["notion"]
+            if notion == "wevent":
+                refund_runs = accounting.difference(reserved_runs.get(r_seq[i], []),
+                                                    actual_runs)
                 refund = accounting.total(refund_runs)
             else:
-                if actual > r["amount"]:
+                if actual > reserved:
+                    what = f"user {s.user_id!r}, step {s.step!r}, stream {s.stream_id!r}"
                     raise LedgerInternalError(
                         f"release {release_id!r}, {what}: actual cost {format_units(actual)} "
-                        f"exceeds the reservation {format_units(r['amount'])}"
+                        f"exceeds the reservation {format_units(reserved)}"
                     )
-                refund_runs, refund = [], r["amount"] - actual
-            todo.append((s, r, actual, actual_runs, refund, refund_runs))
+                refund_runs, refund = [], reserved - actual
             # Canonical JSON with sorted keys, built by hand: this runs once per user.
-            detail = (f'{{"breakdown":{breakdown},"reserve_seq":{r["seq"]},'
-                      f'"reserved":"{r["amount"]}","signature":{_estr(sig)}}}')
-            rows.append({"user_id": s.user_id, "domain": s.domain, "step": s.step,
-                         "stream_id": s.stream_id, "kind": "settle", "amount": actual,
-                         "notion": dom["notion"], "detail": detail, "reason": "settled"})
+            dets.append(f'{{"breakdown":{breakdown},"reserve_seq":{r_seq[i]},'
+                        f'"reserved":"{reserved}","signature":{_estr(sig)}}}')
+            key = (s.user_id, s.domain, s.stream_id)
+            cap = caps_by_dom[s.domain]
+            if notion == "wevent":
+                acc = wevent_acc[key]
+                before = acc.spent
+            else:
+                before = current.get(key)
+                if before is None:
+                    before = spent[i] or 0
+                    if spent[i] is None:  # no account row (never for a real reservation)
+                        current[key] = 0
+            c_idx.append(i)
+            kinds.append("settle")
+            amounts.append(actual)
+            notions.append(notion)
+            reasons.append("settled")
+            caps.append(cap)
+            bals.append(before)
             runs.append(actual_runs)
+            any_runs = any_runs or bool(actual_runs)
             if refund > 0:
-                rows.append({"user_id": s.user_id, "domain": s.domain, "step": s.step,
-                             "stream_id": s.stream_id, "kind": "refund", "amount": refund,
-                             "notion": dom["notion"],
-                             "detail": f'{{"reserve_seq":{r["seq"]}}}',
-                             "reason": "unused part of the reservation"})
-                runs.append(refund_runs)
-        if not rows:
-            return
-        accounts = self._load_accounts(
-            con, ((s.user_id, s.domain, s.stream_id) for s, *_ in todo), domains
-        )
-        # Rows come in (settle, refund?) pairs per settlement, in `todo` order. A settle
-        # entry keeps the account's balance; a refund shows the balance after it.
-        i = 0
-        for s, _r, _actual, _ar, refund, refund_runs in todo:
-            acc = accounts[(s.user_id, s.domain, s.stream_id)]
-            rows[i]["cap"], rows[i]["balance_after"] = acc.cap, acc.spent
-            i += 1
-            if refund > 0:
-                if acc.notion == "wevent":
+                if notion == "wevent":
                     acc.runs = accounting.profile(
                         [*acc.runs, *((a, b, -q) for a, b, q in refund_runs)])
                     acc.spent = accounting.max_window(acc.runs, int(acc.w or 1))[0]
+                    acc.dirty = True
+                    after = acc.spent
                 else:
-                    acc.spent -= refund
-                acc.dirty = True
-                rows[i]["cap"], rows[i]["balance_after"] = acc.cap, acc.spent
-                i += 1
+                    after = current[key] = before - refund
+                c_idx.append(i)
+                kinds.append("refund")
+                amounts.append(refund)
+                notions.append(notion)
+                dets.append(f'{{"reserve_seq":{r_seq[i]}}}')
+                reasons.append("unused part of the reservation")
+                caps.append(cap)
+                bals.append(after)
+                runs.append(refund_runs)
+                any_runs = any_runs or bool(refund_runs)
+        if not c_idx:
+            return
+        for (u, d, st), sp in current.items():
+            writes.add(u, d, st, caps_by_dom[d], sp)
+        for (u, d, st), acc in wevent_acc.items():
+            if acc.dirty or not acc.exists:
+                writes.add(u, d, st, acc.cap, acc.spent)
+        if len(c_idx) == len(items):
+            c_users, c_domains, c_steps, c_streams = users, doms, steps, streams
+        else:
+            c_users = [users[i] for i in c_idx]
+            c_domains = [doms[i] for i in c_idx]
+            c_steps = [steps[i] for i in c_idx]
+            c_streams = [streams[i] for i in c_idx]
+        cols = {"user_id": c_users, "domain": c_domains, "step": c_steps, "stream_id": c_streams,
+                "kind": kinds, "amount": amounts, "notion": notions, "cap": caps,
+                "balance_after": bals, "detail": dets, "reason": reasons}
         shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
                   "mechanism": None, "parameters": None, "flow_run_id": None,
                   "input_fingerprint": None}
-        self._append(con, rows, runs, shared)
-        self._save_accounts(con, accounts)
+        self._append(con, cols, runs if any_runs else None, shared)
+        self._save_accounts(con, writes)
         self._update_release_state(con, release_id, now)
+
+    @staticmethod
+    def _runs_of(con: duckdb.DuckDBPyConnection, seqs: list[int]) -> dict[int, list[Run]]:
+        """The step runs of the given entries, by seq."""
+        seq_tbl = pa.table({"seq": pa.array(seqs, pa.int64())})  # noqa: F841 - scanned below
+        con.register("_pp_seqs", seq_tbl)
+        try:
+            rows = con.execute(
+                "SELECT r.seq, r.run_start, r.run_stop, r.amount FROM step_runs r "
+                "SEMI JOIN _pp_seqs s ON s.seq = r.seq ORDER BY r.seq, r.run_start, r.run_stop"
+            ).fetchall()
+        finally:
+            con.unregister("_pp_seqs")
+        out: dict[int, list[Run]] = {int(s): [] for s in seqs}
+        for seq, a, b, q in rows:
+            out[int(seq)].append((int(a), int(b), int(q)))
+        return out
 
     def _actual(
         self, s: Settlement, dom: dict[str, Any], cache: dict[Any, Any]
@@ -1489,8 +1963,8 @@ class Ledger:
             shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
                       "mechanism": None, "parameters": None, "flow_run_id": None,
                       "input_fingerprint": None, "reason": reason}
-            self._append(con, rows, runs, shared)
-            self._save_accounts(con, accounts)
+            self._append(con, _row_columns(rows, shared), runs, shared)
+            self._save_accounts(con, self._writes(accounts))
             con.execute(
                 "UPDATE releases SET state = 'closed', updated_at = CAST(? AS TIMESTAMP) "
                 "WHERE release_id = ?",

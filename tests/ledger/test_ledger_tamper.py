@@ -7,9 +7,11 @@ from fractions import Fraction
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger import Ledger, LedgerIntegrityError, Request, Settlement
-from ledger.chain import BatchEncoder, canonical
+from ledger.chain import HASHED_COLUMNS, BatchEncoder, canonical
 from mechanisms.cost import Cost, CostItem, StepRun
 from schemas.errors import EXIT_INTEGRITY
 
@@ -189,3 +191,36 @@ def test_raised_account_cap_is_detected_and_never_used(filled, ledger_path):
     res = Ledger(ledger_path).reserve("more", [Request("b", "ais", amount=0.5)], mechanism="m",
                                       parameters={})
     assert not res.admitted and res.denied[0].remaining == Fraction(1, 5)
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ['"', "\\", "\\\"", "\x00", "\x1f", "\x7f", "\u2028", "é", "%s", "", "null"])
+_INT = st.none() | st.integers(-(2**127), 2**127 - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_TEXT, st.none() | _TEXT, _INT, _INT,
+                          st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9),
+                                             st.integers(-9, 10**24)), max_size=2)),
+                min_size=1, max_size=6),
+       st.sampled_from([{}, {"actor": 'a"\n', "mechanism": None, "created_at":
+                             "2026-01-01 00:00:00.000001"}]))
+def test_vectorised_encoding_is_canonical_for_any_text(rows, shared):
+    enc = BatchEncoder(shared)
+    cols = {c: [] for c in HASHED_COLUMNS if c not in shared}
+    runs = []
+    for i, (user, detail, amount, bal, rr) in enumerate(rows):
+        row = {"seq": i + 1, "entry_id": "e" * 32, "created_at": "2026-12-01 06:00:00.123456",
+               "actor": "x", "release_id": user[::-1], "user_id": user, "domain": "d",
+               "step": "s", "stream_id": "", "kind": "reserve", "amount": amount or 0,
+               "notion": "gp", "cap": bal, "balance_after": amount, "mechanism": user,
+               "parameters": detail, "detail": detail, "reason": user + "!",
+               "flow_run_id": None, "input_fingerprint": detail}
+        for c in cols:
+            cols[c].append(row[c])
+        runs.append(rr)
+        assert enc.encode(row, rr) == canonical({**row, **shared}, rr)
+    got = enc.encode_columns(cols, runs)
+    want = [canonical({**{c: cols[c][i] for c in cols}, **shared}, runs[i])
+            for i in range(len(rows))]
+    assert got == want
