@@ -65,7 +65,7 @@ def summary_rows(report: IngestReport, domain: Domain, note: str | None) -> list
         lo, hi = report.t_span
         what = "t span (from each curve's start)" if report.kind == "curves" else "step span"
         rows.append({"field": what, "value": f"{lo:g} .. {hi:g} {unit}"})
-    vunit = domain.value_unit
+    vunit = "(dimensionless)" if domain.value_unit == "1" else domain.value_unit
     for col, (lo, hi) in report.value_ranges.items():
         rows.append({"field": f"range of {col}", "value": f"{lo:.6g} .. {hi:.6g} {vunit}"})
     rows.append({"field": "rejected users", "value": len(report.rejected)})

@@ -131,3 +131,12 @@ def test_input_time_unit_option(tmp_path):
     assert fields["t span (from each curve's start)"] == "0 .. 60 s"
     res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--input-time-unit", "wk"])
     assert res.exit_code == 2
+
+
+def test_dimensionless_values_are_labelled(tmp_path):
+    f = _curve_csv(tmp_path / "in.csv")
+    res = runner.invoke(app, ["validate", str(f), "--kind", "curves", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    ranges = [v for k, v in fields.items() if k.startswith("range of ")]
+    assert ranges and all(v.endswith(" (dimensionless)") for v in ranges), fields
