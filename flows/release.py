@@ -137,7 +137,8 @@ def _new_staging(out_root: Path) -> Path:
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int, table: str | None,
-             scheduled_date: str | None, in_flight: int = 8) -> dict[str, Any]:
+             scheduled_date: str | None, in_flight: int = 8,
+             settle_batch: int = 2000) -> dict[str, Any]:
     flow_name = "release_curves" if kind == "curves" else "release_streams"
     scheduled_date = scheduled_date or _scheduled_date()
     out_root = Path(out_dir)
@@ -170,18 +171,36 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         seeds = write_chunk_seeds(ledger_path, rid, quote(plan), quote(admitted))
         # Submit chunks through a bounded window and settle them in chunk order:
         # at most `in_flight` chunks are queued or running at once, so memory does
-        # not grow with the number of users whatever the task runner.
+        # not grow with the number of users whatever the task runner. Finished
+        # chunks are settled together, in one ledger transaction per
+        # `settle_batch` settlements (and at the end): each transaction has a fixed
+        # cost (open, read the reservations, commit), and a settlement only
+        # records the actual cost of budget that is already reserved.
         pending: deque[Any] = deque()
         results: list[ChunkResult] = []
+        unsettled: list[ChunkResult] = []
+        settles = 0
+
+        def settle_unsettled() -> None:
+            nonlocal settles
+            if not unsettled:
+                return
+            if settles == 0:
+                fault_point("before_first_settle")
+            settle_chunk(ledger_path, rid, dom.name, quote(list(unsettled)))
+            settles += 1
+            for r in unsettled:
+                r.costs = []  # settled: free them (memory must not grow with users)
+            unsettled.clear()
+            if settles == 1:
+                fault_point("after_first_chunk")
 
         def settle_oldest() -> None:
             res = pending.popleft().result()
-            if not results:
-                fault_point("before_first_settle")
-            settle_chunk(ledger_path, rid, dom.name, quote(res))
             results.append(res)
-            if len(results) == 1:
-                fault_point("after_first_chunk")
+            unsettled.append(res)
+            if sum(len(r.costs) for r in unsettled) >= settle_batch:
+                settle_unsettled()
 
         for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
             if not any(u in admitted for u in chunk.user_ids):
@@ -196,17 +215,18 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 settle_oldest()
         while pending:
             settle_oldest()
+        settle_unsettled()
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
         if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
             # Post-processing of the private samples, chunk by chunk (bounded memory).
             recon = [reconstruct_streams.submit(
                 r.output_paths["samples"], float_at_most(spec.epsilon_per_step),
-                str(staging / f"reconstruction-{r.index:05d}.parquet")) for r in results]
+                str(staging / f"reconstruction-{r.index:05d}.arrow")) for r in results]
             for r, fut in zip(results, recon, strict=True):
                 periods.extend(fut.result())
                 r.output_paths["reconstruction"] = str(
-                    staging / f"reconstruction-{r.index:05d}.parquet")
+                    staging / f"reconstruction-{r.index:05d}.arrow")
         rdir = out_root / rid
         rdir.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}

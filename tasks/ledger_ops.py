@@ -7,6 +7,7 @@ settles each chunk's actual costs as its task returns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,17 @@ def write_chunk_seeds_fn(ledger_path: str, release_id: str, plan: StagePlan,
     return paths
 
 
-def settle_fn(ledger_path: str, release_id: str, domain: str, result: ChunkResult) -> None:
-    """Settle one chunk's actual costs (idempotent: a rerun writes nothing new)."""
+def settle_fn(ledger_path: str, release_id: str, domain: str,
+              result: ChunkResult | Sequence[ChunkResult]) -> None:
+    """Settle the actual costs of one or more chunks in one ledger transaction.
+
+    Idempotent: a rerun writes nothing new.
+    """
+    results = [result] if isinstance(result, ChunkResult) else list(result)
     ledger = Ledger(ledger_path)
     ledger.settle(release_id, [
         Settlement(user_id=u, domain=domain, step=step, cost=cost, stream_id=sid)
-        for u, step, cost, sid in result.costs
+        for r in results for u, step, cost, sid in r.costs
     ])
 
 

@@ -1,8 +1,10 @@
 """Release outputs: merge chunk files, write the manifest.
 
-Merging streams one chunk at a time into a single Parquet file (one row group
-per chunk), so memory stays bounded by the chunk size, and the bytes depend
-only on the rows: a rerun of a release rewrites identical files.
+Merging streams one chunk at a time (uncompressed Arrow IPC files from the
+mechanism tasks) into a single zstd Parquet file (one row group per chunk), so
+memory stays bounded by the chunk size, each value is encoded and compressed
+once, and the bytes depend only on the rows: a rerun of a release rewrites
+identical files.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from prefect import task
 
+from tasks.staging import read_arrow
+
 
 def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
     """Concatenate chunk files (in the given order) into `out_path`; return the row count."""
@@ -25,7 +29,7 @@ def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
     writer: pq.ParquetWriter | None = None
     try:
         for p in chunk_paths:
-            table = pq.read_table(p)
+            table = read_arrow(p)
             if writer is None:
                 writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
             writer.write_table(table)

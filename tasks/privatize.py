@@ -27,7 +27,13 @@ from mechanisms.curves import PrivateFunction, noise_scale
 from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from tasks.stage import contiguous_ranges
-from tasks.staging import read_curve_chunk, read_seeds, read_stream_chunk, write_parquet
+from tasks.staging import (
+    read_curve_chunk,
+    read_seeds,
+    read_stream_chunk,
+    repeat_ids,
+    write_arrow,
+)
 
 CURVE_MECHANISMS = ("privfuncseg", "project_and_privatize", "privfuncselect", "baseline")
 STREAM_MECHANISMS = ("square_wave",)
@@ -131,11 +137,14 @@ _SW_GRID = 2.0**-24
 _HUGE_BOUND = 2.0**900
 
 
-def _snapped(res: Any, spec: CurveSpec) -> Any:
-    """The private function with its noisy coefficients snapped to the release grid."""
+def _coefficient_grid(spec: CurveSpec) -> float:
+    """The release grid of the noisy coefficients (public: a function of ε or ρ only)."""
     scale = noise_scale(spec.notion, float_at_most(spec.amount))
-    grid = power_of_two_at_least(scale) * _GRID_BELOW_NOISE
-    arrays = res.to_arrays()
+    return power_of_two_at_least(scale) * _GRID_BELOW_NOISE
+
+
+def _snapped(arrays: dict[str, Any], grid: float) -> PrivateFunction:
+    """The private function with its noisy coefficients snapped to the release grid."""
     arrays["coefficients"] = snap_to_grid(np.asarray(arrays["coefficients"]), grid=grid,
                                           bound=_HUGE_BOUND)
     return PrivateFunction.from_arrays(arrays)
@@ -146,6 +155,15 @@ def _costs_equal_request(cost: Cost, spec: CurveSpec) -> None:
         raise AssertionError(
             f"this is a bug: mechanism cost {cost.total} (requested {cost.requested}) "
             f"does not match the reserved {spec.amount}")
+
+
+def _list_column(rows: list[np.ndarray]) -> pa.Array:
+    """A list<double> column from 1-D float arrays, built without Python floats."""
+    sizes = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.concatenate(rows) if rows else np.empty(0)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.float64()))
 
 
 def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
@@ -160,13 +178,22 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
     seeds = read_seeds(seeds_path)
     users = [u for u in read_curve_chunk(chunk_path, value_columns) if u.user_id in seeds]
     n_cols = len(value_columns)
-    val_rows: dict[str, list] = {"user_id": [], "curve_id": [], "t": []}
-    val_cols: list[np.ndarray] = []
-    seg_rows: dict[str, list] = {"user_id": [], "curve_id": [], "segment": [], "t_start": [],
-                                 "t_end": [], "basis": [], "coefficients": []}
-    cur_rows: dict[str, list] = {k: [] for k in ("user_id", "curve_id", "basis", "basis_params",
-                                                 "outside", "dim", "t_end", "error_bound",
-                                                 "cost")}
+    grid_step = _coefficient_grid(spec)
+    # per released curve
+    c_user: list[str] = []
+    c_id: list[str] = []
+    c_points: list[int] = []
+    c_segments: list[int] = []
+    cur_rows: dict[str, list] = {k: [] for k in ("basis", "basis_params", "outside", "dim",
+                                                 "t_end", "error_bound", "cost")}
+    # per released point / segment
+    val_t: list[np.ndarray] = []
+    val_v: list[np.ndarray] = []
+    seg_no: list[np.ndarray] = []
+    seg_start: list[np.ndarray] = []
+    seg_end: list[np.ndarray] = []
+    seg_basis: list[str] = []
+    seg_coefs: list[np.ndarray] = []
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     bounds: list[float] = []
     rms: list[float] = []
@@ -176,7 +203,8 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
         for curve in sorted(user.curves, key=lambda c: c.curve_id):
             res = _run_curve(curve.t, curve.values, spec, rng)
             _costs_equal_request(res.cost, spec)
-            fn = _snapped(res, spec)
+            arrays = res.to_arrays()
+            fn = _snapped(dict(arrays), grid_step)
             costs.append((user.user_id, f"curve:{curve.curve_id}", res.cost, ""))
             bounds.append(float(res.error_bound(spec.beta)))
             duration = float(curve.t[-1] - curve.t[0])
@@ -185,52 +213,54 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
             grid = (curve.t if spec.evaluate_on == "input"
                     else np.linspace(curve.t[0], curve.t[-1], len(curve.t)))
             out = np.asarray(fn.evaluate(grid), dtype=np.float64).reshape(len(grid), n_cols)
-            val_rows["user_id"].extend([user.user_id] * len(grid))
-            val_rows["curve_id"].extend([curve.curve_id] * len(grid))
-            val_rows["t"].append(grid)
-            val_cols.append(out)
-            arrays = {**res.to_arrays(), "coefficients": fn.coefficients}
-            cur_rows["user_id"].append(user.user_id)
-            cur_rows["curve_id"].append(curve.curve_id)
+            c_user.append(user.user_id)
+            c_id.append(curve.curve_id)
+            c_points.append(len(grid))
+            val_t.append(grid)
+            val_v.append(out)
             cur_rows["basis"].append(str(arrays["basis_name"]))
             cur_rows["basis_params"].append(json.dumps(arrays["basis_params"], sort_keys=True))
             cur_rows["outside"].append(str(arrays["outside"]))
             cur_rows["dim"].append(int(arrays["dim"]))
-            cur_rows["t_end"].append(float(curve.t[-1] - curve.t[0]))
+            cur_rows["t_end"].append(duration)
             cur_rows["error_bound"].append(bounds[-1])
             cur_rows["cost"].append(json.dumps(arrays["cost"], sort_keys=True))
             bps = fn.breakpoints
             coefs = fn.coefficients
+            k = 0
             if bps is not None and coefs is not None:
                 coefs = np.asarray(coefs, dtype=np.float64)
-                for s in range(coefs.shape[0]):
-                    seg_rows["user_id"].append(user.user_id)
-                    seg_rows["curve_id"].append(curve.curve_id)
-                    seg_rows["segment"].append(s)
-                    seg_rows["t_start"].append(float(bps[s]))
-                    seg_rows["t_end"].append(float(bps[s + 1]))
-                    seg_rows["basis"].append(str(getattr(res, "basis_name", "")))
-                    seg_rows["coefficients"].append(coefs[s].ravel().tolist())
-    tcol = np.concatenate(val_rows["t"]) if val_rows["t"] else np.empty(0)
-    vmat = np.concatenate(val_cols) if val_cols else np.empty((0, n_cols))
+                k = coefs.shape[0]
+                bps = np.asarray(bps, dtype=np.float64)
+                seg_no.append(np.arange(k, dtype=np.int32))
+                seg_start.append(bps[:k])
+                seg_end.append(bps[1:k + 1])
+                seg_basis.extend([str(getattr(res, "basis_name", ""))] * k)
+                seg_coefs.extend(coefs.reshape(k, -1))
+            c_segments.append(k)
+    vmat = np.concatenate(val_v) if val_v else np.empty((0, n_cols))
     values_table = pa.table({
-        "user_id": pa.array(val_rows["user_id"], pa.string()),
-        "curve_id": pa.array(val_rows["curve_id"], pa.string()),
-        "t": pa.array(tcol),
+        "user_id": repeat_ids(c_user, c_points),
+        "curve_id": repeat_ids(c_id, c_points),
+        "t": pa.array(np.concatenate(val_t) if val_t else np.empty(0)),
         **{c: pa.array(vmat[:, j]) for j, c in enumerate(value_columns)},
     })
+
+    def cat(parts: list[np.ndarray], dtype: Any) -> pa.Array:
+        return pa.array(np.concatenate(parts) if parts else np.empty(0, dtype), dtype)
+
     seg_table = pa.table({
-        "user_id": pa.array(seg_rows["user_id"], pa.string()),
-        "curve_id": pa.array(seg_rows["curve_id"], pa.string()),
-        "segment": pa.array(seg_rows["segment"], pa.int32()),
-        "t_start": pa.array(seg_rows["t_start"], pa.float64()),
-        "t_end": pa.array(seg_rows["t_end"], pa.float64()),
-        "basis": pa.array(seg_rows["basis"], pa.string()),
-        "coefficients": pa.array(seg_rows["coefficients"], pa.list_(pa.float64())),
+        "user_id": repeat_ids(c_user, c_segments),
+        "curve_id": repeat_ids(c_id, c_segments),
+        "segment": cat(seg_no, pa.int32()),
+        "t_start": cat(seg_start, pa.float64()),
+        "t_end": cat(seg_end, pa.float64()),
+        "basis": pa.array(seg_basis, pa.string()),
+        "coefficients": _list_column(seg_coefs),
     })
     curves_table = pa.table({
-        "user_id": pa.array(cur_rows["user_id"], pa.string()),
-        "curve_id": pa.array(cur_rows["curve_id"], pa.string()),
+        "user_id": pa.array(c_user, pa.string()),
+        "curve_id": pa.array(c_id, pa.string()),
         "basis": pa.array(cur_rows["basis"], pa.string()),
         "basis_params": pa.array(cur_rows["basis_params"], pa.string()),
         "outside": pa.array(cur_rows["outside"], pa.string()),
@@ -240,12 +270,12 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
         "cost": pa.array(cur_rows["cost"], pa.string()),
     })
     out = Path(out_dir)
-    paths = {"values": str(out / f"values-{index:05d}.parquet"),
-             "segments": str(out / f"segments-{index:05d}.parquet"),
-             "curves": str(out / f"curves-{index:05d}.parquet")}
-    write_parquet(values_table, Path(paths["values"]))
-    write_parquet(seg_table, Path(paths["segments"]))
-    write_parquet(curves_table, Path(paths["curves"]))
+    paths = {"values": str(out / f"values-{index:05d}.arrow"),
+             "segments": str(out / f"segments-{index:05d}.arrow"),
+             "curves": str(out / f"curves-{index:05d}.arrow")}
+    write_arrow(values_table, Path(paths["values"]))
+    write_arrow(seg_table, Path(paths["segments"]))
+    write_arrow(curves_table, Path(paths["curves"]))
     return ChunkResult(index, paths, costs, bounds, diags, rms)
 
 
@@ -265,7 +295,10 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     seeds = read_seeds(seeds_path)
     users = [u for u in read_stream_chunk(chunk_path) if u.user_id in seeds]
     eps_step = spec.epsilon_per_step
-    uid, sid, steps_out, ys = [], [], [], []
+    uid: list[str] = []
+    sid: list[str] = []
+    n_out: list[int] = []
+    steps_out, ys = [], []
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     bounds: list[float] = []
     for user in users:
@@ -277,19 +310,20 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
             y = snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + b + _SW_GRID) + 0.5
             cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(stream.steps, eps_step))
             costs.append((user.user_id, f"stream:{stream.stream_id}", cost, stream.stream_id))
-            uid.extend([user.user_id] * len(y))
-            sid.extend([stream.stream_id] * len(y))
+            uid.append(user.user_id)
+            sid.append(stream.stream_id)
+            n_out.append(len(y))
             steps_out.append(np.asarray(stream.steps, dtype=np.int64))
             ys.append(np.asarray(y, dtype=np.float64))
     bounds.append(float(np.sqrt(ms.square_wave_worst_variance(float(eps_step)))) if users else 0.0)
     table = pa.table({
-        "user_id": pa.array(uid, pa.string()),
-        "stream_id": pa.array(sid, pa.string()),
+        "user_id": repeat_ids(uid, n_out),
+        "stream_id": repeat_ids(sid, n_out),
         "step": pa.array(np.concatenate(steps_out) if steps_out else np.empty(0, np.int64)),
         "y": pa.array(np.concatenate(ys) if ys else np.empty(0)),
     })
-    path = str(Path(out_dir) / f"samples-{index:05d}.parquet")
-    write_parquet(table, Path(path))
+    path = str(Path(out_dir) / f"samples-{index:05d}.arrow")
+    write_arrow(table, Path(path))
     return ChunkResult(index, {"samples": path}, costs, bounds, [])
 
 

@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from prefect import task
 
 from mechanisms.reconstruct import cpr
-from tasks.staging import group_spans, write_parquet
+from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
 
 
 def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
@@ -26,16 +25,22 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
     for them and the reason is recorded. Returns one public summary per stream
     (period, whether CPR fell back to a constant).
     """
-    table = pq.read_table(samples_path)
-    users = table.column("user_id").to_pylist()
-    streams = table.column("stream_id").to_pylist()
+    table = read_arrow(samples_path)
+    ucol, scol = table.column("user_id"), table.column("stream_id")
     steps = table.column("step").to_numpy()
     y = table.column("y").to_numpy()
-    out_u, out_s, out_step, out_v = [], [], [], []
+    starts = run_starts(ucol, scol)
+    bounds = np.append(starts, len(steps)).tolist()
+    users = ucol.take(pa.array(starts)).to_pylist()
+    streams = scol.take(pa.array(starts)).to_pylist()
+    out_u: list[str] = []
+    out_s: list[str] = []
+    out_n: list[int] = []
+    out_step, out_v = [], []
     summaries: list[dict[str, Any]] = []
-    for i, j in group_spans(users, streams):
+    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         st = steps[i:j]
-        summary: dict[str, Any] = {"user_id": users[i], "stream_id": streams[i],
+        summary: dict[str, Any] = {"user_id": users[k], "stream_id": streams[k],
                                    "samples": int(j - i)}
         if j - i < 8 or np.any(np.diff(st) != 1):
             summary.update(period=None, status="skipped: fewer than 8 samples or gaps in steps")
@@ -45,14 +50,15 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
             fallback = bool(diag.get("fallback_constant", False))
             summary.update(period=int(res.period) if res.period else None,
                            status="constant fallback" if fallback else "ok")
-            out_u.extend([users[i]] * (j - i))
-            out_s.extend([streams[i]] * (j - i))
+            out_u.append(users[k])
+            out_s.append(streams[k])
+            out_n.append(j - i)
             out_step.append(st)
             out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
         summaries.append(summary)
-    write_parquet(pa.table({
-        "user_id": pa.array(out_u, pa.string()),
-        "stream_id": pa.array(out_s, pa.string()),
+    write_arrow(pa.table({
+        "user_id": repeat_ids(out_u, out_n),
+        "stream_id": repeat_ids(out_s, out_n),
         "step": pa.array(np.concatenate(out_step) if out_step else np.empty(0, np.int64)),
         "value_hat": pa.array(np.concatenate(out_v) if out_v else np.empty(0)),
     }), Path(out_path))

@@ -46,7 +46,7 @@ def contiguous_ranges(steps: Any) -> list[tuple[int, int]]:
 
 
 def _flush(kind: str, buf: list, index: int, staging: Path, domain: Domain) -> StagedChunk:
-    path = staging / f"chunk-{index:05d}.parquet"
+    path = staging / f"chunk-{index:05d}.arrow"
     if kind == "curves":
         stage_curve_chunk(buf, path, domain.value_columns)
     else:
