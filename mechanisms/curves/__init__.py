@@ -34,6 +34,7 @@ from mechanisms.curves.result import PrivateFunction
 from mechanisms.curves.samplers import correlate, gaussian, laplace, slap
 from mechanisms.curves.segment import DyadicTree, ReduceSegOutcome, privfuncseg, reduce_seg
 from mechanisms.curves.select import privfuncselect
+from mechanisms.curves.sinc_rule import sinc_basis_for_budget, sinc_rule_table
 from mechanisms.curves.svt import SVTResult, svt
 from mechanisms.curves.unbounded import privfuncseg_unbounded
 
@@ -68,6 +69,8 @@ __all__ = [
     "project_and_privatize",
     "project_continuous",
     "reduce_seg",
+    "sinc_basis_for_budget",
+    "sinc_rule_table",
     "slap",
     "svt",
 ]

@@ -228,7 +228,8 @@ class SincBasis:
     coefficients are ∫_{t₀}^{T} q φ_j dt, i.e. the L²(R) projection of the
     zero extension of q, which is 1-Lipschitz (paper Sec. 3.5, spec §1.4). The
     paper's ECG setting is time scaled to T = 800 with h = 1, first = 1,
-    n_terms = 800.
+    n_terms = 800. `covering` builds the centres h·Z ∩ [lo, hi] for any h;
+    `mechanisms.curves.sinc_rule` picks h from the budget.
     """
 
     name = "sinc"
@@ -242,6 +243,34 @@ class SincBasis:
         self.spacing = float(spacing)
         self.first = _check_int(first, "first", -(10**9), 10**9)
         self.centres = (self.first + np.arange(self.m)) * self.spacing
+
+    @classmethod
+    def covering(cls, lo: float, hi: float, spacing: float, *, pad: int = 0) -> SincBasis:
+        """The sinc functions of spacing h whose centres jh lie in [lo, hi] (plus `pad` each side).
+
+        Centres are the lattice points h·Z inside the domain, so the count is
+        about (hi − lo)/h + 1: the "one term per sample" choice when h is the
+        sample spacing. Data-independent (only the domain and h are used).
+
+        Args:
+            lo: left end of the curve's domain.
+            hi: right end (> lo).
+            spacing: h > 0.
+            pad: extra centres beyond each end (default 0).
+
+        Returns:
+            The basis.
+        """
+        if isinstance(spacing, bool) or not (math.isfinite(float(spacing)) and spacing > 0):
+            raise MechanismParameterError("spacing must be a finite number > 0")
+        lo, hi, h = float(lo), float(hi), float(spacing)
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            raise MechanismParameterError("need a finite domain lo < hi")
+        pad = _check_int(pad, "pad", 0, 10**6)
+        tol = 1e-9
+        first = math.ceil(lo / h - tol) - pad
+        last = math.floor(hi / h + tol) + pad
+        return cls(last - first + 1, spacing=h, first=first)
 
     def params(self) -> dict[str, int | float]:
         """Plain parameters (``n_terms``, ``spacing``, ``first``)."""

@@ -21,6 +21,7 @@ from mechanisms.curves.bases import LocalBasis, PiecewiseBasis, SincBasis, make_
 from mechanisms.curves.bounds import noise_scale
 from mechanisms.curves.result import PrivateFunction
 from mechanisms.curves.samplers import correlate, gaussian, slap
+from mechanisms.curves.sinc_rule import sinc_basis_for_budget
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["project_and_privatize", "least_squares", "privatize_coefficients"]
@@ -28,14 +29,35 @@ __all__ = ["project_and_privatize", "least_squares", "privatize_coefficients"]
 BasisSpec = str | LocalBasis | SincBasis | PiecewiseBasis
 
 
+_AUTO_KEYS = ("sample_spacing", "kink_error", "edge_error", "ratios", "max_terms")
+
+
 def _resolve_basis(
     basis: BasisSpec,
     t: np.ndarray,
     breakpoints: object,
     options: dict[str, Any],
+    budget_for_rule: tuple[str, Fraction, int] | None = None,
 ) -> tuple[LocalBasis | SincBasis, np.ndarray]:
-    if isinstance(basis, str):
-        basis_obj: LocalBasis | SincBasis = make_basis(basis, **options)
+    if isinstance(basis, str) and options.get("spacing") == "auto":
+        if basis.lower() != "sinc":
+            raise MechanismParameterError("spacing='auto' is an option of the sinc basis only")
+        if budget_for_rule is None:
+            raise MechanismParameterError(
+                "spacing='auto' is chosen from the budget; use project_and_privatize, or "
+                "sinc_basis_for_budget and pass the basis")
+        extra = set(options) - {"spacing", *_AUTO_KEYS}
+        if extra:
+            raise MechanismParameterError(
+                f"spacing='auto' sets n_terms and first itself; unexpected {sorted(extra)}")
+        notion, amount, n_out = budget_for_rule
+        rule = {k: options[k] for k in _AUTO_KEYS if k in options}
+        kw = {"epsilon": amount} if notion == "gp" else {"rho": amount}
+        basis_obj: LocalBasis | SincBasis = sinc_basis_for_budget(
+            float(t[0]), float(t[-1]), n_outputs=n_out, **kw, **rule)
+        options = {}
+    elif isinstance(basis, str):
+        basis_obj = make_basis(basis, **options)
     elif isinstance(basis, PiecewiseBasis):
         if breakpoints is not None:
             raise MechanismParameterError("give breakpoints either in the PiecewiseBasis or apart")
@@ -204,7 +226,11 @@ def project_and_privatize(
         basis: a name ``"legendre"`` (option ``degree``), ``"linear"``,
             ``"constant"``, ``"monomial"`` (``degree``; on the rescaled
             segment), ``"fourier"`` (``n_terms``), ``"sinc"`` (``n_terms``,
-            ``spacing``, ``first``: φ_j(t) = sinc((t − (first+j)h)/h)/√h on R),
+            ``spacing``, ``first``: φ_j(t) = sinc((t − (first+j)h)/h)/√h on R;
+            ``spacing="auto"`` picks h from the budget by the public model of
+            `sinc_basis_for_budget`, with its options ``sample_spacing``,
+            ``kink_error``, ``edge_error``, ``ratios``, ``max_terms``, and
+            centres h·Z ∩ [t₀, t_N]; data-independent, so it costs nothing),
             or a basis object (`LegendreBasis`, `MonomialBasis`,
             `FourierBasis`, `SincBasis`, `PiecewiseBasis`).
         epsilon: ε for ε-GP (exactly one of epsilon / rho).
@@ -216,15 +242,21 @@ def project_and_privatize(
 
     Returns:
         A PrivateFunction; diagnostics (all public, data-independent):
-        ``dim``, ``segments``, ``basis``.
+        ``dim``, ``segments``, ``basis`` (and ``sinc_spacing``, ``sinc_terms``
+        for a sinc basis).
     """
     notion, amount = budget(epsilon, rho)
     check_rng(rng)
     ta, va = check_curve(t, values)
-    basis_obj, edges = _resolve_basis(basis, ta, breakpoints, basis_options)
+    basis_obj, edges = _resolve_basis(basis, ta, breakpoints, basis_options,
+                                      (notion, amount, va.shape[1]))
     a, chols = _fit(ta, va, basis_obj, edges)
     noisy = privatize_coefficients(a, notion=notion, amount=float_at_most(amount), rng=rng,
                                    chols=chols)
     cost = Cost(notion=notion, requested=amount, items=(CostItem("project", notion, amount),))
-    diag = {"dim": int(a.size), "segments": int(edges.size - 1), "basis": basis_obj.name}
+    diag: dict[str, Any] = {"dim": int(a.size), "segments": int(edges.size - 1),
+                            "basis": basis_obj.name}
+    if isinstance(basis_obj, SincBasis):
+        diag["sinc_spacing"] = basis_obj.spacing
+        diag["sinc_terms"] = basis_obj.m
     return _as_function(basis_obj, edges, noisy, cost, notion, float(amount), diag)

@@ -105,6 +105,7 @@ def l2_error(
                 max_width = float(widths.min()) / (4.0 * freq)
         count = int(math.ceil((hi - lo) / max_width))
         fine = lo + (hi - lo) * np.arange(count + 1) / count
+        fine[-1] = hi  # (hi − lo)·count/count may round above hi
         edges = np.union1d(edges, fine)
     pieces = SubPieces(ta, va, edges)
     node_t, weights, qv = pieces.quadrature(n_nodes)
