@@ -64,3 +64,15 @@ def test_round_trip_through_plain_arrays():
         g = PrivateFunction.from_arrays(stored)
         grid = np.linspace(0, 70, 333)
         assert np.array_equal(g.evaluate(grid), f.evaluate(grid))
+
+
+def test_l2_error_sinc_domain_end_not_overshot():
+    # 799.2·333/333 rounds above 799.2: the fine grid of l2_error must still end at T
+    from scipy import integrate
+
+    t = np.linspace(0.0, 799.2, 21)
+    v = np.sin(t / 40.0)
+    fit = least_squares(t, v, "sinc", n_terms=5, spacing=0.8 * 6, first=80)  # 4.800000000000001
+    ref = integrate.quad(lambda x: (np.interp(x, t, v) - fit.evaluate(np.array([x]))[0, 0]) ** 2,
+                         0.0, 799.2, points=t[1:-1], limit=500)[0]
+    assert l2_error(t, v, fit) == pytest.approx(np.sqrt(ref), rel=1e-8)
