@@ -71,8 +71,24 @@ def sinc_rule_table(
 ) -> list[tuple[float, int, float]]:
     """The rule's candidates as (spacing h, number of sinc terms m, modelled RMS error).
 
-    Candidates with more than `max_terms` terms are left out; the noise
-    dimension is D = m·n_outputs. Public inputs only; see `sinc_basis_for_budget`.
+    Privacy: spends nothing and reads no data (public inputs only); see
+    `sinc_basis_for_budget`. Candidates with more than `max_terms` terms are
+    left out; the noise dimension is D = m·n_outputs.
+
+    Args:
+        lo: left end of the domain.
+        hi: right end.
+        notion: ``"gp"`` or ``"cgp"``.
+        amount: ε (GP) or ρ (CGP) of the Project-and-Privatize step.
+        sample_spacing: public time resolution dt.
+        kink_error: public prior A (see the module docstring).
+        edge_error: public prior B.
+        ratios: candidate h/dt.
+        max_terms: largest number of sinc terms allowed.
+        n_outputs: dimension n of the curve's values.
+
+    Returns:
+        One (h, m, modelled √(E dist₂²)) row per admissible candidate, in `ratios` order.
     """
     if notion not in ("gp", "cgp"):
         raise MechanismParameterError(f"notion must be 'gp' or 'cgp', got {notion!r}")
