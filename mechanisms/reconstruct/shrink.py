@@ -17,13 +17,13 @@ reports themselves. With it:
   truth on d when d = periodic signal + independent error. σ̂²_signal is the
   unbiased between-phase variance of the phase fold, (SSB − (T − 1)·MSW)/n.
 - `sure_smooth`: among Savitzky–Golay smoothers S_k (order 2, several
-  windows) whose smoothed signal energy is significantly positive, the
-  reconstruction mean + λ·S_k(x̂ − mean) with the λ minimising Stein's
-  unbiased risk estimate ‖x̂_c − λS x̂_c‖² + 2λσ̄² tr S, i.e.
-  λ = (⟨x̂_c, S x̂_c⟩ − σ̄² tr S)/‖S x̂_c‖² clipped to [0, 1]. When no window
-  is significant the constant (λ = 0) is returned: a measured fact
-  (benchmarks/streams/reconstruction.py) is that below that detection
-  threshold any data-driven λ adds more estimation noise than it recovers.
+  windows), the reconstruction mean + λ·S_k(x̂ − mean) with the λ of Stein's
+  unbiased risk estimate ‖x̂_c − λS x̂_c‖² + 2λσ̄² tr S, computed from the
+  smoothed signal energy soft-thresholded at its null quantile (a window
+  must be significant to get any weight, and one that only just is gets a
+  small λ). When no window is significant the constant (λ = 0) is returned:
+  measured (benchmarks/streams/reconstruction.py), below that threshold a
+  data-driven λ adds more estimation noise than it recovers.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import signal, special
+from scipy import signal, stats
 
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.square_wave import square_wave_estimate, square_wave_estimate_variance
@@ -147,20 +147,23 @@ def sure_smooth(
     order: int = 2,
     significance: float = 1e-3,
 ) -> tuple[np.ndarray, dict]:
-    """Shrunk local smoother level + λ·S_k(x̂ − mean), used only where it is significant.
+    """Soft-thresholded, shrunk local smoother level + λ·S_k(x̂ − mean).
 
     For each window k (odd, order < k <= n), s = S_k x̂_c is the
-    Savitzky–Golay smooth (`order`) of the centred reports x̂_c = x̂ − mean;
-    θ̂ = ⟨x̂_c, s⟩ − σ̄² tr S is unbiased for the smoothed signal energy
-    x̃ᵀSx̃ (σ̄² = `noise_var`) and has null sd σ̄²·√(2 tr S) (tr SᵀS = tr S
-    for these hat-matrix rows). A window is usable when θ̂ exceeds
-    z·(null sd), z the one-sided normal quantile at `significance`/(number
-    of windows) (Bonferroni); then λ = clip(θ̂/‖s‖², 0, 1) minimises Stein's
-    unbiased risk estimate ‖x̂_c − λs‖² + 2λσ̄² tr S, and the usable window
-    with the largest estimated risk reduction θ̂²/‖s‖² wins. With no usable
-    window the result is the constant `level` (λ = 0): a data-driven λ
-    would then add more estimation noise than the signal it could recover.
-    Post-processing, no privacy cost; O(n·len(windows)).
+    Savitzky–Golay smooth (`order`) of the centred reports x̂_c = x̂ − mean,
+    and Q = ⟨x̂_c, s⟩. Under "no signal" Q ≈ σ̄²·χ²_h with h = tr S (the
+    Satterthwaite match: the rows of a local-polynomial hat matrix have
+    Σ_j S_ij² = S_ii, so tr SᵀS = tr S; σ̄² = `noise_var`), and
+    E[Q] − σ̄² tr S = x̃ᵀSx̃ is the smoothed signal energy. Let Q* be the
+    null quantile at `significance`/(number of windows) (Bonferroni). The
+    energy estimate is soft-thresholded, θ = max(Q − Q*, 0), and
+    λ = min(θ/‖s‖², 1): the λ of Stein's unbiased risk estimate
+    ‖x̂_c − λs‖² + 2λσ̄² tr S with θ in place of Q − σ̄² tr S, so a window
+    that only just clears the threshold (whose Q is inflated by the
+    selection) gets a small λ instead of the full one. The window with the
+    largest estimated risk reduction θ²/‖s‖² wins; when none clears its
+    threshold the result is the constant `level` (λ = 0). Post-processing,
+    no privacy cost; O(n·len(windows)).
 
     Args:
         xhat: (n,) debiased reports.
@@ -172,16 +175,19 @@ def sure_smooth(
 
     Returns:
         (reconstruction clipped to [0, 1], diagnostics with ``window`` (None
-        for the constant), ``lambda``, ``z_threshold``, per-window
-        ``candidates`` and the ``level``).
+        for the constant), ``lambda``, per-window ``candidates`` (λ, the
+        statistic's z-score against the null, p-value, soft energy) and the
+        ``level``).
     """
     if not 0 < significance < 1:
         raise MechanismParameterError("significance must be in (0, 1)")
+    if not noise_var > 0:
+        raise MechanismParameterError("noise_var must be > 0")
     n = xhat.size
     lvl = float(np.clip(xhat.mean(), 0.0, 1.0)) if level is None else float(level)
     xc = xhat - xhat.mean()
     usable = [int(k) for k in windows if int(k) % 2 == 1 and order < int(k) <= n]
-    z = float(-special.ndtri(significance / max(len(usable), 1)))
+    alpha = significance / max(len(usable), 1)
     best = (0.0, 0.0, None, None)
     table = {}
     for k in usable:
@@ -190,19 +196,25 @@ def sure_smooth(
         if ss <= 0:
             continue
         tr = savgol_trace(n, k, order)
-        theta = float(np.dot(xc, s)) - noise_var * tr
-        score = theta / (noise_var * math.sqrt(2.0 * tr))
-        lam = min(1.0, max(0.0, theta / ss))
-        gain = theta * theta / ss if theta > 0 else 0.0
-        table[str(k)] = {"lambda": lam, "z": score, "gain": gain}
-        if score > z and gain > best[0]:
+        q = float(np.dot(xc, s))
+        q_star = noise_var * float(stats.chi2.isf(alpha, tr))
+        theta = max(q - q_star, 0.0)
+        lam = min(1.0, theta / ss)
+        gain = theta * theta / ss
+        table[str(k)] = {
+            "lambda": lam,
+            "z": (q - noise_var * tr) / (noise_var * math.sqrt(2.0 * tr)),
+            "p": float(stats.chi2.sf(q / noise_var, tr)),
+            "signal_energy": theta,
+        }
+        if gain > best[0]:
             best = (gain, lam, k, s)
     _, lam, k, s = best
     rec = np.full(n, lvl) if s is None else np.clip(lvl + lam * s, 0.0, 1.0)
     return rec, {
         "window": k,
         "lambda": lam if s is not None else 0.0,
-        "z_threshold": z,
+        "alpha_per_window": alpha,
         "candidates": table,
         "level": lvl,
     }

@@ -53,7 +53,7 @@ def test_sure_smooth_recovers_a_slow_signal_and_beats_the_constant():
     rec, info = sure_smooth(xh, sw_noise_variance(y, epsilon_per_step=1.0))
     assert info["window"] is not None and 0.0 < info["lambda"] <= 1.0
     const = np.full(x.size, np.clip(xh.mean(), 0, 1))
-    assert np.mean((rec - x) ** 2) < 0.3 * np.mean((const - x) ** 2)
+    assert np.mean((rec - x) ** 2) < 0.5 * np.mean((const - x) ** 2)
 
 
 def test_shrink_periodic_keeps_a_real_template_and_kills_a_noise_template():
