@@ -114,7 +114,10 @@ def int_texts(values: pa.Array) -> pa.Array:
 
 
 def encode_batch(
-    arrays: dict[str, pa.Array], shared: dict[str, Any], runs_texts: pa.Array | None = None
+    arrays: dict[str, pa.Array],
+    shared: dict[str, Any],
+    runs_texts: pa.Array | None = None,
+    texts: dict[str, pa.Array] | None = None,
 ) -> list[bytes]:
     """Canonical bytes of n entries, built column by column with Arrow compute.
 
@@ -124,6 +127,8 @@ def encode_batch(
             canonical text, the others as strings (None for NULL).
         shared: the columns with one value for all n entries (any of HASHED_COLUMNS).
         runs_texts: each entry's step runs as `runs_text` (None: no entry has runs).
+        texts: columns of `arrays` whose JSON texts the caller built already
+            (used instead of encoding them here).
 
     Returns:
         For each entry exactly ``canonical(entry, runs)`` (the tests check it).
@@ -134,6 +139,9 @@ def encode_batch(
     for c in HASHED_COLUMNS:
         if c in shared:
             const += _column_text(c, shared[c])
+        elif texts and c in texts:
+            pieces += [const, texts[c]]
+            const = ""
         else:
             arr = arrays[c]
             pieces += [const, int_texts(arr) if c in _INT_COLUMNS else json_texts(arr)]

@@ -254,13 +254,6 @@ class _AccountWrites:
         self.spents.append(spent)
 
 
-def _new_decision(fields: dict[str, Any]) -> Decision:
-    """A `Decision` from a dict of all its fields (the frozen dataclass, built in one step)."""
-    d = object.__new__(Decision)
-    object.__setattr__(d, "__dict__", fields)
-    return d
-
-
 @dataclass
 class _Account:
     cap: int
@@ -707,12 +700,14 @@ class Ledger:
         cols: dict[str, list[Any]],
         runs: list[list[Run]] | None,
         shared: dict[str, Any],
+        texts: dict[str, list[str]] | None = None,
     ) -> range:
         """Hash-chain and bulk-insert entries; returns their seqs. Updates chain_head.
 
         `cols` holds the varying columns as lists of n Python values (a column whose
         values are all equal is moved to `shared`), `shared` the columns with one
-        value for every entry, `runs` each entry's w-event step runs (None: none).
+        value for every entry, `runs` each entry's w-event step runs (None: none),
+        `texts` the canonical JSON text of some columns of `cols` if the caller has it.
         The canonical bytes are built column by column (`chain.encode_batch`); only
         the SHA-256 link is computed per entry.
         """
@@ -720,10 +715,12 @@ class Ledger:
         if n == 0:
             return range(0)
         shared = dict(shared)
+        cols = dict(cols)
         for c, values in list(cols.items()):
             if values.count(values[0]) == n:  # one value for all: encoded and bound once
                 shared[c] = values[0]
                 del cols[c]
+        pre = {c: pa.array(t, pa.string()) for c, t in (texts or {}).items() if c in cols}
         last_seq, last_hash = self._head(con)
         seqs = range(last_seq + 1, last_seq + 1 + n)
         ids = os.urandom(16 * n).hex()
@@ -739,7 +736,7 @@ class Ledger:
                 arrays[c] = pa.array(values, pa.string())
         with_runs = runs is not None and any(runs)
         runs_texts = pa.array([runs_text(r) for r in runs], pa.string()) if with_runs else None
-        hashes = chain_hashes(last_hash, encode_batch(arrays, shared, runs_texts))
+        hashes = chain_hashes(last_hash, encode_batch(arrays, shared, runs_texts, pre))
         arrays["prev_hash"] = pa.array([last_hash, *hashes[:-1]], pa.string())
         arrays["hash"] = pa.array(hashes, pa.string())
         tbl = pa.table(arrays)  # noqa: F841 - scanned by DuckDB below
@@ -861,15 +858,18 @@ class Ledger:
         })
         con.register("_pp_keys", keys_tbl)
         try:
-            texts = con.sql(
-                "SELECT CAST(a.spent AS VARCHAR) FROM _pp_keys k LEFT JOIN accounts a "
-                "ON a.user_id = k.user_id AND a.domain = k.domain AND a.stream_id = k.stream_id "
-                "ORDER BY k.i"
-            ).to_arrow_table().column(0).to_pylist()
+            found = con.sql(
+                "SELECT k.i, CAST(a.spent AS VARCHAR) AS spent FROM _pp_keys k JOIN accounts a "
+                "ON a.user_id = k.user_id AND a.domain = k.domain AND a.stream_id = k.stream_id"
+            ).to_arrow_table()
         finally:
             con.unregister("_pp_keys")
-        memo = {t: None if t is None else int(t) for t in set(texts)}
-        return list(map(memo.__getitem__, texts))
+        out: list[int | None] = [None] * len(users)
+        texts = found.column("spent").to_pylist()
+        memo = {t: int(t) for t in set(texts)}
+        for i, t in zip(found.column("i").to_pylist(), texts, strict=True):
+            out[i] = memo[t]
+        return out
 
     def _save_accounts(self, con: duckdb.DuckDBPyConnection, accounts: _AccountWrites) -> None:
         """Insert or update accounts (one bulk upsert)."""
@@ -1178,13 +1178,56 @@ class Ledger:
         wevent: dict[int, _Prepared] = {}
         cache: dict[Any, Any] = {}
         charges: dict[tuple[str, str, int], tuple[str, int, str, dict[str, Any]]] = {}
-        for i in range(n):
+        notions = q.notions
+        amount_ids = list(map(id, q.amounts))
+        if len(set(dnames)) == 1 and len(set(notions)) == 1 and len(set(amount_ids)) == 1:
+            keys = None  # one (domain, notion, amount) for all: no key tuple per request
+            distinct = {(dnames[0], notions[0], amount_ids[0]): None} if n else {}
+        else:
+            keys = list(zip(dnames, notions, amount_ids, strict=True))
+            distinct = dict.fromkeys(keys)
+        plain = (not any(q.runs) and id(None) not in {k[2] for k in distinct}
+                 and "wevent" not in {k[1] for k in distinct}
+                 and all(domains.get(k[0], {}).get("notion", "wevent") != "wevent"
+                         for k in distinct))
+        if plain:
+            # gp/cgp only: one charge per (domain, notion, amount object), computed in
+            # request order, so the first bad request raises as in the loop below.
+            first = dict.fromkeys(distinct, 0)
+            if keys is not None:
+                first = {}
+                for i, k in enumerate(keys):
+                    if k not in first:
+                        first[k] = i
+                        if len(first) == len(distinct):
+                            break
+            for k, i in first.items():
+                dom = domains.get(k[0])
+                if dom is None:
+                    known = (", ".join(sorted(domains))
+                             or "(none: run `privpipe ledger policy apply`)")
+                    raise ParameterError(f"unknown domain {k[0]!r}; the ledger knows: {known}")
+                p = _Prepared(i, reqs[i], (users[i], steps[i], streams[i]),
+                              (users[i], k[0], streams[i]))
+                self._charge(p, dom, cache)
+                charges[k] = (p.notion, p.units, p.signature, p.detail)
+            if len(charges) == 1:
+                hit = next(iter(charges.values()))
+                acc_notion, units, sigs = [hit[0]] * n, [hit[1]] * n, [hit[2]] * n
+                details = [hit[3]] * n
+            else:
+                hits = list(map(charges.__getitem__, keys or ()))
+                acc_notion = [h[0] for h in hits]
+                units = [h[1] for h in hits]
+                sigs = [h[2] for h in hits]
+                details = [h[3] for h in hits]
+        for i in range(n if plain else 0, n):  # the general case: request by request
             dname = dnames[i]
             dom = domains.get(dname)
             if dom is None:
                 known = ", ".join(sorted(domains)) or "(none: run `privpipe ledger policy apply`)"
                 raise ParameterError(f"unknown domain {dname!r}; the ledger knows: {known}")
-            notion, amount = q.notions[i], q.amounts[i]
+            notion, amount = notions[i], q.amounts[i]
             if dom["notion"] == "wevent" or notion == "wevent" or q.runs[i] or amount is None:
                 p = _Prepared(i, reqs[i], (users[i], steps[i], streams[i]),
                               (users[i], dname, streams[i]))
@@ -1193,7 +1236,7 @@ class Ledger:
                 acc_notion[i], units[i], sigs[i] = p.notion, p.units, p.signature
                 details[i], pruns[i] = p.detail, p.runs
                 continue
-            ck = (dname, notion, id(amount))
+            ck = (dname, notion, amount_ids[i])
             hit = charges.get(ck)
             if hit is None:
                 p = _Prepared(i, reqs[i], (users[i], steps[i], streams[i]),
@@ -1233,8 +1276,19 @@ class Ledger:
         if simple:
             # Every user has one gp/cgp request in this call: admit iff spent + charge <= cap.
             spent = self._account_spent(con, fu, fd, fs) if fresh else []
-            out_idx = fresh
-            for j, i in enumerate(fresh):
+            out_idx = todo = fresh
+            if fresh and len(set(fd)) == 1:
+                cap = caps[fd[0]]
+                fun = units if all_fresh else [units[i] for i in fresh]
+                tots = [u if sp is None else sp + u for sp, u in zip(spent, fun, strict=True)]
+                if max(tots) <= cap:  # all admitted (the usual case)
+                    m = len(fresh)
+                    kinds, reasons = ["reserve"] * m, ["admitted"] * m
+                    req_q, bals, out_caps = fun, tots, [cap] * m
+                    rem_q = [cap - t for t in tots]
+                    writes = _AccountWrites(fu, fd, fs, out_caps, tots)
+                    todo = []  # done
+            for j, i in enumerate(todo):
                 dname = dnames[i]
                 cap = caps[dname]
                 sp = spent[j]
@@ -1276,7 +1330,13 @@ class Ledger:
             c_notions = [acc_notion[i] for i in out_idx]
         detail_cache: dict[str, str] = {}
         dets: list[str] = []
-        for k, i in enumerate(out_idx):
+        if not wevent:  # one detail text per signature
+            c_sigs = sigs if c_users is users else [sigs[i] for i in out_idx]
+            first_of = {sg: i for i, sg in zip(reversed(out_idx), reversed(c_sigs), strict=True)}
+            detail_cache = {sg: _canonical_json({**details[i], "signature": sg}, "detail")
+                            for sg, i in first_of.items()}
+            dets = list(map(detail_cache.__getitem__, c_sigs))
+        for k, i in enumerate(out_idx if wevent else ()):
             if acc_notion[i] == "wevent":
                 dets.append(_canonical_json({**details[i], "signature": sigs[i],
                                              "requested": str(req_q[k]),
@@ -1297,7 +1357,6 @@ class Ledger:
         seqs = self._append(con, cols, runs, shared)
         self._save_accounts(con, writes)
         fractions: dict[int, Fraction] = {}
-        new_decision = _new_decision
         for k, i in enumerate(out_idx):
             r = req_q[k]
             req_f = fractions.get(r)
@@ -1308,13 +1367,9 @@ class Ledger:
             if rem_f is None:
                 rem_f = fractions[r] = from_units(r)
             dname = dnames[i]
-            decisions[i] = new_decision({
-                "user_id": users[i], "domain": dname, "step": steps[i],
-                "stream_id": streams[i], "admitted": kinds[k] == "reserve",
-                "reason": reasons[k], "requested": req_f, "remaining": rem_f,
-                "entry_seq": seqs[k], "replayed": False, "notion": acc_notion[i],
-                "units": symbols[dname],
-            })
+            decisions[i] = Decision(users[i], dname, steps[i], streams[i], kinds[k] == "reserve",
+                                    reasons[k], req_f, rem_f, seqs[k], False, acc_notion[i],
+                                    symbols[dname])
         admitted = [d for d in decisions if d is not None and d.admitted]
         denied = [d for d in decisions if d is not None and not d.admitted]
         return ReserveResult(admitted=admitted, denied=denied)
@@ -1642,7 +1697,7 @@ class Ledger:
     ) -> dict[str, list[Any]]:
         """Per settlement (aligned): its reservation, an earlier settle/close, the account.
 
-        Columns ``r_seq, r_kind, r_domain, r_amount, r_notion`` (the reserve or deny
+        Columns ``r_seq, r_kind, r_domain, r_amount`` (the reserve or deny
         entry of the key; the last one if there were several), ``d_kind, d_detail``
         (its settle or close entry) and ``spent`` (the account, None if missing).
         """
@@ -1652,30 +1707,34 @@ class Ledger:
             "step": pa.array(steps, pa.string()),
             "stream_id": pa.array(streams, pa.string()),
         })
+        # At most one reserve/deny and one settle/close entry per key and release (the
+        # ledger writes no more); should there be several, the last one counts.
+        sql = (
+            "WITH e AS (SELECT e.seq, e.kind, e.user_id, e.step, e.stream_id, e.domain, "
+            "e.amount, e.notion, e.detail FROM entries e "
+            "SEMI JOIN (SELECT DISTINCT user_id FROM _pp_keys) u ON e.user_id = u.user_id "
+            "WHERE e.release_id = ? AND e.user_id <> '' "
+            "AND e.kind IN ('reserve', 'deny', 'settle', 'close')), "
+            "r AS (SELECT * FROM e WHERE kind IN ('reserve', 'deny') {last}), "
+            "d AS (SELECT * FROM e WHERE kind IN ('settle', 'close') {last}) "
+            "SELECT r.seq AS r_seq, r.kind AS r_kind, r.domain AS r_domain, "
+            "CAST(r.amount AS VARCHAR) AS r_amount, "
+            "d.kind AS d_kind, d.detail AS d_detail, CAST(a.spent AS VARCHAR) AS spent "
+            "FROM _pp_keys k "
+            "LEFT JOIN r ON r.user_id = k.user_id AND r.step = k.step "
+            "AND r.stream_id = k.stream_id "
+            "LEFT JOIN d ON d.user_id = k.user_id AND d.step = k.step "
+            "AND d.stream_id = k.stream_id "
+            "LEFT JOIN accounts a ON a.user_id = k.user_id AND a.domain = r.domain "
+            "AND a.stream_id = k.stream_id ORDER BY k.i"
+        )
+        last = ("QUALIFY row_number() OVER (PARTITION BY user_id, step, stream_id "
+                "ORDER BY seq DESC) = 1")
         con.register("_pp_keys", keys_tbl)
         try:
-            tbl = con.sql(
-                "WITH e AS (SELECT e.seq, e.kind, e.user_id, e.step, e.stream_id, e.domain, "
-                "e.amount, e.notion, e.detail FROM entries e "
-                "SEMI JOIN (SELECT DISTINCT user_id FROM _pp_keys) u ON e.user_id = u.user_id "
-                "WHERE e.release_id = ? AND e.user_id <> '' "
-                "AND e.kind IN ('reserve', 'deny', 'settle', 'close')), "
-                "r AS (SELECT * FROM e WHERE kind IN ('reserve', 'deny') QUALIFY row_number() "
-                "OVER (PARTITION BY user_id, step, stream_id ORDER BY seq DESC) = 1), "
-                "d AS (SELECT * FROM e WHERE kind IN ('settle', 'close') QUALIFY row_number() "
-                "OVER (PARTITION BY user_id, step, stream_id ORDER BY seq DESC) = 1) "
-                "SELECT r.seq AS r_seq, r.kind AS r_kind, r.domain AS r_domain, "
-                "CAST(r.amount AS VARCHAR) AS r_amount, r.notion AS r_notion, "
-                "d.kind AS d_kind, d.detail AS d_detail, CAST(a.spent AS VARCHAR) AS spent "
-                "FROM _pp_keys k "
-                "LEFT JOIN r ON r.user_id = k.user_id AND r.step = k.step "
-                "AND r.stream_id = k.stream_id "
-                "LEFT JOIN d ON d.user_id = k.user_id AND d.step = k.step "
-                "AND d.stream_id = k.stream_id "
-                "LEFT JOIN accounts a ON a.user_id = k.user_id AND a.domain = r.domain "
-                "AND a.stream_id = k.stream_id ORDER BY k.i",
-                params=[release_id],
-            ).to_arrow_table()
+            tbl = con.sql(sql.format(last=""), params=[release_id]).to_arrow_table()
+            if tbl.num_rows != len(users):  # duplicates: keep the last entry of each key
+                tbl = con.sql(sql.format(last=last), params=[release_id]).to_arrow_table()
         finally:
             con.unregister("_pp_keys")
         out = {name: tbl.column(name).to_pylist() for name in tbl.column_names}
@@ -1700,6 +1759,9 @@ class Ledger:
         r_seq, r_kind, r_domain, r_amount = (look["r_seq"], look["r_kind"], look["r_domain"],
                                              look["r_amount"])
         d_kind, d_detail, spent = look["d_kind"], look["d_detail"], look["spent"]
+        if self._settle_uniform(con, release_id, now, items, users, doms, steps, streams, look,
+                                domains):
+            return
         # Entry columns (settle, refund?) per settlement, in settlement order.
         c_idx: list[int] = []
         kinds: list[str] = []
@@ -1711,6 +1773,8 @@ class Ledger:
         bals: list[int] = []
         runs: list[list[Run]] = []
         any_runs = False
+        det_texts: list[str] = []
+        det_parts: dict[tuple[str, int, str], tuple[str, str, str, str]] = {}
         cache: dict[Any, Any] = {}
         prior_sig: dict[str, Any] = {}
         current: dict[tuple[str, str, str], int] = {}  # accounts changed by this call
@@ -1767,9 +1831,18 @@ class Ledger:
                         f"exceeds the reservation {format_units(reserved)}"
                     )
                 refund_runs, refund = [], reserved - actual
-            # Canonical JSON with sorted keys, built by hand: this runs once per user.
-            dets.append(f'{{"breakdown":{breakdown},"reserve_seq":{r_seq[i]},'
-                        f'"reserved":"{reserved}","signature":{_estr(sig)}}}')
+            # Canonical JSON with sorted keys, built by hand from a head and a tail shared
+            # by equal costs; its JSON-string text (for the hash) is built the same way,
+            # as escaping commutes with concatenation and digits need none.
+            parts = det_parts.get((breakdown, reserved, sig))
+            if parts is None:
+                head = f'{{"breakdown":{breakdown},"reserve_seq":'
+                tail = f',"reserved":"{reserved}","signature":{_estr(sig)}}}'
+                parts = det_parts[(breakdown, reserved, sig)] = (
+                    head, tail, '"' + _estr(head)[1:-1], _estr(tail)[1:-1] + '"')
+            seq_text = str(r_seq[i])
+            dets.append(parts[0] + seq_text + parts[1])
+            det_texts.append(parts[2] + seq_text + parts[3])
             key = (s.user_id, s.domain, s.stream_id)
             cap = caps_by_dom[s.domain]
             if notion == "wevent":
@@ -1803,7 +1876,8 @@ class Ledger:
                 kinds.append("refund")
                 amounts.append(refund)
                 notions.append(notion)
-                dets.append(f'{{"reserve_seq":{r_seq[i]}}}')
+                dets.append(f'{{"reserve_seq":{seq_text}}}')
+                det_texts.append(f'"{{\\"reserve_seq\\":{seq_text}}}"')
                 reasons.append("unused part of the reservation")
                 caps.append(cap)
                 bals.append(after)
@@ -1829,9 +1903,87 @@ class Ledger:
         shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
                   "mechanism": None, "parameters": None, "flow_run_id": None,
                   "input_fingerprint": None}
-        self._append(con, cols, runs if any_runs else None, shared)
+        self._append(con, cols, runs if any_runs else None, shared, {"detail": det_texts})
         self._save_accounts(con, writes)
         self._update_release_state(con, release_id, now)
+
+    def _settle_uniform(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        release_id: str,
+        now: str,
+        items: list[Settlement],
+        users: list[str],
+        doms: list[str],
+        steps: list[str],
+        streams: list[str],
+        look: dict[str, list[Any]],
+        domains: dict[str, dict[str, Any]],
+    ) -> bool:
+        """Settle the usual case column-wise; False (nothing written) if it is not that case.
+
+        The usual case: one gp/cgp domain, step and stream, one `Cost` object for
+        all, every key reserved with one amount and not yet settled, every account
+        present. Then the general loop of `_settle_tx` would raise nothing and write
+        exactly these entries: (settle, refund if the cost is below the reservation)
+        per settlement, in order, with balances from the stored accounts.
+        """
+        n = len(items)
+        if not n:
+            return False
+        dname, cost = doms[0], items[0].cost
+        dom = domains.get(dname)
+        r_seq, r_amount, spent = look["r_seq"], look["r_amount"], look["spent"]
+        reserved = r_amount[0]
+        if (dom is None or dom["notion"] == "wevent" or isinstance(cost, WEventCost)
+                or len(set(doms)) != 1 or len(set(steps)) != 1 or len(set(streams)) != 1
+                or len({id(s.cost) for s in items}) != 1
+                or look["r_kind"].count("reserve") != n or look["r_domain"].count(dname) != n
+                or look["d_kind"].count(None) != n or reserved is None
+                or r_amount.count(reserved) != n or None in spent):
+            return False
+        actual, _runs, breakdown, sig = self._actual(items[0], dom, {})
+        if actual > reserved:
+            return False  # the general loop raises the error
+        refund = reserved - actual
+        cap = int(dom["cap"])
+        notion = dom["notion"]
+        head = f'{{"breakdown":{breakdown},"reserve_seq":'
+        tail = f',"reserved":"{reserved}","signature":{_estr(sig)}}}'
+        ehead, etail = '"' + _estr(head)[1:-1], _estr(tail)[1:-1] + '"'
+        seq_texts = list(map(str, r_seq))
+        dets = [head + t + tail for t in seq_texts]
+        det_texts = [ehead + t + etail for t in seq_texts]
+        cols: dict[str, list[Any]] = {
+            "user_id": users, "domain": doms, "step": steps, "stream_id": streams,
+            "kind": ["settle"] * n, "amount": [actual] * n, "notion": [notion] * n,
+            "cap": [cap] * n, "balance_after": spent, "detail": dets, "reason": ["settled"] * n,
+        }
+        writes = _AccountWrites()
+        if refund > 0:  # (settle, refund) per settlement; one account per user here
+            after = [sp - refund for sp in spent]
+            refund_cols: dict[str, list[Any]] = {
+                "kind": ["refund"] * n, "amount": [refund] * n,
+                "balance_after": after, "detail": [f'{{"reserve_seq":{t}}}' for t in seq_texts],
+                "reason": ["unused part of the reservation"] * n,
+            }
+            refund_texts = [f'"{{\\"reserve_seq\\":{t}}}"' for t in seq_texts]
+            for c, values in cols.items():
+                both = [None] * (2 * n)
+                both[0::2] = values
+                both[1::2] = refund_cols.get(c, values)
+                cols[c] = both
+            both = [None] * (2 * n)
+            both[0::2], both[1::2] = det_texts, refund_texts
+            det_texts = both
+            writes = _AccountWrites(users, doms, streams, [cap] * n, after)
+        shared = {"created_at": now, "actor": self.actor, "release_id": release_id,
+                  "mechanism": None, "parameters": None, "flow_run_id": None,
+                  "input_fingerprint": None}
+        self._append(con, cols, None, shared, {"detail": det_texts})
+        self._save_accounts(con, writes)
+        self._update_release_state(con, release_id, now)
+        return True
 
     @staticmethod
     def _runs_of(con: duckdb.DuckDBPyConnection, seqs: list[int]) -> dict[int, list[Run]]:
