@@ -20,7 +20,7 @@ Three methods:
     chance-corrected repeatability (a de-meaned 2-sample segment has |cos| = 1,
     which is why the literal detector returns tiny periods) and the final
     period chosen, among the detector's own candidates and the sub-harmonics
-    round(T/m) of the leader, by the most significant phase fold of the whole
+    ⌊T/m⌋, ⌈T/m⌉ (m <= 24) of the leader, by the most significant phase fold of the whole
     stream (each fold's p-value has its own T − 1 degrees of freedom, so a
     weekly fold that nests a daily one must be the more significant to win).
   - ``method="fperiodogram"``: a global phase-folding F-test periodogram (the
@@ -431,10 +431,17 @@ def _fold_log_p(y: np.ndarray, period: int) -> tuple[float, float]:
     return float(stats.f.logsf(f, period - 1, n - period)), float(f)
 
 
-def _subharmonics(t: int, t_min: int) -> set[int]:
-    """round(t/m) (and its floor and ceiling) for m = 2, 3, ...: the periods that t repeats."""
+MAX_SUBHARMONIC = 24
+
+
+def _subharmonics(t: int, t_min: int, max_m: int = MAX_SUBHARMONIC) -> set[int]:
+    """⌊t/m⌋ and ⌈t/m⌉ for m = 2..`max_m`: the periods that t repeats.
+
+    The cap bounds the cost (at most 2·(max_m − 1) folds of O(n) per round);
+    24 covers a week of days (7), a day of hours (24) and a year of months.
+    """
     out: set[int] = set()
-    for m in range(2, t // max(t_min, 1) + 1):
+    for m in range(2, min(t // max(t_min, 1), int(max_m)) + 1):
         v = t / m
         out.update({math.floor(v), math.ceil(v)})
     return {v for v in out if v >= t_min}
@@ -453,10 +460,11 @@ def _ftest_select(
 
     Each fold's p-value uses its own (T − 1, n − T) degrees of freedom, so a
     longer period pays for its extra phase means. With `subharmonics`, the
-    periods round(T/m) (m >= 2) of the winner are scored too and the selection
-    repeats until it is stable: a stream with a daily and a weekly cycle keeps
-    the daily one when that is the more significant fold, even if no window
-    proposed it (the weekly fold nests it, so it is always at least as large).
+    periods ⌊T/m⌋, ⌈T/m⌉ (2 <= m <= `MAX_SUBHARMONIC`) of the winner are
+    scored too and the selection repeats until it is stable (at most 4
+    rounds): a stream with a daily and a weekly cycle keeps the daily one
+    when that is the more significant fold, even if no window proposed it
+    (the weekly fold nests it, so it is always at least as large).
     """
     hi = min(t_max, y.size - 1)
     cands = {int(voted)}
@@ -472,7 +480,7 @@ def _ftest_select(
 
     best = min(scored, key=_key)
     rounds = 0
-    while subharmonics and rounds < 8:
+    while subharmonics and rounds < 4:
         rounds += 1
         extra = {t for t in _subharmonics(best, t_min) if t <= hi and t not in scored}
         scored.update({t: _fold_log_p(y, t) for t in sorted(extra)})
@@ -565,8 +573,8 @@ def detect_period_details(
         final: ``"vote"`` (the paper: the voted period) or ``"ftest"`` (among
             the voted period, the per-scale medians and every window's T*, the
             one whose phase fold of the whole stream is most significant).
-        subharmonics: with ``final="ftest"``, also score the periods round(T/m),
-            m >= 2, of the selected fold and re-select until stable (default
+        subharmonics: with ``final="ftest"``, also score the periods ⌊T/m⌋ and
+            ⌈T/m⌉, 2 <= m <= 24, of the selected fold and re-select until stable (default
             on for ``"improved"``, off for ``"paper"``): a long period that
             nests a shorter one (a weekly cycle over a daily one) is kept only
             if its fold is the more significant with its own degrees of
