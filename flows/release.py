@@ -29,7 +29,7 @@ from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.policy import Domain, load_policy
 from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
-from tasks.outputs import merge_outputs, write_json
+from tasks.outputs import ParquetAppender, merge_outputs, write_json
 from tasks.privatize import (
     ChunkResult,
     CurveSpec,
@@ -143,6 +143,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
     scheduled_date = scheduled_date or _scheduled_date()
     out_root = Path(out_dir)
     staging = _new_staging(out_root)
+    appender: ParquetAppender | None = None
     try:
         plan: StagePlan = stage_input(input_path, dom, str(staging), chunk_users=chunk_users,
                                       table=table)
@@ -195,10 +196,19 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             if settles == 1:
                 fault_point("after_first_chunk")
 
+        # Chunk outputs are appended to the release's Parquet files as chunks finish
+        # (in chunk order), overlapping the encoding with the mechanism tasks;
+        # stream samples stay on disk for the reconstruction.
+        appender = ParquetAppender(staging / "outputs")
+        streamed = ("values", "segments", "curves") if kind == "curves" else ("samples",)
+        keep_chunks = isinstance(spec, StreamSpec) and spec.reconstruct == "cpr"
+
         def settle_oldest() -> None:
             res = pending.popleft().result()
             results.append(res)
             unsettled.append(res)
+            for name in streamed:
+                appender.add(name, res.output_paths[name], remove=not keep_chunks)
             if sum(len(r.costs) for r in unsettled) >= settle_batch:
                 settle_unsettled()
 
@@ -235,10 +245,14 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                  ("samples", "reconstruction") if periods else ("samples",))
         for name in names:
             chunk_files = [r.output_paths[name] for r in results]
-            if chunk_files:
+            if name in appender:
+                counts[f"{name}_rows"] = appender.finish(name, rdir / f"{name}.parquet")
+            elif chunk_files:
                 counts[f"{name}_rows"] = merge_outputs(chunk_files, rdir / f"{name}.parquet")
-                files[name] = f"{name}.parquet"
-                fault_point("between_merges")
+            else:
+                continue
+            files[name] = f"{name}.parquet"
+            fault_point("between_merges")
 
         fault_point("after_outputs")
         first_seq, last_seq = ledger.entry_range(rid) or (None, None)
@@ -273,6 +287,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         return {"release_id": rid, "out": str(rdir), "report": report["html"],
                 "manifest": manifest}
     finally:
+        if appender is not None:
+            appender.close()
         remove_staging(staging)
 
 

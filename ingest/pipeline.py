@@ -23,7 +23,7 @@ the domain, rows of a curve are ordered by t in the batch instead.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +77,8 @@ class _Plan:
     number_factor: float        # plain numbers in t -> domain time units
     projection_reference: str
     dataset_lat: float | None
+    # non-empty once pandera's schema and dtype checks passed on an empty batch frame
+    schema_checked: list[bool] = field(default_factory=list)
 
 
 def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | None,
@@ -507,9 +509,16 @@ class _Batch:
             return None
 
         rows = self._suspects()
+        if not rows.size and self.plan.schema_checked:
+            # no row to name, and the schema and dtype checks passed on an earlier
+            # batch: the frame of every batch is built the same way
+            self.problems = dedupe(self.problems)
+            return
         try:
             _schema(d).validate(self._frame(rows), lazy=True)
             found: list[Problem] = []
+            if not rows.size:
+                self.plan.schema_checked.append(True)
         except pa_errors.SchemaErrors as err:
             user_of = dict(zip(self.row[rows].tolist(), _text(self.user_col, rows).tolist(),
                                strict=True))

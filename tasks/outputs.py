@@ -45,6 +45,54 @@ def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
     return rows
 
 
+class ParquetAppender:
+    """Append chunk files, as they finish and in chunk order, to one Parquet file per output.
+
+    The release flow adds each chunk's outputs while later chunks are still being
+    privatized, so encoding and compression (which run outside the GIL) overlap
+    the mechanism tasks instead of following them. The files grow under
+    `directory` (the release's private staging dir) and only `finish` moves one
+    into place; a crashed release leaves nothing half-written among its outputs.
+    The bytes are those of `merge_parquet` over the same chunks (one zstd row
+    group per chunk): a rerun writes identical files.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._rows: dict[str, int] = {}
+
+    def add(self, name: str, chunk_path: str, *, remove: bool = True) -> None:
+        """Append one chunk file (an Arrow IPC file) to output `name`."""
+        table = read_arrow(chunk_path)
+        writer = self._writers.get(name)
+        if writer is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            writer = pq.ParquetWriter(self.directory / f"{name}.parquet.partial", table.schema,
+                                      compression="zstd")
+            self._writers[name] = writer
+            self._rows[name] = 0
+        writer.write_table(table)
+        self._rows[name] += table.num_rows
+        if remove:
+            Path(chunk_path).unlink(missing_ok=True)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._writers
+
+    def finish(self, name: str, out_path: str | Path) -> int:
+        """Close output `name`, move it to `out_path` (atomically) and return its row count."""
+        self._writers.pop(name).close()
+        os.replace(self.directory / f"{name}.parquet.partial", out_path)
+        return self._rows.pop(name)
+
+    def close(self) -> None:
+        """Close every unfinished output (their partial files stay in `directory`)."""
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+
 def write_json(obj: dict[str, Any], path: str | Path) -> None:
     """Write canonical JSON (sorted keys) atomically, so reruns produce the same bytes."""
     out = Path(path)

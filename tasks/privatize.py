@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,9 @@ class CurveSpec:
         """``gp`` or ``cgp``."""
         return "gp" if self.epsilon is not None else "cgp"
 
-    @property
+    @cached_property
     def amount(self) -> Fraction:
-        """The exact ε or ρ charged per curve."""
+        """The exact ε or ρ charged per curve (computed once: it is read per curve)."""
         return exact(self.epsilon if self.epsilon is not None else self.rho)  # type: ignore[arg-type]
 
 
