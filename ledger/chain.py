@@ -144,8 +144,14 @@ def encode_batch(
             const = ""
         else:
             arr = arrays[c]
-            pieces += [const, int_texts(arr) if c in _INT_COLUMNS else json_texts(arr)]
-            const = ""
+            plain = arr.null_count == 0 and (
+                c in _INT_COLUMNS or not pc.any(pc.match_substring_regex(arr, _SPECIAL)).as_py())
+            if plain:  # "value": the quotes go into the constant parts of the one join
+                pieces += [const + '"', arr.cast(pa.string())]
+                const = '"'
+            else:
+                pieces += [const, int_texts(arr) if c in _INT_COLUMNS else json_texts(arr)]
+                const = ""
         const += ","
     if runs_texts is None:
         const += "[]]"

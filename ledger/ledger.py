@@ -63,6 +63,7 @@ from ledger.amounts import (
 )
 from ledger.chain import (
     GENESIS_HASH,
+    HASHED_COLUMNS,
     canonical,
     chain_hashes,
     encode_batch,
@@ -443,6 +444,92 @@ _ENTRY_TYPES = {"seq": "BIGINT", "created_at": "TIMESTAMP", "amount": "HUGEINT",
                 "cap": "HUGEINT", "balance_after": "HUGEINT"}
 
 
+def _json_sql(c: str) -> str:
+    return f"CASE WHEN e.{c} IS NULL THEN 'null' ELSE '\"' || CAST(e.{c} AS VARCHAR) || '\"' END"
+
+
+def _verify_sql() -> dict[str, str]:  # noqa: S608 - SQL from constants only, no input
+    """The set-based checks of `Ledger._verify_fast` (constant SQL, no input)."""
+    parts = []
+    for c in HASHED_COLUMNS:
+        if c == "created_at":
+            parts.append("'\"' || strftime(e.created_at, '%Y-%m-%d %H:%M:%S.%f') || '\"'")
+        else:
+            parts.append(_json_sql(c))
+    canon = " || ',' || ".join(parts)
+    texts = [c for c in HASHED_COLUMNS if c not in ("seq", "created_at", "amount", "cap",
+                                                     "balance_after")]
+    special = " OR ".join(f"coalesce(regexp_matches(e.{c}, '[\\x00-\\x1f\"\\\\]'), false)"
+                          for c in texts)
+    special += " OR NOT isfinite(e.created_at) OR year(e.created_at) NOT BETWEEN 1000 AND 9999"
+    sign = ("CASE e.kind WHEN 'reserve' THEN e.amount WHEN 'refund' THEN -e.amount "
+            "WHEN 'close' THEN -e.amount ELSE 0 END")
+    return {
+        # n, bad seqs, bad prev links, bad hashes, seqs to hash in Python, last hash, bad runs
+        "chain": (
+            "WITH r AS (SELECT seq, "  # noqa: S608 - constant SQL
+            "'[' || string_agg('[\"' || CAST(run_start AS VARCHAR) || "
+            "'\",\"' || CAST(run_stop AS VARCHAR) || '\",\"' || CAST(amount AS VARCHAR) || "
+            "'\"]', ',' ORDER BY run_start, run_stop, amount) || ']' AS runs FROM step_runs "
+            "GROUP BY seq), "
+            "c AS (SELECT e.seq, e.hash, e.prev_hash, "
+            "row_number() OVER (ORDER BY e.seq) AS rn, "
+            "coalesce(lag(e.hash) OVER (ORDER BY e.seq), ?) AS prev, "
+            f"'[' || {canon} || ',' || coalesce(r.runs, '[]') || ']' AS canon, "
+            f"({special}) AS special FROM entries e LEFT JOIN r ON r.seq = e.seq) "
+            "SELECT count(*), count(*) FILTER (WHERE seq <> rn), "
+            "count(*) FILTER (WHERE prev_hash IS DISTINCT FROM prev), "
+            "count(*) FILTER (WHERE NOT special AND "
+            "sha256(prev_hash || '|' || canon) IS DISTINCT FROM hash), "
+            "list(seq ORDER BY seq) FILTER (WHERE special), arg_max(hash, seq), "
+            "(SELECT count(*) FROM step_runs s LEFT JOIN entries e ON e.seq = s.seq "
+            "WHERE e.seq IS NULL OR s.kind IS DISTINCT FROM e.kind OR s.user_id IS DISTINCT "
+            "FROM e.user_id OR s.domain IS DISTINCT FROM e.domain OR s.stream_id IS DISTINCT "
+            "FROM e.stream_id) FROM c"
+        ),
+        # per-entry checks of `_check_balance`, gp/cgp balances as running sums
+        "balances": (
+            "WITH e AS ("  # noqa: S608 - constant SQL
+            "SELECT e.*, d.notion AS dnotion, r.n_runs FROM entries e "
+            "LEFT JOIN domains d ON d.domain = e.domain "
+            "LEFT JOIN (SELECT seq, count(*) AS n_runs FROM step_runs GROUP BY seq) r "
+            "ON r.seq = e.seq), "
+            "g AS (SELECT e.*, sum(" + sign + ") OVER (PARTITION BY e.user_id, e.domain, "
+            "e.stream_id ORDER BY e.seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) "
+            "AS after FROM e WHERE e.user_id <> '' AND e.dnotion IS NOT NULL "
+            "AND e.dnotion <> 'wevent') "
+            "SELECT (SELECT count(*) FROM e WHERE e.kind NOT IN "
+            "('reserve', 'settle', 'refund', 'deny', 'close') "
+            "OR (e.user_id = '' AND NOT (e.kind = 'close' AND e.amount = 0)) "
+            "OR (e.user_id <> '' AND (e.dnotion IS NULL OR e.notion IS DISTINCT FROM e.dnotion "
+            "OR e.amount < 0))), "
+            "(SELECT count(*) FROM g WHERE g.n_runs IS NOT NULL OR g.after < 0 "
+            "OR g.balance_after IS NULL OR g.balance_after <> g.after "
+            "OR (g.kind = 'reserve' AND (g.cap IS NULL OR g.after > g.cap)))"
+        ),
+        # accounts: every key with entries present with the replayed spent (gp/cgp here),
+        # no spent without entries, known domain, cap equal to the domain's; then the count
+        "accounts": (
+            "WITH k AS ("  # noqa: S608 - constant SQL
+            "SELECT e.user_id, e.domain, e.stream_id, "
+            "sum(" + sign + ") AS final FROM entries e WHERE e.user_id <> '' "
+            "GROUP BY ALL) "
+            "SELECT (SELECT count(*) FROM k LEFT JOIN accounts a ON a.user_id = k.user_id "
+            "AND a.domain = k.domain AND a.stream_id = k.stream_id "
+            "LEFT JOIN domains d ON d.domain = k.domain WHERE a.user_id IS NULL "
+            "OR (d.notion <> 'wevent' AND a.spent <> k.final)), "
+            "(SELECT count(*) FROM accounts a LEFT JOIN k ON a.user_id = k.user_id "
+            "AND a.domain = k.domain AND a.stream_id = k.stream_id "
+            "LEFT JOIN domains d ON d.domain = a.domain WHERE (k.user_id IS NULL AND "
+            "a.spent <> 0) OR d.domain IS NULL OR a.cap <> d.cap), "
+            "(SELECT count(*) FROM accounts)"
+        ),
+    }
+
+
+_VERIFY_SQL = _verify_sql()
+
+
 # --------------------------------------------------------------------------- the ledger
 
 
@@ -740,20 +827,21 @@ class Ledger:
         arrays["prev_hash"] = pa.array([last_hash, *hashes[:-1]], pa.string())
         arrays["hash"] = pa.array(hashes, pa.string())
         tbl = pa.table(arrays)  # noqa: F841 - scanned by DuckDB below
-        select, params = [], []
-        for c in _ENTRY_COLUMNS:
+        exprs, params = [], []
+        for c in _ENTRY_COLUMNS:  # shared columns are bound once as parameters
             typ = _ENTRY_TYPES.get(c)
             if c in shared:
                 value = shared[c]
-                select.append(f"CAST(? AS {typ or 'VARCHAR'})")
+                exprs.append(f"CAST(? AS {typ or 'VARCHAR'})")
                 params.append(None if value is None else str(value) if typ != "BIGINT" else value)
             elif typ:
-                select.append(f"CAST({c} AS {typ})")
+                exprs.append(f"CAST({c} AS {typ})")
             else:
-                select.append(c)
+                exprs.append(c)
+        select = ", ".join(exprs)
         con.register("_pp_new_entries", tbl)
         try:
-            con.execute(f"INSERT INTO entries SELECT {', '.join(select)} "  # noqa: S608
+            con.execute(f"INSERT INTO entries SELECT {select} "  # noqa: S608
                         "FROM _pp_new_entries", params)
         finally:
             con.unregister("_pp_new_entries")
@@ -1728,13 +1816,13 @@ class Ledger:
             "LEFT JOIN accounts a ON a.user_id = k.user_id AND a.domain = r.domain "
             "AND a.stream_id = k.stream_id ORDER BY k.i"
         )
-        last = ("QUALIFY row_number() OVER (PARTITION BY user_id, step, stream_id "
-                "ORDER BY seq DESC) = 1")
         con.register("_pp_keys", keys_tbl)
         try:
             tbl = con.sql(sql.format(last=""), params=[release_id]).to_arrow_table()
             if tbl.num_rows != len(users):  # duplicates: keep the last entry of each key
-                tbl = con.sql(sql.format(last=last), params=[release_id]).to_arrow_table()
+                tbl = con.sql(sql.format(last="QUALIFY row_number() OVER (PARTITION BY user_id, "
+                                              "step, stream_id ORDER BY seq DESC) = 1"),
+                              params=[release_id]).to_arrow_table()
         finally:
             con.unregister("_pp_keys")
         out = {name: tbl.column(name).to_pylist() for name in tbl.column_names}
@@ -1992,8 +2080,8 @@ class Ledger:
         con.register("_pp_seqs", seq_tbl)
         try:
             rows = con.execute(
-                "SELECT r.seq, r.run_start, r.run_stop, r.amount FROM step_runs r "
-                "SEMI JOIN _pp_seqs s ON s.seq = r.seq ORDER BY r.seq, r.run_start, r.run_stop"
+                "SELECT r.seq, r.run_start, r.run_stop, r.amount FROM step_runs r SEMI JOIN "
+                "_pp_seqs s ON s.seq = r.seq ORDER BY r.seq, r.run_start, r.run_stop, r.amount"
             ).fetchall()
         finally:
             con.unregister("_pp_seqs")
@@ -2358,7 +2446,104 @@ class Ledger:
                                        entry_id=rep.first_bad_entry_id)
         return rep
 
-    def _verify_tx(self, con: duckdb.DuckDBPyConnection) -> VerifyReport:  # noqa: C901
+    def _verify_tx(self, con: duckdb.DuckDBPyConnection) -> VerifyReport:
+        """Verify column-wise in DuckDB; replay entry by entry only to name a problem."""
+        if self._key_ok:
+            try:
+                fast = self._verify_fast(con)
+            except duckdb.Error:  # e.g. an edited amount overflowing a sum: look closely
+                fast = None
+            if fast is not None:
+                return fast
+        return self._verify_entries(con)
+
+    def _verify_fast(self, con: duckdb.DuckDBPyConnection) -> VerifyReport | None:  # noqa: C901
+        """The whole check of `_verify_entries` as a few set-based queries.
+
+        Returns the OK report only if every check `_verify_entries` makes passes
+        (contiguous seqs, step runs matching their entries, prev_hash links, entry
+        hashes, every balance replayed, head, seal, MACs, accounts); None as soon as
+        anything might fail, and `_verify_entries` then names the first bad entry.
+        Entries with text JSON would escape (quotes, backslashes, control
+        characters) or an unusual timestamp are hashed by `canonical` itself; w-event
+        accounts are replayed in Python (their window sums need the sweep).
+        """
+        domains = self._domains(con)
+        row = first_row(con.execute(_VERIFY_SQL["chain"], [GENESIS_HASH]))
+        if row is None:
+            return None
+        n, bad_seq, bad_prev, bad_hash, special, last_hash, bad_runs = row
+        n = int(n)
+        if bad_seq or bad_prev or bad_hash or bad_runs:
+            return None
+        if special:  # hash these entries with the reference encoder
+            seq_tbl = pa.table({"seq": pa.array(special, pa.int64())})  # noqa: F841
+            con.register("_pp_seqs", seq_tbl)
+            try:
+                columns = ", ".join(_ENTRY_COLUMNS)
+                cur = con.execute(f"SELECT {columns} FROM entries "  # noqa: S608
+                                  "WHERE seq IN (SELECT seq FROM _pp_seqs) ORDER BY seq")
+                rows = [dict(zip(_ENTRY_COLUMNS, v, strict=True)) for v in cur.fetchall()]
+            finally:
+                con.unregister("_pp_seqs")
+            runs_by_seq = self._runs_of(con, [int(r["seq"]) for r in rows])
+            for e in rows:
+                runs = runs_by_seq.get(int(e["seq"]), [])
+                if entry_hash(e["prev_hash"], canonical(e, runs)) != e["hash"]:
+                    return None
+        bal = first_row(con.execute(_VERIFY_SQL["balances"]))
+        if bal is None or any(bal):
+            return None
+        # w-event accounts: replay their entries (only theirs) as `_verify_entries` does.
+        wevent_domains = [name for name, d in domains.items() if d["notion"] == "wevent"]
+        spent: dict[tuple[str, str, str], int] = {}
+        if wevent_domains:
+            dom_tbl = pa.table({"domain": pa.array(wevent_domains, pa.string())})  # noqa: F841
+            con.register("_pp_doms", dom_tbl)
+            try:
+                columns = ", ".join(_ENTRY_COLUMNS)
+                cur = con.execute(f"SELECT {columns} FROM entries "  # noqa: S608
+                                  "WHERE domain IN (SELECT domain FROM _pp_doms) "
+                                  "AND user_id <> '' ORDER BY seq")
+                rows = [dict(zip(_ENTRY_COLUMNS, v, strict=True)) for v in cur.fetchall()]
+            finally:
+                con.unregister("_pp_doms")
+            runs_by_seq = self._runs_of(con, [int(r["seq"]) for r in rows]) if rows else {}
+            wruns: dict[tuple[str, str, str], list[Run]] = {}
+            for e in rows:
+                if self._check_balance(e, runs_by_seq.get(int(e["seq"]), []), domains, spent,
+                                       wruns):
+                    return None
+        acc = first_row(con.execute(_VERIFY_SQL["accounts"]))
+        if acc is None or any(acc[:-1]):
+            return None
+        n_accounts = int(acc[-1])
+        if spent:
+            stored = {(u, d, s): int(sp) for u, d, s, sp in con.execute(
+                "SELECT a.user_id, a.domain, a.stream_id, CAST(a.spent AS VARCHAR) FROM accounts a "
+                "JOIN domains d ON d.domain = a.domain WHERE d.notion = 'wevent'").fetchall()}
+            if any(stored.get(k) != v for k, v in spent.items()):
+                return None
+        head_seq, head_hash = self._head(con)
+        seal = first_row(con.execute("SELECT seal FROM chain_head WHERE id = 1"))
+        if head_seq != n or head_hash != (last_hash if n else GENESIS_HASH):
+            return None
+        if seal is None or seal[0] != keys.chain_seal(self._key, head_seq, head_hash):
+            return None
+        dom_cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
+        for *r, mac in con.execute(f"SELECT {dom_cols}, mac FROM domains").fetchall():  # noqa: S608
+            if mac != schema.domain_mac(self._key, tuple(r)):
+                return None
+        for rid, state, manifest, mac in con.execute(
+            "SELECT release_id, state, manifest, mac FROM releases"
+        ).fetchall():
+            if mac != schema.release_mac(self._key, (rid, state, manifest)):
+                return None
+        return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint, "
+                                           f"domain and release MACs and {n_accounts} account "
+                                           "balances verified")
+
+    def _verify_entries(self, con: duckdb.DuckDBPyConnection) -> VerifyReport:  # noqa: C901
         def bad(n: int, msg: str, seq: int | None = None, eid: str | None = None) -> VerifyReport:
             where = ""
             if seq is not None:
@@ -2372,7 +2557,7 @@ class Ledger:
         run_map: dict[int, list[tuple[str, str, str, str, int, int, int]]] = {}
         for seq, kind, u, d, s, a, b, q in con.execute(
             "SELECT seq, kind, user_id, domain, stream_id, run_start, run_stop, amount "
-            "FROM step_runs ORDER BY seq, run_start, run_stop"
+            "FROM step_runs ORDER BY seq, run_start, run_stop, amount"
         ).fetchall():
             run_map.setdefault(int(seq), []).append((kind, u, d, s, int(a), int(b), int(q)))
         columns = ", ".join(_ENTRY_COLUMNS)  # constant column names, no input
