@@ -102,7 +102,7 @@ with any basis (GP ε = 0.18: 3.7x; CGP ε = 0.0056: 4.3x), where the noise
 dominates and the smoothed baseline is competitive; the goal does not ask for
 those. The best method's error spans 0.48 → 0.0033 (GP) and 0.91 → 0.0031
 (CGP), not down to 1e-3: at h = 0.05 the floor (0.31%) is mostly the edge
-jumps, which shrink only like √h (1e-3 would need ~10⁵ terms or a boundary
+jumps, which shrink only like √h (1e-3 would need h ≈ 0.004, ~2·10⁵ terms, or a boundary
 treatment that is not an isometry and would cost budget).
 
 **Before (commit b2173ce, ε grid 10^-1.5..10^2.5 for both notions).** GP:
