@@ -444,24 +444,26 @@ _ENTRY_TYPES = {"seq": "BIGINT", "created_at": "TIMESTAMP", "amount": "HUGEINT",
                 "cap": "HUGEINT", "balance_after": "HUGEINT"}
 
 
-def _json_sql(c: str) -> str:
-    return f"CASE WHEN e.{c} IS NULL THEN 'null' ELSE '\"' || CAST(e.{c} AS VARCHAR) || '\"' END"
+def _json_sql(c: str, escape: bool) -> str:
+    text = f"CAST(e.{c} AS VARCHAR)"
+    if escape:  # as JSON does: backslash and double quote (control characters: in Python)
+        text = f"replace(replace({text}, '\\', '\\\\'), '\"', '\\\"')"
+    return f"CASE WHEN e.{c} IS NULL THEN 'null' ELSE concat('\"', {text}, '\"') END"
 
 
 def _verify_sql() -> dict[str, str]:  # noqa: S608 - SQL from constants only, no input
     """The set-based checks of `Ledger._verify_fast` (constant SQL, no input)."""
+    numbers = ("seq", "amount", "cap", "balance_after")
     parts = []
     for c in HASHED_COLUMNS:
         if c == "created_at":
-            parts.append("'\"' || strftime(e.created_at, '%Y-%m-%d %H:%M:%S.%f') || '\"'")
+            parts.append("concat('\"', strftime(e.created_at, '%Y-%m-%d %H:%M:%S.%f'), '\"')")
         else:
-            parts.append(_json_sql(c))
-    canon = " || ',' || ".join(parts)
-    texts = [c for c in HASHED_COLUMNS if c not in ("seq", "created_at", "amount", "cap",
-                                                     "balance_after")]
-    special = " OR ".join(f"coalesce(regexp_matches(e.{c}, '[\\x00-\\x1f\"\\\\]'), false)"
-                          for c in texts)
-    special += " OR NOT isfinite(e.created_at) OR year(e.created_at) NOT BETWEEN 1000 AND 9999"
+            parts.append(_json_sql(c, escape=c not in numbers))
+    canon = ", ',', ".join(parts)  # one concat() per entry: no quadratic copying
+    # Control characters can only come from text columns, which `canon` holds verbatim.
+    special = ("regexp_matches(canon, '[\\x00-\\x1f]') OR NOT isfinite(created_at) "
+               "OR year(created_at) NOT BETWEEN 1000 AND 9999")
     sign = ("CASE e.kind WHEN 'reserve' THEN e.amount WHEN 'refund' THEN -e.amount "
             "WHEN 'close' THEN -e.amount ELSE 0 END")
     return {
@@ -472,13 +474,16 @@ def _verify_sql() -> dict[str, str]:  # noqa: S608 - SQL from constants only, no
             "'\",\"' || CAST(run_stop AS VARCHAR) || '\",\"' || CAST(amount AS VARCHAR) || "
             "'\"]', ',' ORDER BY run_start, run_stop, amount) || ']' AS runs FROM step_runs "
             "GROUP BY seq), "
-            "c AS (SELECT e.seq, e.hash, e.prev_hash, "
-            "row_number() OVER (ORDER BY e.seq) AS rn, "
-            "coalesce(lag(e.hash) OVER (ORDER BY e.seq), ?) AS prev, "
-            f"'[' || {canon} || ',' || coalesce(r.runs, '[]') || ']' AS canon, "
-            f"({special}) AS special FROM entries e LEFT JOIN r ON r.seq = e.seq) "
-            "SELECT count(*), count(*) FILTER (WHERE seq <> rn), "
-            "count(*) FILTER (WHERE prev_hash IS DISTINCT FROM prev), "
+            "t AS (SELECT e.seq, e.hash, e.created_at, "
+            "e.prev_hash IS DISTINCT FROM CASE WHEN e.seq = 1 THEN ? ELSE p.hash END AS bad_prev, "
+            f"concat('[', {canon}, ',', coalesce(r.runs, '[]'), ']') AS canon, e.prev_hash "
+            "FROM entries e LEFT JOIN r ON r.seq = e.seq "
+            "LEFT JOIN (SELECT seq + 1 AS seq, hash FROM entries) p ON p.seq = e.seq), "
+            f"c AS (SELECT *, ({special}) AS special FROM t) "
+            # contiguous 1..n without duplicates <=> count = max = distinct count, min = 1
+            "SELECT count(*), NOT (count(*) = 0 OR (min(seq) = 1 AND max(seq) = count(*) "
+            "AND count(DISTINCT seq) = count(*))), "
+            "count(*) FILTER (WHERE bad_prev), "
             "count(*) FILTER (WHERE NOT special AND "
             "sha256(prev_hash || '|' || canon) IS DISTINCT FROM hash), "
             "list(seq ORDER BY seq) FILTER (WHERE special), arg_max(hash, seq), "
@@ -2464,8 +2469,8 @@ class Ledger:
         (contiguous seqs, step runs matching their entries, prev_hash links, entry
         hashes, every balance replayed, head, seal, MACs, accounts); None as soon as
         anything might fail, and `_verify_entries` then names the first bad entry.
-        Entries with text JSON would escape (quotes, backslashes, control
-        characters) or an unusual timestamp are hashed by `canonical` itself; w-event
+        Entries with control characters in a text column (JSON writes them as
+        escapes) or an unusual timestamp are hashed by `canonical` itself; w-event
         accounts are replayed in Python (their window sums need the sweep).
         """
         domains = self._domains(con)
