@@ -546,6 +546,8 @@ class Ledger:
     by threads and kept for the life of a flow.
     """
 
+    _column_wise = True  # the usual cases of reserve/settle column by column (tests compare)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -1364,7 +1366,7 @@ class Ledger:
         bals: list[int] = []
         out_caps: list[int] = []
         writes = _AccountWrites()
-        simple = (not wevent and len(set(fu)) == len(fu)
+        simple = (self._column_wise and not wevent and len(set(fu)) == len(fu)
                   and denied_users.isdisjoint(fu))
         if simple:
             # Every user has one gp/cgp request in this call: admit iff spent + charge <= cap.
@@ -1852,8 +1854,8 @@ class Ledger:
         r_seq, r_kind, r_domain, r_amount = (look["r_seq"], look["r_kind"], look["r_domain"],
                                              look["r_amount"])
         d_kind, d_detail, spent = look["d_kind"], look["d_detail"], look["spent"]
-        if self._settle_uniform(con, release_id, now, items, users, doms, steps, streams, look,
-                                domains):
+        if self._column_wise and self._settle_uniform(con, release_id, now, items, users, doms,
+                                                      steps, streams, look, domains):
             return
         # Entry columns (settle, refund?) per settlement, in settlement order.
         c_idx: list[int] = []

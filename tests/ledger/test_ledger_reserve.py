@@ -345,3 +345,49 @@ def test_a_release_reserved_and_settled_chunk_by_chunk(led):
     assert {b["spent"] for b in led.balances("ais")} == {Fraction(1, 4)}
     assert {b["spent"] for b in led.balances("power")} == {Fraction(1, 2)}
     assert led.verify().ok
+
+
+def _entries(path):
+    con = duckdb.connect(str(path))
+    try:
+        return con.execute(
+            "SELECT seq, user_id, domain, step, stream_id, kind, CAST(amount AS VARCHAR), notion, "
+            "CAST(cap AS VARCHAR), CAST(balance_after AS VARCHAR), detail, reason FROM entries "
+            "ORDER BY seq").fetchall(), con.execute(
+            "SELECT user_id, domain, stream_id, CAST(spent AS VARCHAR) FROM accounts "
+            "ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
+def test_column_wise_and_per_user_paths_write_the_same_entries(tmp_path, policy, monkeypatch):
+    """The column-wise reserve/settle write what the user-by-user code writes."""
+    eps = Fraction(1, 4)
+    runs = {}
+    for shared in (True, False):
+        monkeypatch.setattr(Ledger, "_column_wise", shared)
+        path = tmp_path / f"{shared}.duckdb"
+        led = Ledger.init(path, actor="pytest")
+        led.apply_policy(policy)
+        users = [f"u{i}" for i in range(5)]
+        led.reserve("r0", [Request("u0", "ais", amount=Fraction(9, 10))], mechanism="m",
+                    parameters={})  # u0 will be denied in r1
+        amounts = [eps] * 5 if shared else [Fraction(1, 4) + 0 for _ in range(5)]
+        res = led.reserve("r1", [Request(u, "ais", amount=a) for u, a in zip(users, amounts,
+                                                                               strict=True)],
+                          mechanism="m", parameters={"k": 1})
+        cost = Cost("gp", eps, (CostItem("a", "gp", Fraction(1, 8)),))
+        costs = [cost] * 4 if shared else [Cost("gp", eps, (CostItem("a", "gp", Fraction(1, 8)),))
+                                           for _ in range(4)]
+        led.settle("r1", [Settlement(u, "ais", "release", c) for u, c in zip(users[1:], costs,
+                                                                               strict=True)])
+        res2 = led.reserve("r2", [Request(u, "ais", amount=eps) for u in users[1:]],
+                           mechanism="m", parameters={})
+        assert led.verify().ok
+        runs[shared] = (_entries(path), [(d.user_id, d.admitted, d.requested, d.remaining,
+                                          d.entry_seq) for d in res.admitted + res.denied
+                                         + res2.admitted + res2.denied])
+    assert runs[True] == runs[False]
+    (entries, accounts), decisions = runs[True]
+    assert [e[5] for e in entries].count("refund") == 4 and len(accounts) == 5
+    assert ("u0", False, eps, Fraction(1, 10), 2) in decisions
