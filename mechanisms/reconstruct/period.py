@@ -455,16 +455,18 @@ def _ftest_select(
     t_min: int,
     t_max: int,
     subharmonics: bool = False,
+    radius: int = 2,
 ) -> tuple[int, dict]:
     """Pick, among the detector's own candidates, the most significant fold (spec §5 iii).
 
     Each fold's p-value uses its own (T − 1, n − T) degrees of freedom, so a
     longer period pays for its extra phase means. With `subharmonics`, the
     periods ⌊T/m⌋, ⌈T/m⌉ (2 <= m <= `MAX_SUBHARMONIC`) of the winner are
-    scored too and the selection repeats until it is stable (at most 4
-    rounds): a stream with a daily and a weekly cycle keeps the daily one
-    when that is the more significant fold, even if no window proposed it
-    (the weekly fold nests it, so it is always at least as large).
+    scored too, with the leader's neighbours within ±`radius`, and the
+    selection repeats until it is stable (at most 4 rounds): a stream with a
+    daily and a weekly cycle keeps the daily one when that is the more
+    significant fold, even if no window proposed it (the weekly fold nests
+    it, so it is always at least as large).
     """
     hi = min(t_max, y.size - 1)
     cands = {int(voted)}
@@ -482,7 +484,12 @@ def _ftest_select(
     rounds = 0
     while subharmonics and rounds < 4:
         rounds += 1
-        extra = {t for t in _subharmonics(best, t_min) if t <= hi and t not in scored}
+        # the leader's neighbours first (the refinement a window estimate of
+        # 39 or 41 would get), so a sub-harmonic of a slightly-off leader does
+        # not beat the true period that nobody scored
+        near = set(range(best - radius, best + radius + 1))
+        extra = {t for t in _subharmonics(best, t_min) | near if t_min <= t <= hi}
+        extra -= set(scored)
         scored.update({t: _fold_log_p(y, t) for t in sorted(extra)})
         new = min(scored, key=_key)
         if new == best:
@@ -666,6 +673,9 @@ def detect_period_details(
                 t_min=t_min,
                 t_max=tmax,
                 subharmonics=bool(opts["subharmonics"]),
+                radius=max(2, math.ceil(2 * tau * period))
+                if refine_radius is None
+                else int(refine_radius),
             )
         if opts["refine"]:
             radius = (
