@@ -27,7 +27,12 @@ Guarantees (see also ``ledger/README.md``):
   and `close` are idempotent the same way.
 * **Audit.** Entries are append-only and hash-chained (`ledger.chain`);
   `verify` recomputes the chain, the keyed seal over its head, the noise-key
-  fingerprint and every balance, and names the first bad entry.
+  fingerprint and every balance, and names the first bad entry. It checks
+  set-based in DuckDB first and replays entry by entry only to name a problem.
+* **Speed.** Per entry only the SHA-256 link (and the admission arithmetic) runs in
+  Python; canonical bytes, lookups and inserts are column-wise (Arrow, DuckDB).
+* **Init.** `Ledger.init` serialises check-and-create with a directory ``flock``,
+  so concurrent inits of a new path create one ledger and key and all open it.
 """
 
 from __future__ import annotations
