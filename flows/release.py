@@ -37,7 +37,6 @@ from tasks.privatize import (
     privatize_curves,
     privatize_streams,
 )
-from tasks.reconstruct import reconstruct_streams
 from tasks.report import write_release_report
 from tasks.stage import StagePlan, stage_input
 from tasks.staging import remove_staging
@@ -229,6 +228,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
         if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
+            # Imported here: CPR (scipy.signal) is not needed by curve releases.
+            from tasks.reconstruct import reconstruct_streams
+
             # Post-processing of the private samples, chunk by chunk (bounded memory).
             recon = [reconstruct_streams.submit(
                 r.output_paths["samples"], float_at_most(spec.epsilon_per_step),

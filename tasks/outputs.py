@@ -15,10 +15,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import task
 
 from tasks.staging import read_arrow
+
+
+def _is_floating(typ: pa.DataType) -> bool:
+    while pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        typ = typ.value_type
+    return pa.types.is_floating(typ)
+
+
+def parquet_writer(path: str | Path, schema: pa.Schema) -> pq.ParquetWriter:
+    """The one Parquet writer of release outputs (zstd; dictionaries only where they pay).
+
+    Noisy floats never repeat, so a dictionary page for them is built, found too
+    large and thrown away for every row group (most of the encoding time): only
+    the non-float columns (ids, basis names, JSON text, small ints) are
+    dictionary-encoded. The options depend only on the schema, so the bytes
+    still depend only on the rows.
+    """
+    dictionary = [f.name for f in schema if not _is_floating(f.type)]
+    return pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=dictionary)
 
 
 def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
@@ -31,7 +51,7 @@ def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
         for p in chunk_paths:
             table = read_arrow(p)
             if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer = parquet_writer(tmp, table.schema)
             writer.write_table(table)
             rows += table.num_rows
     finally:
@@ -68,8 +88,7 @@ class ParquetAppender:
         writer = self._writers.get(name)
         if writer is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(self.directory / f"{name}.parquet.partial", table.schema,
-                                      compression="zstd")
+            writer = parquet_writer(self.directory / f"{name}.parquet.partial", table.schema)
             self._writers[name] = writer
             self._rows[name] = 0
         writer.write_table(table)

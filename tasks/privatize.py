@@ -22,7 +22,6 @@ import pyarrow as pa
 from prefect import task
 
 from mechanisms import curves as mc
-from mechanisms import streams as ms
 from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
 from mechanisms.curves import PrivateFunction, noise_scale
 from mechanisms.errors import MechanismParameterError
@@ -293,6 +292,10 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     (user, stream) costs at most ε (w-event LDP); the per-step runs are
     returned for settlement. Noise comes only from the per-user seeds.
     """
+    # Imported here: the stream core pulls in scipy.signal, which a curves release
+    # never needs (it is a measurable part of a curves flow's start-up).
+    from mechanisms import streams as ms
+
     seeds = read_seeds(seeds_path)
     users = [u for u in read_stream_chunk(chunk_path) if u.user_id in seeds]
     eps_step = spec.epsilon_per_step
