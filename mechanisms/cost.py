@@ -13,6 +13,7 @@ w-event costs are per time step and stored as runs of equal per-step cost
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -53,8 +54,18 @@ def float_at_most(value: Fraction) -> float:
     """Largest float that does not exceed the exact budget `value`.
 
     Samplers must never use more budget than the ledger charges, so the float
-    handed to them is rounded down, never to nearest.
+    handed to them is rounded down, never to nearest. The same few public
+    amounts are converted for every curve of a release, so results are cached
+    (by exact value and type).
     """
+    try:
+        return _float_at_most(value)
+    except TypeError:  # unhashable: compute directly
+        return _float_at_most.__wrapped__(value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _float_at_most(value: Fraction) -> float:
     f = float(value)
     if Fraction(f) > value:
         f = math.nextafter(f, 0.0)
@@ -115,9 +126,9 @@ class Cost:
                 f"this is a bug: sub-steps spend {self.total} > requested {self.requested}"
             )
 
-    @property
+    @functools.cached_property
     def total(self) -> Fraction:
-        """Exact sum of the sub-step amounts."""
+        """Exact sum of the sub-step amounts (computed once: items are frozen)."""
         return sum((i.amount for i in self.items), Fraction(0))
 
     def breakdown(self) -> list[dict[str, str]]:

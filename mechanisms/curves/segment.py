@@ -192,6 +192,33 @@ class ReduceSegOutcome:
     reductions: int
 
 
+# Exact budget arithmetic that is the same for every curve of a release (it
+# depends only on the public ε or ρ, never on data): computed once per value
+# and reused. The results are the same exact Fractions as computing them inline.
+@lru_cache(maxsize=1024)
+def _check_budget(share: Fraction, level: int) -> tuple[Fraction, float, Fraction]:
+    """(share / 2^level, float_at_most(share), share / 2) of one ReduceSeg check."""
+    return share / 2**level, float_at_most(share), share / 2
+
+
+@lru_cache(maxsize=1024)
+def _as_float(value: Fraction) -> float:
+    return float(value)
+
+
+@lru_cache(maxsize=256)
+def _split(amount: Fraction) -> tuple[Fraction, Fraction]:
+    """PrivFuncSeg's split of `amount`: (ε/4 for SVT, ε/16 per ReduceSeg quarter)."""
+    return amount / 4, amount / 16
+
+
+@lru_cache(maxsize=4096)
+def _final(amount: Fraction, quarter: Fraction, spent: Fraction) -> tuple[Fraction, str, float]:
+    """The projection step's exact budget amount − quarter − spent, its text and float."""
+    final = amount - quarter - spent
+    return final, str(final), float(final)
+
+
 def reduce_seg(
     tree: DyadicTree,
     *,
@@ -242,17 +269,18 @@ def reduce_seg(
     span = 2 ** (half_depth - depth)
     d = tree.range_dist(half_depth, index * span, (index + 1) * span)
     mn = tree.m * tree.n
-    step = share / 2**level
+    step, share_down, half_share = _check_budget(share, level)
+    big_b_float = _as_float(big_b)
     if notion == "gp":
-        scale = scale_at_least(2**level / float_at_most(share))
+        scale = scale_at_least(2**level / share_down)
         err = d + rng.laplace(0.0, scale)
-        tau = (h_count / 2) * _E_FACTOR * mn / (2.0 * float(big_b))
+        tau = (h_count / 2) * _E_FACTOR * mn / (2.0 * big_b_float)
         slack = scale * math.log(2**k1 / beta) if margin else 0.0
     else:
-        scale = scale_at_least(math.sqrt(2**level) / math.sqrt(2.0 * float_at_most(share)))
+        scale = scale_at_least(math.sqrt(2**level) / math.sqrt(2.0 * share_down))
         err = d + scale * rng.standard_normal()
         tau = (math.sqrt(h_count * mn) - math.sqrt(h_count * mn / 2)) / math.sqrt(
-            2.0 * 2.0 * float(big_b)
+            2.0 * 2.0 * big_b_float
         )
         slack = scale * math.sqrt(2.0 * math.log(2**k1 / beta)) if margin else 0.0
     if err + slack > tau:
@@ -271,7 +299,7 @@ def reduce_seg(
             level=level + 1,
             beta=beta,
             big_b=big_b,
-            share=share / 2,
+            share=half_share,
             notion=notion,
             rng=rng,
             margin=margin,
@@ -337,13 +365,13 @@ def privfuncseg_core(
     first = max(0, top - 4) if top > 8 else top
     trees = [DyadicTree(t, v, degree, first, lo, hi)]
     m, n = trees[0].m, trees[0].n
-    quarter = amount / 4
+    quarter, part_share = _split(amount)
     eps_svt = svt_epsilon(notion, quarter)
     levels = np.arange(top + 1)
     if notion == "gp":
-        tau = (2.0**levels) * m * n / float(quarter)
+        tau = (2.0**levels) * m * n / _as_float(quarter)
     else:
-        tau = np.sqrt((2.0**levels) * m * n) / math.sqrt(2.0 * float(quarter))
+        tau = np.sqrt((2.0**levels) * m * n) / math.sqrt(2.0 * _as_float(quarter))
 
     def query(j: int) -> float:
         # the deepest levels are built (one more linear pass) only if SVT reaches them
@@ -360,7 +388,6 @@ def privfuncseg_core(
     checks = reductions = 0
     ran_reduce = reduce and 2**k_bar >= 8
     if ran_reduce:
-        part_share = amount / 16
         nodes = []
         for part in range(4):
             out = reduce_seg(
@@ -381,12 +408,12 @@ def privfuncseg_core(
             checks += out.checks
             reductions += out.reductions
         items.append(CostItem("reduce_seg", notion, spent))
-    final = amount - quarter - spent
+    final, final_text, final_float = _final(amount, quarter, spent)
     items.append(CostItem("project", notion, final))
     cost = Cost(notion=notion, requested=amount, items=tuple(items))
     edges = tree.edges(nodes)
     noisy = privatize_coefficients(
-        tree.coefficients(nodes), notion=notion, amount=float(final), rng=rng
+        tree.coefficients(nodes), notion=notion, amount=final_float, rng=rng
     )
     diagnostics: dict[str, Any] = {
         "k_bar": int(k_bar),
@@ -397,7 +424,7 @@ def privfuncseg_core(
         "reduce_seg_ran": bool(ran_reduce),
         "reduce_seg_checks": int(checks),
         "reduce_seg_reductions": int(reductions),
-        "final_budget": str(final),
+        "final_budget": final_text,
         "continuous": False,
     }
     fn = PrivateFunction(
@@ -408,7 +435,7 @@ def privfuncseg_core(
         cost=cost,
         dim=int(noisy.size),
         noise_notion=notion,
-        noise_budget=float(final),
+        noise_budget=final_float,
         diagnostics=diagnostics,
     )
     return continuity_projection(fn) if continuous else fn
