@@ -16,14 +16,21 @@ from prefect import task
 from mechanisms.reconstruct import cpr
 from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
 
+#: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.
+_STATUS = {
+    "periodic": "ok",
+    "smoother": "no significant period: shrunk smooth",
+    "constant": "no significant period: constant",
+}
+
 
 def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
                         options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run CPR on every (user, stream) of a privatized samples file.
 
     Streams with gaps in their steps are not evenly sampled, so CPR is skipped
-    for them and the reason is recorded. Returns one public summary per stream
-    (period, whether CPR fell back to a constant).
+    for them and the reason is recorded. Returns one public summary per stream:
+    the period (None unless CPR found a significant one) and the path CPR took.
     """
     table = read_arrow(samples_path)
     ucol, scol = table.column("user_id"), table.column("stream_id")
@@ -46,10 +53,10 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
             summary.update(period=None, status="skipped: fewer than 8 samples or gaps in steps")
         else:
             res = cpr(y[i:j], epsilon_per_step=epsilon_per_step, **(options or {}))
-            diag = res.diagnostics or {}
-            fallback = bool(diag.get("fallback_constant", False))
-            summary.update(period=int(res.period) if res.period else None,
-                           status="constant fallback" if fallback else "ok")
+            path = (res.diagnostics or {}).get("path", "periodic")
+            periodic = path == "periodic" and bool(res.period)
+            summary.update(period=int(res.period) if periodic else None,
+                           status=_STATUS.get(path, path))
             out_u.append(users[k])
             out_s.append(streams[k])
             out_n.append(j - i)
