@@ -17,6 +17,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from flows.cli_common import OutputFormat, console, handle_errors, print_rows
 from flows.settings import BUNDLED_POLICY, configure_prefect, privpipe_home
+from mechanisms import registry
 from schemas.errors import ParameterError
 
 release_app = typer.Typer(help="Release a data set under local privacy (charges the ledger).",
@@ -78,14 +79,14 @@ def release_curves_cmd(
     input_path: Path = typer.Argument(..., help="CSV, Parquet or DuckDB file of curve samples."),
     domain: str = typer.Option(..., "--domain", help="Policy domain (kind curves)."),
     mechanism: str = typer.Option("privfuncseg", "--mechanism",
-                                  help="privfuncseg | project_and_privatize | privfuncselect "
-                                       "| baseline"),
+                                  help=" | ".join(registry.names("curves")) + " (the "
+                                       "mechanism's metric must be the domain's)"),
     epsilon: str | None = typer.Option(None, "--epsilon",
                                        help="ε per curve (GP), e.g. 0.5 or 1/3."),
     rho: str | None = typer.Option(None, "--rho", help="ρ per curve (CGP domains only)."),
     options: str | None = typer.Option(None, "--options",
                                        help="Mechanism options as JSON, e.g. "
-                                            "'{\"basis\": \"sinc\", \"m\": 200}'."),
+                                            "'{\"basis\": \"sinc\", \"n_terms\": 200}'."),
     release_id: str | None = typer.Option(None, "--release-id",
                                           help="Rerun key (default: derived from flow, domain, "
                                                "input fingerprint and parameters)."),

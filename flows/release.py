@@ -25,6 +25,7 @@ from prefect.utilities.annotations import quote
 from flows.faults import fault_point
 from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
+from mechanisms import registry
 from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.policy import Domain, load_policy
@@ -32,7 +33,9 @@ from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_
 from tasks.outputs import ParquetAppender, merge_outputs, write_json
 from tasks.privatize import (
     ChunkResult,
+    CurveFraming,
     CurveSpec,
+    MechanismRunError,
     StreamSpec,
     privatize_curves,
     privatize_streams,
@@ -58,6 +61,31 @@ def _domain(policy_path: str | None, name: str, kind: str) -> Domain:
     if dom.kind != kind:
         raise ParameterError(f"domain {name!r} holds {dom.kind}, not {kind}")
     return dom
+
+
+def _check_metric(dom: Domain, mechanism: str) -> None:
+    """Refuse a mechanism whose guarantee is in another metric than the domain's."""
+    entry = registry.get(mechanism, dom.kind)
+    if entry.metric != dom.metric:
+        raise ParameterError(
+            f"mechanism {mechanism!r} is private w.r.t. {entry.metric}, but domain "
+            f"{dom.name!r} states its guarantee in {dom.metric} ({dom.units_label()}): no "
+            f"budget of this domain covers it; use a {entry.metric} domain or another "
+            f"mechanism ({', '.join(_mechanisms_of(dom))})")
+
+
+def _mechanisms_of(dom: Domain) -> list[str]:
+    return [n for n in registry.names(dom.kind) if registry.get(n).metric == dom.metric]
+
+
+def _framing(dom: Domain) -> CurveFraming:
+    pub = dom.public
+    if pub is None:
+        raise ParameterError(
+            f"domain {dom.name!r} declares no public metadata; apply a policy whose "
+            f"[domains.{dom.name}.public] table says what is released outside the noise")
+    return CurveFraming(window=dom.window, points_public=pub.points,
+                        grid_points=dom.grid_points, sample_times_public=pub.sample_times)
 
 
 def _flow_run_id() -> str | None:
@@ -222,8 +250,16 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                                         spec, str(staging)))
             if len(pending) >= in_flight:
                 settle_oldest()
-        while pending:
-            settle_oldest()
+        try:
+            while pending:
+                settle_oldest()
+        except MechanismRunError as err:
+            # Budget is reserved and some noise may have been drawn: the release is
+            # recorded as failed (visible to `privpipe audit`, closable with
+            # `privpipe ledger close`); what was settled stays settled.
+            settle_unsettled()
+            ledger.record_release(rid, {**base_manifest, "error": str(err)}, "failed")
+            raise
         settle_unsettled()
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
@@ -275,11 +311,10 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                             "rms_mean": sum(rms) / len(rms) if rms else None,
                             "rms_max": max(rms) if rms else None},
             "periods": periods,
-            "public_metadata": (
-                "released as-is, not covered by the guarantee: user ids, curve ids and each "
-                "curve's duration and number of points" if kind == "curves" else
-                "released as-is, not covered by the guarantee: user ids, stream ids and the "
-                "step indices of each stream"),
+            "public_metadata": {
+                "fields": list(dom.public_fields()),
+                "note": "released as-is, outside the noise, as the domain's policy declares; "
+                        "users rejected by validation or denied by the ledger are absent"},
         }
         write_json(manifest, rdir / "manifest.json")
         fault_point("after_manifest")
@@ -318,9 +353,11 @@ def release_curves(
     before any data is read.
     """
     dom = _domain(policy_path, domain, "curves")
+    _check_metric(dom, mechanism)
     spec = CurveSpec(mechanism, None if epsilon is None else str(epsilon),
                      None if rho is None else str(rho), dict(options or {}),
-                     evaluate_on=evaluate_on)
+                     evaluate_on=evaluate_on, framing=_framing(dom))
+    spec.check_runs(len(dom.value_columns))
     if spec.notion == "cgp" and dom.notion == "gp":
         raise ParameterError(f"domain {domain!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be "
                              "charged to it; pass --epsilon instead")
@@ -356,6 +393,7 @@ def release_streams(
     dom = _domain(policy_path, domain, "streams")
     if dom.w is None:
         raise ParameterError(f"domain {domain!r} has no w")
+    _check_metric(dom, mechanism)
     spec = StreamSpec(str(epsilon), dom.w, mechanism, reconstruct)
     if exact(spec.epsilon) > dom.cap:
         raise ParameterError(f"epsilon {spec.epsilon} per window exceeds the domain's cap "

@@ -6,14 +6,13 @@ Plain functions, called by the Prefect tasks and by ``privpipe validate``:
 
 from ingest.defaults import default_domain
 from ingest.fingerprint import input_fingerprint, user_fingerprint
-from ingest.pipeline import INPUT_TIME_UNITS, PROJECTION_REFERENCES, iter_users, scan
+from ingest.pipeline import INPUT_TIME_UNITS, iter_users, scan
 from ingest.projection import EARTH_RADIUS_M, project
 from ingest.types import Curve, IngestReport, Rejection, Stream, UserCurves, UserStreams
 
 __all__ = [
     "EARTH_RADIUS_M",
     "INPUT_TIME_UNITS",
-    "PROJECTION_REFERENCES",
     "Curve",
     "IngestReport",
     "Rejection",

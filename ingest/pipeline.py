@@ -56,7 +56,6 @@ from schemas.problems import dedupe, message_for, problems_from_schema_errors
 
 #: Units accepted for plain numbers in the time column (``input_time_unit``).
 INPUT_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, **TIME_UNITS}
-PROJECTION_REFERENCES = ("curve", "dataset")
 DEFAULT_MEMORY_LIMIT = "512MB"
 
 RULE_REQUIRED = "required"
@@ -75,14 +74,12 @@ class _Plan:
     inputs: tuple[str, ...]     # input value columns (lon, lat for projected domains)
     sql: str
     number_factor: float        # plain numbers in t -> domain time units
-    projection_reference: str
-    dataset_lat: float | None
     # non-empty once pandera's schema and dtype checks passed on an empty batch frame
     schema_checked: list[bool] = field(default_factory=list)
 
 
 def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | None,
-                      projection_reference: str, max_problems: int) -> None:
+                      max_problems: int) -> None:
     if not isinstance(domain, Domain):
         raise ParameterError("domain must be a schemas.policy.Domain")
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
@@ -98,9 +95,11 @@ def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | No
                 "\"step\": t holds integer step indices")
     if isinstance(max_problems, bool) or not isinstance(max_problems, int) or max_problems < 1:
         raise ParameterError("max_problems_per_user must be an integer >= 1")
-    if projection_reference not in PROJECTION_REFERENCES:
+    if domain.projection == "equirectangular" and domain.ref_lat is None:
         raise ParameterError(
-            f"projection_reference must be one of {', '.join(PROJECTION_REFERENCES)}")
+            f"domain {domain.name!r} projects lon/lat without a fixed ref_lat: declare the "
+            "public standard parallel in the policy (a data-dependent reference would make "
+            "the guarantee's metric depend on the data)")
 
 
 def _domain_inputs(domain: Domain) -> tuple[str, str, tuple[str, ...]]:
@@ -114,8 +113,7 @@ def _file_problem(label: str, column: str | None, rule: str, message: str) -> Pr
     return Problem(label, None, column, rule, message)
 
 
-def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None,
-          projection_reference: str) -> _Plan:
+def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None) -> _Plan:
     label = src.label
     key, t, inputs = _domain_inputs(domain)
     required = ("user_id", key, t, *inputs)
@@ -178,20 +176,12 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None,
                                               f"no value of this column parses as {what}"))
         if problems:
             raise ValidationError(problems)
-    dataset_lat = None
-    if domain.projection == "equirectangular" and projection_reference == "dataset":
-        lat = q(domain.lat_column)
-        row = src.con.execute(
-            f"SELECT avg(v) FROM (SELECT TRY_CAST({lat} AS DOUBLE) AS v FROM {src.relation}) "  # noqa: S608
-            "WHERE isfinite(v) AND v BETWEEN -90 AND 90").fetchall()[0]
-        dataset_lat = None if row[0] is None else float(row[0])
     if input_time_unit is None or domain.seconds_per_unit is None:
         factor = 1.0
     else:
         factor = INPUT_TIME_UNITS[input_time_unit] / domain.seconds_per_unit
     return _Plan(domain=domain, label=label, key=key, inputs=inputs,
-                 sql=_select_sql(src, key, t, inputs), number_factor=factor,
-                 projection_reference=projection_reference, dataset_lat=dataset_lat)
+                 sql=_select_sql(src, key, t, inputs), number_factor=factor)
 
 
 def _select_sql(src: OpenedSource, key: str, t: str, inputs: tuple[str, ...]) -> str:
@@ -235,10 +225,12 @@ def _schema(d: Domain):
     """The pandera schema of a domain's samples (built once per distinct shape)."""
     if d.kind == "curves":
         lon_lat = (d.lon_column, d.lat_column) if d.projection else None
-        key: tuple = ("curves", tuple(d.value_columns), lon_lat, d.projection == "mercator")
+        key: tuple = ("curves", tuple(d.value_columns), lon_lat, d.projection == "mercator",
+                      d.window)
         if key not in _SCHEMAS:
             _SCHEMAS[key] = S.curve_samples_schema(d.value_columns, lon_lat=lon_lat,
-                                                   mercator=d.projection == "mercator")
+                                                   mercator=d.projection == "mercator",
+                                                   window=d.window)
     else:
         vr = None if d.value_range is None else tuple(d.value_range)
         key = ("streams", vr, d.time_unit == "step")
@@ -476,7 +468,8 @@ class _Batch:
             cols = {c: self.v[:, i] for i, c in enumerate(plan.inputs)}
             lon_lat = (d.lon_column, d.lat_column) if d.projection else None
             flagged = S.curve_rows_failing(self.t, cols, same=same, bad_ids=self.bad_ids,
-                                           lon_lat=lon_lat, mercator=d.projection == "mercator")
+                                           lon_lat=lon_lat, mercator=d.projection == "mercator",
+                                           window=d.window)
         else:
             flagged = S.stream_rows_failing(self.t, self.v[:, 0], same=same,
                                             bad_ids=self.bad_ids, value_range=d.value_range,
@@ -579,27 +572,13 @@ class _Batch:
                 yield UserStreams(user_id=user, streams=items, fingerprint=fp)  # type: ignore[arg-type]
 
     def _projected(self) -> np.ndarray:
-        d, plan = self.plan.domain, self.plan
+        d = self.plan.domain
         lon, lat = self.v[:, 0], self.v[:, 1]
-        if d.projection == "mercator":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                x, y = project(lon, lat, projection="mercator")
-        else:
-            if d.ref_lat is not None:
-                # A public standard parallel from the policy: one fixed frame for
-                # the whole domain, independent of the data.
-                ref: float | np.ndarray = d.ref_lat
-            elif plan.projection_reference == "dataset" and plan.dataset_lat is not None:
-                ref = plan.dataset_lat
-            else:
-                gid, starts = self.gid, self.gstarts
-                fin = np.isfinite(lat)
-                sums = np.add.reduceat(np.where(fin, lat, 0.0), starts)
-                counts = np.add.reduceat(fin.astype(np.float64), starts)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    ref = (sums / counts)[gid]
-            with np.errstate(invalid="ignore"):
-                x, y = project(lon, lat, projection="equirectangular", ref_lat=ref)
+        # One fixed, public frame for the whole domain (the policy's projection and
+        # ref_lat), independent of the data, so L2 in metres is the same metric
+        # for every pair of curves.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x, y = project(lon, lat, projection=d.projection, ref_lat=d.ref_lat)
         return np.column_stack([x, y])
 
 
@@ -629,7 +608,6 @@ def iter_users(
     table: str | None = None,
     batch_rows: int = 200_000,
     input_time_unit: str | None = None,
-    projection_reference: str = "curve",
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     max_problems_per_user: int = 1000,
 ) -> Iterator[UserCurves | UserStreams | Rejection]:
@@ -647,8 +625,6 @@ def iter_users(
         input_time_unit: unit of plain numbers in ``t`` (ns, us, ms, s, min, h,
             d); None means they are already in the domain's time unit. ISO 8601
             strings and date/time columns are always understood.
-        projection_reference: standard parallel of the equirectangular
-            projection: each ``"curve"``'s mean latitude, or the ``"dataset"``'s.
         memory_limit: DuckDB memory limit for reading and sorting (DuckDB uses it
             as a cache and spills beyond it, so it bounds memory, not the file).
         max_problems_per_user: problems listed per rejected user; beyond it the
@@ -667,18 +643,17 @@ def iter_users(
             the first ``next``.
         ParameterError: invalid arguments, from this call (before any file is read).
     """
-    _check_parameters(domain, batch_rows, input_time_unit, projection_reference,
-                      max_problems_per_user)
+    _check_parameters(domain, batch_rows, input_time_unit, max_problems_per_user)
     return _iter_users(source, domain, table, batch_rows, input_time_unit,
-                       projection_reference, memory_limit, max_problems_per_user)
+                       memory_limit, max_problems_per_user)
 
 
 def _iter_users(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
-                batch_rows: int, input_time_unit: str | None, projection_reference: str,
+                batch_rows: int, input_time_unit: str | None,
                 memory_limit: str, max_problems: int
                 ) -> Iterator[UserCurves | UserStreams | Rejection]:
     with open_source(source, table=table, memory_limit=memory_limit) as src:
-        plan = _plan(src, domain, input_time_unit, projection_reference)
+        plan = _plan(src, domain, input_time_unit)
         for block in _blocks(src, plan, batch_rows):
             yield from _Batch(block, plan).results(max_problems)
 
@@ -690,7 +665,6 @@ def scan(
     table: str | None = None,
     batch_rows: int = 200_000,
     input_time_unit: str | None = None,
-    projection_reference: str = "curve",
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     max_problems_per_user: int = 1000,
 ) -> IngestReport:
@@ -707,8 +681,7 @@ def scan(
         ValidationError: file-level problems (see `iter_users`).
         ParameterError: invalid arguments.
     """
-    _check_parameters(domain, batch_rows, input_time_unit, projection_reference,
-                      max_problems_per_user)
+    _check_parameters(domain, batch_rows, input_time_unit, max_problems_per_user)
     users = items = points = rows = 0
     t_lo, t_hi = np.inf, -np.inf
     ncols = len(domain.value_columns)
@@ -717,7 +690,7 @@ def scan(
     file_problems: list[Problem] = []
     fps: dict[str, str] = {}
     with open_source(source, table=table, memory_limit=memory_limit) as src:
-        plan = _plan(src, domain, input_time_unit, projection_reference)
+        plan = _plan(src, domain, input_time_unit)
         label = src.label
         for block in _blocks(src, plan, batch_rows):
             rows += block.num_rows

@@ -5,9 +5,9 @@ are projected before anything else. Two projections, both on a sphere of radius
 R = 6 371 000 m (the mean Earth radius, as in the [LY23] trajectory code):
 
 - ``equirectangular`` (default): ``x = R·λ·cos φ₀``, ``y = R·φ`` (λ, φ in
-  radians), with the standard parallel φ₀ the mean latitude of the curve (or
-  of the whole data set). Distances are accurate to well under 1 % within a few
-  degrees of φ₀, which is the scale of one vessel's or vehicle's curve.
+  radians), with the standard parallel φ₀ fixed and public (the domain's
+  ``ref_lat``): one frame for every curve, so the metric never depends on the
+  data. Distances are accurate to well under 1 % within a few degrees of φ₀.
 - ``mercator``: ``x = R·λ``, ``y = R·ln tan(π/4 + φ/2)``: conformal, and the
   projection of the [LY23] code; its scale grows as 1/cos φ, so distances at
   40°N come out about 1.3 times too long. Latitude must stay strictly inside
@@ -27,7 +27,7 @@ def project(
     lat: np.ndarray,
     *,
     projection: str = "equirectangular",
-    ref_lat: float | np.ndarray | None = None,
+    ref_lat: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Project lon/lat degrees to (x, y) metres.
 
@@ -35,20 +35,22 @@ def project(
         lon: longitudes in degrees, in [-180, 180].
         lat: latitudes in degrees, in [-90, 90] (strictly inside for Mercator).
         projection: ``"equirectangular"`` or ``"mercator"``.
-        ref_lat: equirectangular standard parallel in degrees (a scalar, or one
-            value per point); None uses the mean of `lat`.
+        ref_lat: equirectangular standard parallel in degrees (required for
+            equirectangular: a fixed, public value).
 
     Returns:
         (x, y) float64 arrays in metres.
 
     Raises:
-        ValueError: unknown projection.
+        ValueError: unknown projection, or equirectangular without `ref_lat`.
     """
     if projection not in PROJECTIONS:
         raise ValueError(f"projection must be one of {', '.join(PROJECTIONS)}")
+    if projection == "equirectangular" and ref_lat is None:
+        raise ValueError("the equirectangular projection needs a fixed, public ref_lat")
     lam = np.radians(np.asarray(lon, dtype=np.float64))
     phi = np.radians(np.asarray(lat, dtype=np.float64))
     if projection == "mercator":
         return EARTH_RADIUS_M * lam, EARTH_RADIUS_M * np.log(np.tan(np.pi / 4 + phi / 2))
-    phi0 = np.radians(np.mean(lat) if ref_lat is None else np.asarray(ref_lat, np.float64))
+    phi0 = np.radians(np.asarray(ref_lat, np.float64))
     return EARTH_RADIUS_M * lam * np.cos(phi0), EARTH_RADIUS_M * phi

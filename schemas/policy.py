@@ -10,8 +10,14 @@ A domain is one kind of data with one metric and one budget per user. Example::
     value_columns = ["x", "y"]
     value_unit = "m"
     projection = "equirectangular"   # optional: lon/lat columns -> metres
-    ref_lat = 40.7             # equirectangular standard parallel (public; degrees)
+    ref_lat = 40.7             # equirectangular standard parallel (public; degrees; required)
     sort = false               # true: sort rows by t instead of rejecting unsorted input
+    metric = "l2"              # l2 (default) | dist_inf: the metric of the guarantee
+
+    [domains.ais_tracks.public]    # what is released outside the noise (required for curves)
+    duration = true            # each curve's duration (else: `window = T` on the domain)
+    points = true              # each curve's number of points (else: `grid_points = N`)
+    sample_times = false       # the input sample times (allows evaluate_on = "input")
 
     [domains.power]
     kind = "streams"
@@ -40,10 +46,12 @@ NOTIONS_BY_KIND = {"curves": ("gp", "cgp"), "streams": ("wevent",)}
 TIME_UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 STREAM_TIME_UNITS = ("step", *TIME_UNITS)
 PROJECTIONS = ("equirectangular", "mercator")
+METRICS_BY_KIND = {"curves": ("l2", "dist_inf"), "streams": ("wevent",)}
+PUBLIC_KEYS = ("duration", "points", "sample_times")
 _DOMAIN_KEYS = {
     "kind", "notion", "cap", "w", "time_unit", "step", "value_columns", "value_unit",
     "projection", "lon_column", "lat_column", "ref_lat", "value_range", "sort", "schedule",
-    "description",
+    "description", "metric", "public", "window", "grid_points",
 }
 
 
@@ -68,6 +76,10 @@ class Domain:
     sort: bool = False
     schedule: str | None = None
     description: str = ""
+    metric: str = "l2"
+    public: Public | None = None
+    window: float | None = None
+    grid_points: int | None = None
 
     @property
     def seconds_per_unit(self) -> float | None:
@@ -78,7 +90,38 @@ class Domain:
         """Human text of the metric's units, printed next to every ε or ρ."""
         if self.kind == "streams":
             return f"w-event, w={self.w} steps, values in [0,1] of {self.value_unit}"
+        if self.metric == "dist_inf":
+            return f"sup distance in {self.value_unit}"
         return f"L2 over {self.value_unit} x {self.time_unit}^(1/2)"
+
+    def public_fields(self) -> tuple[str, ...]:
+        """Names of what a release of this domain publishes outside the noise (documented)."""
+        if self.kind == "streams":
+            return ("user_id", "stream_id", "step")
+        pub = self.public or Public()
+        fields = ["user_id", "curve_id"]
+        fields.append("duration" if pub.duration else f"window={self.window:g}")
+        if pub.points:
+            fields.append("points")
+        if pub.sample_times:
+            fields.append("sample_times")
+        return tuple(fields)
+
+
+@dataclass(frozen=True)
+class Public:
+    """What a curves domain declares public: released as-is, outside the noise.
+
+    ``duration``: each curve's duration (else every curve lies on the domain's
+    fixed ``window``); ``points``: each curve's number of samples (else the
+    output grid has the domain's ``grid_points`` and nothing is sized by N);
+    ``sample_times``: the input sample times (needed for ``evaluate_on="input"``).
+    User and curve ids are always public: they key the per-user outputs.
+    """
+
+    duration: bool = False
+    points: bool = False
+    sample_times: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +226,11 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
         if projection is not None and kind != "curves":
             raise _fail(source, f"{k}.projection", "only applies to curves domains")
         ref_lat = d.get("ref_lat")
+        if projection == "equirectangular" and ref_lat is None:
+            raise _fail(source, f"{k}.ref_lat",
+                        "is required with projection = \"equirectangular\": a fixed, public "
+                        "standard parallel in degrees (a per-curve or per-data-set reference "
+                        "would make the metric, and so the guarantee, depend on the data)")
         if ref_lat is not None:
             if projection != "equirectangular":
                 raise _fail(source, f"{k}.ref_lat",
@@ -226,6 +274,7 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
         for key in ("value_unit", "lon_column", "lat_column", "description"):
             if key in d and not isinstance(d[key], str):
                 raise _fail(source, f"{k}.{key}", "must be a string")
+        release_keys = _release_keys(source, k, d, kind)
         domains[name] = Domain(
             name=name, kind=kind, notion=notion, cap=cap, time_unit=time_unit,
             value_columns=tuple(cols), value_unit=d.get("value_unit", "1"),
@@ -236,8 +285,77 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
             ref_lat=float(ref_lat) if ref_lat is not None else None,
             value_range=value_range, sort=sort,
             schedule=sched, description=d.get("description", ""),
+            **release_keys,
         )
     return Policy(domains=domains, source=source, raw=data)
+
+
+def _bool(source: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(source, key, "must be true or false")
+    return value
+
+
+def _positive(source: str, key: str, value: Any, *, integer: bool = False) -> float:
+    ok_type = int if integer else int | float
+    if (isinstance(value, bool) or not isinstance(value, ok_type)
+            or not 0 < float(value) < 1e15):
+        what = "an integer >= 1" if integer else "a positive number"
+        raise _fail(source, key, f"must be {what} (below 1e15)")
+    return value
+
+
+def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The metric and the public-metadata declaration of domain table `d` (key prefix `k`)."""
+    metric = d.get("metric", METRICS_BY_KIND[kind][0])
+    if metric not in METRICS_BY_KIND[kind]:
+        raise _fail(source, f"{k}.metric",
+                    f"for kind {kind!r} must be one of {', '.join(METRICS_BY_KIND[kind])}")
+    if kind == "streams":
+        for key in ("public", "window", "grid_points"):
+            if key in d:
+                raise _fail(source, f"{k}.{key}",
+                            "only applies to curves domains (a stream's user ids, stream ids "
+                            "and step indices are always public)")
+        return {"metric": metric}
+    raw = d.get("public")
+    if not isinstance(raw, dict):
+        raise _fail(source, f"{k}.public",
+                    "is required for curves domains: a table declaring what is released "
+                    "outside the noise, e.g. [domains.NAME.public] duration = true, "
+                    "points = true, sample_times = false")
+    unknown = sorted(set(raw) - set(PUBLIC_KEYS))
+    if unknown:
+        raise _fail(source, f"{k}.public.{unknown[0]}",
+                    f"unknown key; allowed: {', '.join(PUBLIC_KEYS)}")
+    for key in ("duration", "points"):
+        if key not in raw:
+            raise _fail(source, f"{k}.public.{key}", "is required: true or false")
+    public = Public(duration=_bool(source, f"{k}.public.duration", raw["duration"]),
+                    points=_bool(source, f"{k}.public.points", raw["points"]),
+                    sample_times=_bool(source, f"{k}.public.sample_times",
+                                       raw.get("sample_times", False)))
+    window = d.get("window")
+    if public.duration and window is not None:
+        raise _fail(source, f"{k}.window", "only applies when public.duration = false")
+    if not public.duration:
+        if window is None:
+            raise _fail(source, f"{k}.window",
+                        "is required when public.duration = false: the fixed length of "
+                        "every curve's time window, in the domain's time unit")
+        window = float(_positive(source, f"{k}.window", window))
+    grid = d.get("grid_points")
+    if public.points and grid is not None:
+        raise _fail(source, f"{k}.grid_points", "only applies when public.points = false")
+    if not public.points:
+        if grid is None:
+            raise _fail(source, f"{k}.grid_points",
+                        "is required when public.points = false: the number of evenly "
+                        "spaced times each released curve is evaluated at")
+        grid = int(_positive(source, f"{k}.grid_points", grid, integer=True))
+        if grid < 2:
+            raise _fail(source, f"{k}.grid_points", "must be >= 2")
+    return {"metric": metric, "public": public, "window": window, "grid_points": grid}
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -33,6 +33,12 @@ _MESSAGES = {
     s.RULE_LON: "longitude must be in [-180, 180] degrees",
     s.RULE_LAT: "latitude must be in [-90, 90] degrees",
     s.RULE_LAT_MERCATOR: "the Mercator projection needs latitude strictly inside (-90, 90)",
+    s.RULE_MAGNITUDE: ("values must lie within ±1e100 (so that squares, L2 norms and noisy "
+                       "coefficients stay inside the float range); rescale the value unit"),
+    s.RULE_TIME_RANGE: ("a curve must span at most 1e15 time units from its first sample; "
+                        "use a coarser time unit"),
+    s.RULE_WINDOW: ("the curve runs past the domain's fixed time window (policy key "
+                    "`window`): cut it into curves that fit the window"),
     "dtype": "wrong data type for this column",
     "required column": "the column is missing",
     "unknown column": "the column is not part of this table",

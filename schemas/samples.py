@@ -41,6 +41,14 @@ RULE_VALUE_RANGE = "value range"
 RULE_LON = "lon in [-180, 180]"
 RULE_LAT = "lat in [-90, 90]"
 RULE_LAT_MERCATOR = "lat in (-90, 90)"
+# Float-range rules: every quantity a curve mechanism computes from a curve that
+# passes them (∫‖q‖² dt, Gram moments, noise added to coefficients) stays far
+# inside the float64 range, so a mechanism cannot fail after its reservation.
+MAX_MAGNITUDE = 1e100
+RULE_MAGNITUDE = "|value| <= 1e100"
+MAX_TIME = 1e15
+RULE_TIME_RANGE = "t within 1e15 time units of the curve's start"
+RULE_WINDOW = "t within the domain's window"
 
 
 def _finite(s: pd.Series) -> pd.Series:
@@ -211,29 +219,53 @@ class StreamSamples(_Samples):
         return increasing_check("stream_id")._check_fn(df)
 
 
+def finite_range_check(low: float, high: float, name: str) -> pa.Check:
+    """Check low <= v <= high for finite values (non-finite ones fail `finite` only)."""
+
+    def _check(s: pd.Series) -> pd.Series:
+        v = s.to_numpy(dtype=np.float64)
+        return pd.Series(~np.isfinite(v) | _in_range(v, low, high, False), index=s.index)
+
+    return pa.Check(_check, name=name, ignore_na=False)
+
+
+def _time_limit(window: float | None) -> tuple[float, str]:
+    return (MAX_TIME, RULE_TIME_RANGE) if window is None else (window, RULE_WINDOW)
+
+
 def curve_samples_schema(
     value_columns: Sequence[str],
     *,
     lon_lat: tuple[str, str] | None = None,
     mercator: bool = False,
+    window: float | None = None,
 ) -> pa.DataFrameSchema:
     """Build the curve-sample schema of one domain.
 
     Args:
-        value_columns: the float value columns (e.g. ``["value"]``), each finite.
+        value_columns: the float value columns (e.g. ``["value"]``), each finite
+            and at most `MAX_MAGNITUDE` in absolute value.
         lon_lat: for projected domains, the (lon, lat) input columns instead of
             value columns: finite, lon in [-180, 180], lat in [-90, 90].
         mercator: with `lon_lat`, require lat strictly inside (-90, 90) (the
             Mercator y is infinite at the poles).
+        window: the domain's fixed time window (t from the curve's start must
+            stay inside [0, window]); None: t within `MAX_TIME`.
 
     Returns:
         A `pandera.DataFrameSchema` (the `CurveSamples` model plus the columns).
     """
     schema = CurveSamples.to_schema()
+    limit, rule = _time_limit(window)
+    col_t = schema.columns["t"]
+    schema = schema.update_columns(
+        {"t": {"checks": [*col_t.checks, finite_range_check(0.0, limit, rule)]}})
     cols: dict[str, pa.Column] = {}
     if lon_lat is None:
         for c in value_columns:
-            cols[c] = pa.Column(float, checks=[finite_check()], nullable=True)
+            cols[c] = pa.Column(float, checks=[
+                finite_check(), finite_range_check(-MAX_MAGNITUDE, MAX_MAGNITUDE, RULE_MAGNITUDE)],
+                nullable=True)
     else:
         lon, lat = lon_lat
         lat_check = (range_check(*LAT_RANGE, RULE_LAT_MERCATOR, strict=True) if mercator
@@ -289,6 +321,7 @@ def curve_rows_failing(
     bad_ids: np.ndarray,
     lon_lat: tuple[str, str] | None = None,
     mercator: bool = False,
+    window: float | None = None,
 ) -> np.ndarray:
     """Rows that may fail a rule of `curve_samples_schema`, in one numpy pass.
 
@@ -301,15 +334,19 @@ def curve_rows_failing(
         bad_ids: rows whose user id or curve id is missing or empty.
         lon_lat: the (lon, lat) column names of a projected domain.
         mercator: as in `curve_samples_schema`.
+        window: as in `curve_samples_schema`.
 
     Returns:
         A boolean mask over the rows: every row pandera would reject is True.
     """
     tt = np.asarray(t, dtype=np.float64)
     bad = np.asarray(bad_ids, dtype=bool) | _not_finite(tt)
+    bad |= ~_in_range(tt, 0.0, _time_limit(window)[0], False)
     for name, v in columns.items():
         bad |= _not_finite(v)
-        if lon_lat is not None and name == lon_lat[0]:
+        if lon_lat is None:
+            bad |= ~_in_range(v, -MAX_MAGNITUDE, MAX_MAGNITUDE, False)
+        elif name == lon_lat[0]:
             bad |= ~_in_range(v, *LON_RANGE, False)
         elif lon_lat is not None and name == lon_lat[1]:
             bad |= ~_in_range(v, *LAT_RANGE, mercator)

@@ -21,11 +21,13 @@ import numpy as np
 import pyarrow as pa
 from prefect import task
 
-from mechanisms import curves as mc
+from mechanisms import registry
 from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
 from mechanisms.curves import PrivateFunction, noise_scale
+from mechanisms.curves.release import PublicFrame, dry_run, frame_for, on_frame
 from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
+from schemas.errors import PrivpipeError
 from tasks.stage import contiguous_ranges
 from tasks.staging import (
     read_curve_chunk,
@@ -35,8 +37,37 @@ from tasks.staging import (
     write_arrow,
 )
 
-CURVE_MECHANISMS = ("privfuncseg", "project_and_privatize", "privfuncselect", "baseline")
-STREAM_MECHANISMS = ("square_wave",)
+CURVE_MECHANISMS = registry.names("curves")
+STREAM_MECHANISMS = registry.names("streams")
+# ε or ρ outside this range gives noise scales near the ends of the float range
+# (a curve's noisy coefficients could overflow or vanish): refused up front.
+AMOUNT_RANGE = (Fraction(1, 10**9), Fraction(10**9))
+
+
+@dataclass(frozen=True)
+class CurveFraming:
+    """What the domain declares public about each curve (from its policy row).
+
+    ``window``: the fixed time window (None: each curve's duration is public);
+    ``points_public``: whether each curve's number of points is public;
+    ``grid_points``: the output grid size when it is not; ``sample_times_public``:
+    whether the input sample times may be released (``evaluate_on="input"``).
+    """
+
+    window: float | None = None
+    points_public: bool = True
+    grid_points: int | None = None
+    sample_times_public: bool = False
+
+    def frame(self, t: np.ndarray) -> PublicFrame:
+        """The public frame of one curve (see `mechanisms.curves.release`)."""
+        return frame_for(t, window=self.window, points_public=self.points_public,
+                         grid_points=self.grid_points)
+
+    def typical_frame(self) -> PublicFrame:
+        """A public frame for option checks before any data is read."""
+        return PublicFrame(end=self.window or 1.0, n_points=None,
+                           grid_points=self.grid_points or 64)
 
 
 @dataclass(frozen=True)
@@ -48,20 +79,36 @@ class CurveSpec:
     rho: str | None
     options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.05
-    evaluate_on: str = "grid"  # "grid": N evenly spaced points on [0, T]; "input": input times
+    evaluate_on: str = "grid"  # "grid": evenly spaced times on [0, T]; "input": input times
+    framing: CurveFraming = field(default_factory=CurveFraming)
 
     def __post_init__(self) -> None:
-        if self.mechanism not in CURVE_MECHANISMS:
-            raise MechanismParameterError(
-                f"unknown curve mechanism {self.mechanism!r}; choose one of "
-                f"{', '.join(CURVE_MECHANISMS)}")
+        entry = registry.get(self.mechanism, "curves")
         if (self.epsilon is None) == (self.rho is None):
             raise MechanismParameterError("give exactly one of epsilon (GP) or rho (CGP)")
+        entry.check_notion(self.notion)
+        entry.check_options(self.options)
         amount = exact(self.epsilon if self.epsilon is not None else self.rho)
-        if amount <= 0:
-            raise MechanismParameterError("epsilon / rho must be > 0")
+        if not AMOUNT_RANGE[0] <= amount <= AMOUNT_RANGE[1]:
+            raise MechanismParameterError(
+                f"epsilon / rho must be in [1e-9, 1e9] (got {self.epsilon or self.rho})")
         if self.evaluate_on not in ("grid", "input"):
             raise MechanismParameterError("evaluate_on must be 'grid' or 'input'")
+        if self.evaluate_on == "input" and not self.framing.sample_times_public:
+            raise MechanismParameterError(
+                "evaluate_on='input' releases the input sample times as-is; the domain does "
+                "not declare them public (policy key public.sample_times)")
+
+    @property
+    def entry(self) -> registry.Mechanism:
+        """The registry entry of this spec's mechanism."""
+        return registry.get(self.mechanism, "curves")
+
+    def check_runs(self, n_outputs: int) -> None:
+        """Validate the options by a dry run on a public synthetic curve (costs nothing)."""
+        dry_run(self.entry.run, notion=self.notion, amount=self.amount,
+                frame=self.framing.typical_frame(), options=self.options,
+                n_outputs=n_outputs)
 
     @property
     def notion(self) -> str:
@@ -84,19 +131,35 @@ class StreamSpec:
     reconstruct: str = "cpr"
 
     def __post_init__(self) -> None:
-        if exact(self.epsilon) <= 0:
-            raise MechanismParameterError("epsilon must be > 0")
+        if not AMOUNT_RANGE[0] <= exact(self.epsilon) <= AMOUNT_RANGE[1]:
+            raise MechanismParameterError(f"epsilon must be in [1e-9, 1e9] (got {self.epsilon})")
         if self.w < 1:
             raise MechanismParameterError("w must be >= 1")
-        if self.mechanism not in STREAM_MECHANISMS:
-            raise MechanismParameterError(f"unknown stream mechanism {self.mechanism!r}")
+        registry.get(self.mechanism, "streams")
         if self.reconstruct not in ("cpr", "none"):
             raise MechanismParameterError("reconstruct must be 'cpr' or 'none'")
 
     @property
     def epsilon_per_step(self) -> Fraction:
-        """Exact per-step ε = ε / w."""
-        return exact(self.epsilon) / self.w
+        """Exact per-step ε = ε / w (the registry's reservation per step)."""
+        return registry.get(self.mechanism, "streams").reservation(exact(self.epsilon), w=self.w)
+
+
+class MechanismRunError(PrivpipeError):
+    """A mechanism failed on one user's curve after the budget was reserved.
+
+    Names the user and curve (never values). The release stops; the user's
+    reservation stays charged and visible to `privpipe audit` until an operator
+    closes the release (`privpipe ledger close`), as for any interrupted release.
+    """
+
+    def __init__(self, user_id: str, item_id: str, cause: BaseException):
+        super().__init__(f"the mechanism failed on user {user_id!r}, item {item_id!r} after "
+                         f"its budget was reserved ({type(cause).__name__}); the reservation "
+                         "stays charged: fix the cause and rerun with the same release id, "
+                         "or close the release with `privpipe ledger close`")
+        self.user_id = user_id
+        self.item_id = item_id
 
 
 @dataclass
@@ -111,21 +174,13 @@ class ChunkResult:
     rms_bounds: list[float] = field(default_factory=list)  # bound / sqrt(duration)
 
 
-def _run_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec,
+def _run_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec, frame: PublicFrame,
                rng: np.random.Generator) -> Any:
-    # The exact Fraction goes in, so the mechanism's cost equals the reservation.
-    kw: dict[str, Any] = {"epsilon": spec.amount} if spec.notion == "gp" else {
-        "rho": spec.amount}
-    opts = dict(spec.options)
-    if spec.mechanism == "privfuncseg":
-        return mc.privfuncseg(t, values, rng=rng, **kw, **opts)
-    if spec.mechanism == "project_and_privatize":
-        basis = opts.pop("basis", "legendre")
-        return mc.project_and_privatize(t, values, basis, rng=rng, **kw, **opts)
-    if spec.mechanism == "privfuncselect":
-        return mc.privfuncselect(t, values, rng=rng, **kw, **opts)
-    k = int(opts.pop("k", max(2, len(t) // 10)))
-    return mc.baseline_points(t, values, min(k, len(t)), rng=rng, **kw, **opts)
+    # The exact Fraction goes in, so the mechanism's cost equals the reservation;
+    # the curve goes in on its public frame (its duration, or the domain's window).
+    ft, fv = on_frame(t, values, frame)
+    return spec.entry.run(ft, fv, notion=spec.notion, amount=spec.amount, rng=rng,
+                          frame=frame, options=spec.options)
 
 
 # Released floats are rounded to a power-of-two grid far below the noise scale
@@ -201,17 +256,20 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
     for user in users:
         rng = np.random.default_rng(seeds[user.user_id])
         for curve in sorted(user.curves, key=lambda c: c.curve_id):
-            res = _run_curve(curve.t, curve.values, spec, rng)
+            frame = spec.framing.frame(curve.t)
+            try:
+                res = _run_curve(curve.t, curve.values, spec, frame, rng)
+            except Exception as err:
+                raise MechanismRunError(user.user_id, curve.curve_id, err) from err
             _costs_equal_request(res.cost, spec)
             arrays = res.to_arrays()
             fn = _snapped(dict(arrays), grid_step)
             costs.append((user.user_id, f"curve:{curve.curve_id}", res.cost, ""))
             bounds.append(float(res.error_bound(spec.beta)))
-            duration = float(curve.t[-1] - curve.t[0])
+            duration = frame.end
             rms.append(bounds[-1] / duration ** 0.5)
             diags.append(dict(getattr(res, "diagnostics", {}) or {}))
-            grid = (curve.t if spec.evaluate_on == "input"
-                    else np.linspace(curve.t[0], curve.t[-1], len(curve.t)))
+            grid = curve.t if spec.evaluate_on == "input" else frame.grid()
             out = np.asarray(fn.evaluate(grid), dtype=np.float64).reshape(len(grid), n_cols)
             c_user.append(user.user_id)
             c_id.append(curve.curve_id)
@@ -299,6 +357,7 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     seeds = read_seeds(seeds_path)
     users = [u for u in read_stream_chunk(chunk_path) if u.user_id in seeds]
     eps_step = spec.epsilon_per_step
+    run_stream = registry.get(spec.mechanism, "streams").run
     uid: list[str] = []
     sid: list[str] = []
     n_out: list[int] = []
@@ -308,8 +367,10 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     for user in users:
         rng = np.random.default_rng(seeds[user.user_id])
         for stream in sorted(user.streams, key=lambda s: s.stream_id):
-            y = ms.square_wave(stream.values, epsilon_per_step=float_at_most(eps_step),
-                               rng=rng)
+            try:
+                y = run_stream(stream.values, epsilon_per_step=eps_step, rng=rng)
+            except Exception as err:
+                raise MechanismRunError(user.user_id, stream.stream_id, err) from err
             b = ms.square_wave_params(float_at_most(eps_step))[0]
             y = snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + b + _SW_GRID) + 0.5
             cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(stream.steps, eps_step))

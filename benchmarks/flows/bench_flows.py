@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 POLICY = textwrap.dedent("""
     [domains.bench]
     kind = "curves"
+    public = { duration = true, points = true }
     notion = "gp"
     cap = "1000"
     time_unit = "s"

@@ -23,6 +23,9 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -47,7 +50,8 @@ def _ledger_run(arg: tuple[int, bool], q: mp.Queue) -> None:
 
     with tempfile.TemporaryDirectory() as d:
         led = Ledger.init(Path(d) / "l.duckdb", actor="bench")
-        led.apply_policy(parse_policy({"domains": {"ais": {"kind": "curves", "notion": "gp",
+        led.apply_policy(parse_policy({"domains": {"ais": {"kind": "curves", **PUBLIC,
+                                                             "notion": "gp",
                                                              "cap": "1.0"}}}))
         eps = Fraction(1, 10)
         reqs = [Request(f"user-{i:07d}", "ais", amount=eps) for i in range(n)]

@@ -358,10 +358,13 @@ def privfuncseg_core(
     threshold: float,
     lo: float | None = None,
     hi: float | None = None,
+    depth_from_samples: bool = True,
 ) -> PrivateFunction:
     """PrivFuncSeg on validated arrays (see `privfuncseg`); lo/hi may extend the domain."""
-    n_samples = int(np.sum(np.diff(t) > 0)) + 1
-    top = min(max_level, max(0, math.ceil(math.log2(n_samples))))
+    top = max_level
+    if depth_from_samples:
+        n_samples = int(np.sum(np.diff(t) > 0)) + 1
+        top = min(max_level, max(0, math.ceil(math.log2(n_samples))))
     first = max(0, top - 4) if top > 8 else top
     trees = [DyadicTree(t, v, degree, first, lo, hi)]
     m, n = trees[0].m, trees[0].n
@@ -457,6 +460,7 @@ def privfuncseg(
     k1: int = 4,
     margin: bool = True,
     threshold: float = 0.0,
+    depth_from_samples: bool = True,
 ) -> PrivateFunction:
     """PrivFuncSeg: privatize a curve with an adaptively segmented piecewise basis.
 
@@ -466,8 +470,10 @@ def privfuncseg(
     τ_j = 2^j·m·n/(ε/4); CGP: ρ/4, SVT at √(2ρ/4), τ_j = √(2^j m n)/√(2ρ/4)),
     ``reduce_seg`` at most ε/4 (4 parts × ε/16, actual use settled), and
     ``project`` the remainder (≥ ε/2) for one joint Project-and-Privatize on
-    the final segments (privacy filter, [FZ21]). The number of samples N is
-    treated as public (it caps the SVT levels). Paper Sec. 4.2, Algorithms
+    the final segments (privacy filter, [FZ21]). With `depth_from_samples`
+    the number of samples N caps the SVT levels (N is then released through
+    the SVT's depth: only if N is public); without it the SVT runs over exactly
+    `max_level` + 1 levels, a public parameter. Paper Sec. 4.2, Algorithms
     4/5 (GP) and 8/9 (CGP); spec §1.8, §1.9.
 
     Error: dist₂(f̃, f_a) ≤ η(β; D, p)/ε_fin w.p. 1 − β (`error_bound`),
@@ -487,10 +493,12 @@ def privfuncseg(
         continuous: apply the continuity projection (post-processing).
         degree: polynomial degree for ``legendre`` / ``monomial``.
         beta: β of the analysis; ReduceSeg uses β/2 in its margin.
-        max_level: cap on the SVT levels (also capped at ⌈log₂ N⌉).
+        max_level: cap on the SVT levels (also capped at ⌈log₂ N⌉ with
+            `depth_from_samples`).
         k1: ReduceSeg depth k₁.
         margin: ReduceSeg's margin term (spec §1.9 line 8).
         threshold: the SVT threshold (0, spec §1.8 [PROPOSED]).
+        depth_from_samples: cap the SVT levels by ⌈log₂ N⌉ (N treated as public).
 
     Returns:
         A PrivateFunction (Legendre basis per segment). Diagnostics: ``k_bar``,
@@ -522,4 +530,5 @@ def privfuncseg(
         k1=k1,
         margin=bool(margin),
         threshold=float(threshold),
+        depth_from_samples=bool(depth_from_samples),
     )

@@ -24,6 +24,7 @@ def policy_file(tmp_path_factory) -> Path:
     path.write_text(textwrap.dedent("""
         [domains.tracks]
         kind = "curves"
+        public = { duration = true, points = true }
         notion = "gp"
         cap = "2"
         time_unit = "s"

@@ -7,10 +7,13 @@ import pytest
 
 from schemas.policy import Domain, parse_policy
 
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
 
 def make_domain(**keys) -> Domain:
     """A domain from policy keys, validated by the real policy loader."""
-    base = {"kind": "curves", "notion": "gp", "cap": "1"}
+    base = {"kind": "curves", **PUBLIC, "notion": "gp", "cap": "1"}
     if keys.get("kind") == "streams":
         base = {"kind": "streams", "notion": "wevent", "cap": "1", "w": 3,
                 "value_range": [0.0, 100.0]}

@@ -21,8 +21,8 @@ from tests.ingest.conftest import make_domain
 HEADER = ["user_id", "curve_id", "t", "value"]
 IDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\r"),
               min_size=1, max_size=12)
-CORRUPTIONS = ["nan", "inf", "-inf", "1e309", "text", "", "dup_t", "unsorted_t", "bad_t",
-               "empty_t", "one_point"]
+CORRUPTIONS = ["nan", "inf", "-inf", "1e309", "1e300", "-1.7e308", "text", "", "dup_t",
+               "unsorted_t", "bad_t", "empty_t", "one_point", "huge_t"]
 
 
 @st.composite
@@ -33,9 +33,9 @@ def tables(draw):
     for uid in ids:
         n = draw(st.integers(3, 8))
         t = np.cumsum(draw(st.lists(st.floats(0.5, 1e4), min_size=n, max_size=n)))
-        # any finite double, 1e308-scale included
-        v = draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=n,
-                          max_size=n))
+        # any double a mechanism can work with (|v| <= 1e100: squares, L2 norms and
+        # noisy coefficients stay inside the float range); larger ones are corruptions
+        v = draw(st.lists(st.floats(-1e100, 1e100), min_size=n, max_size=n))
         users[uid] = [[uid, "c", repr(float(a)), repr(float(b))] for a, b in zip(t, v,
                                                                                   strict=True)]
     bad = draw(st.lists(st.sampled_from(ids), unique=True, max_size=n_users))
@@ -43,7 +43,7 @@ def tables(draw):
         rows = users[uid]
         kind = draw(st.sampled_from(CORRUPTIONS))
         i = draw(st.integers(1, len(rows) - 1))
-        if kind in ("nan", "inf", "-inf", "1e309", "text", ""):
+        if kind in ("nan", "inf", "-inf", "1e309", "1e300", "-1.7e308", "text", ""):
             rows[i][3] = {"text": "abc"}.get(kind, kind)
         elif kind == "dup_t":
             rows[i][2] = rows[i - 1][2]
@@ -53,6 +53,8 @@ def tables(draw):
             rows[i][2] = "not-a-time"
         elif kind == "empty_t":
             rows[i][2] = ""
+        elif kind == "huge_t":
+            rows[-1][2] = "1.7e308"
         else:
             users[uid] = rows[:1]
     order = draw(st.permutations(ids))

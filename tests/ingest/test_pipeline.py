@@ -185,14 +185,29 @@ def test_extra_columns_ignored_and_multiple_value_columns(tmp_path):
     np.testing.assert_array_equal(u.curves[0].values, [[2.0, 1.0], [4.0, 3.0]])
 
 
-def test_huge_values_are_finite_numbers(tmp_path, curves_domain):
-    rows = [["u", "c", 0, 1e308], ["u", "c", 1, -1e308], ["v", "c", 0, "1e309"],
-            ["v", "c", 1, 1.0]]
+def test_values_a_mechanism_cannot_use_are_rejected_before_any_charge(tmp_path, curves_domain):
+    # 1e308 is a finite double, but its square overflows: the mechanism would fail
+    # after the reservation. Validation rejects it, naming row, column and rule.
+    rows = [["u", "c", 0, 1e308], ["u", "c", 1, -1e100], ["v", "c", 0, "1e309"],
+            ["v", "c", 1, 1.0], ["w", "c", 0, 1.0], ["w", "c", 1.7e308, 2.0],
+            ["ok", "c", 0, 1e100], ["ok", "c", 1, -1e100]]
     res = _users(iter_users(write_csv(tmp_path / "in.csv", HEADER, rows), curves_domain))
-    assert isinstance(res["u"], UserCurves)
-    assert res["u"].curves[0].values[0, 0] == 1e308
+    assert [(p.row, p.column, p.rule) for p in res["u"].problems] == [
+        (1, "value", "|value| <= 1e100")]
     assert isinstance(res["v"], Rejection)
     assert res["v"].problems[0].row == 3 and res["v"].problems[0].column == "value"
+    assert [(p.row, p.column, p.rule) for p in res["w"].problems] == [
+        (6, "t", "t within 1e15 time units of the curve's start")]
+    assert isinstance(res["ok"], UserCurves)
+
+
+def test_a_fixed_window_rejects_longer_curves(tmp_path):
+    dom = make_domain(public={"duration": False, "points": True}, window=2.0)
+    rows = [["a", "c", 0, 1.0], ["a", "c", 2.0, 1.0], ["b", "c", 0, 1.0], ["b", "c", 2.5, 1.0]]
+    res = _users(iter_users(write_csv(tmp_path / "in.csv", HEADER, rows), dom))
+    assert isinstance(res["a"], UserCurves)
+    assert [(p.row, p.column, p.rule) for p in res["b"].problems] == [
+        (4, "t", "t within the domain's window")]
 
 
 def test_curve_objects_are_independent_copies(tmp_path, curves_domain):
@@ -205,7 +220,7 @@ def test_curve_objects_are_independent_copies(tmp_path, curves_domain):
 
 @pytest.mark.parametrize("kwargs", [
     {"batch_rows": 0}, {"batch_rows": 1.5}, {"input_time_unit": "weeks"},
-    {"projection_reference": "world"},
+    {"max_problems_per_user": 0},
 ])
 def test_parameters_checked_before_reading(kwargs, curves_domain, tmp_path):
     with pytest.raises(ParameterError):

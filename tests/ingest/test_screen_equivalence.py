@@ -25,7 +25,7 @@ from tests.ingest.conftest import make_domain
 DOMAINS = {
     "curves": dict(),
     "curves_sorted": dict(sort=True),
-    "equirectangular": dict(projection="equirectangular"),
+    "equirectangular": dict(projection="equirectangular", ref_lat=45.0),
     "mercator": dict(projection="mercator"),
     "streams_range": dict(kind="streams"),
     "streams_sorted": dict(kind="streams", sort=True),

@@ -6,13 +6,17 @@ import os
 import sys
 from pathlib import Path
 
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
 REPO = Path(__file__).resolve().parents[2]
 
 POLICY = {
     "domains": {
-        "ais": {"kind": "curves", "notion": "gp", "cap": "1.0", "value_columns": ["x", "y"],
+        "ais": {"kind": "curves", **PUBLIC, "notion": "gp", "cap": "1.0",
+                "value_columns": ["x", "y"],
                 "value_unit": "m"},
-        "ecg": {"kind": "curves", "notion": "cgp", "cap": "1/2", "value_unit": "mV"},
+        "ecg": {"kind": "curves", **PUBLIC, "notion": "cgp", "cap": "1/2", "value_unit": "mV"},
         "power": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 4,
                   "value_range": [0.0, 1.0], "value_unit": "MW"},
     }
@@ -21,6 +25,7 @@ POLICY = {
 POLICY_TOML = """
 [domains.ais]
 kind = "curves"
+public = { duration = true, points = true }
 notion = "gp"
 cap = "1.0"
 value_columns = ["x", "y"]
@@ -28,6 +33,7 @@ value_unit = "m"
 
 [domains.ecg]
 kind = "curves"
+public = { duration = true, points = true }
 notion = "cgp"
 cap = "1/2"
 value_unit = "mV"

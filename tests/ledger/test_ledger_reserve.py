@@ -20,6 +20,9 @@ from mechanisms.cost import Cost, CostItem, StepRun
 from schemas.errors import ParameterError
 from schemas.policy import parse_policy
 
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
 
 def _count(path, sql="SELECT count(*) FROM entries", params=()):
     con = duckdb.connect(str(path))
@@ -232,9 +235,9 @@ def test_apply_policy_is_idempotent_and_refuses_meaning_changes(led, policy):
         led.apply_policy(raw)
     # a cap change is allowed and applies to the accounts
     raw = parse_policy({"domains": {
-        "ais": {"kind": "curves", "notion": "gp", "cap": "2", "value_columns": ["x", "y"],
+        "ais": {"kind": "curves", **PUBLIC, "notion": "gp", "cap": "2", "value_columns": ["x", "y"],
                 "value_unit": "m"},
-        "ecg": {"kind": "curves", "notion": "gp", "cap": "1"}}}, source="p4")
+        "ecg": {"kind": "curves", **PUBLIC, "notion": "gp", "cap": "1"}}}, source="p4")
     led.reserve("r2", [Request("u", "ais", amount=1)], mechanism="m", parameters={})
     changes = led.apply_policy(raw)
     assert any("cap 1 -> 2" in c for c in changes)
@@ -301,7 +304,7 @@ def test_auditor_views_answer_with_plain_duckdb(led, ledger_path):
 
 
 def test_one_amount_object_shared_by_requests_of_two_domains(led, ledger_path):
-    led.apply_policy(parse_policy({"domains": {"ais2": {"kind": "curves", "notion": "gp",
+    led.apply_policy(parse_policy({"domains": {"ais2": {"kind": "curves", **PUBLIC, "notion": "gp",
                                                          "cap": "2"}}}))
     eps = Fraction(1, 4)  # the very same object in all three requests
     reqs = [Request("u", "ais", notion="gp", amount=eps),

@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 POLICY_TOML = textwrap.dedent("""
     [domains.tracks]
     kind = "curves"
+    public = { duration = true, points = true }
     notion = "gp"
     cap = "4"
     time_unit = "s"

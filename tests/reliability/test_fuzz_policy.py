@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 from schemas.errors import PolicyError
 from schemas.policy import _DOMAIN_KEYS, Policy, parse_policy
 
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -29,7 +32,7 @@ VALUES = st.recursive(SCALARS, lambda c: st.one_of(st.lists(c, max_size=4),
                                                                   max_size=4)), max_leaves=8)
 KEYS = st.one_of(st.sampled_from(sorted(_DOMAIN_KEYS)), st.text(max_size=10))
 
-VALID = {"kind": "curves", "notion": "gp", "cap": "2", "time_unit": "s",
+VALID = {"kind": "curves", **PUBLIC, **PUBLIC, "notion": "gp", "cap": "2", "time_unit": "s",
          "value_columns": ["x", "y"], "value_unit": "m"}
 VALID_STREAM = {"kind": "streams", "notion": "wevent", "cap": "2", "w": 4, "time_unit": "step",
                 "value_range": [0.0, 10.0], "value_unit": "kW"}
@@ -82,5 +85,6 @@ def test_valid_policies_parse_exactly():
     # the TOML text form gives the same policy
     text = 'domains.a.kind = "curves"\ndomains.a.notion = "gp"\ndomains.a.cap = "1/3"\n' \
            'domains.a.time_unit = "s"\ndomains.a.value_columns = ["x", "y"]\n' \
-           'domains.a.value_unit = "m"\n'
+           'domains.a.value_unit = "m"\n' \
+           'domains.a.public.duration = true\ndomains.a.public.points = true\n'
     assert _check(tomllib.loads(text)).domains["a"].cap == Fraction(1, 3)

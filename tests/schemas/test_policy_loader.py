@@ -7,7 +7,10 @@ import pytest
 from schemas.errors import PolicyError
 from schemas.policy import load_policy, parse_policy
 
-CURVES = {"kind": "curves", "notion": "gp", "cap": "1"}
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
+CURVES = {"kind": "curves", **PUBLIC, "notion": "gp", "cap": "1"}
 STREAMS = {"kind": "streams", "notion": "wevent", "cap": "1", "w": 5, "value_range": [0.0, 1.0]}
 
 
@@ -230,7 +233,8 @@ def test_load_policy_bad_toml(tmp_path):
 
 def test_load_policy_reads_file(tmp_path):
     p = tmp_path / "ok.toml"
-    p.write_text('[domains.a]\nkind = "curves"\nnotion = "cgp"\ncap = "1/2"\n', encoding="utf-8")
+    p.write_text('[domains.a]\nkind = "curves"\nnotion = "cgp"\ncap = "1/2"\n'
+                 'public = { duration = true, points = true }\n', encoding="utf-8")
     pol = load_policy(p)
     assert pol.source == str(p)
     assert pol.domain("a").cap == Fraction(1, 2)
@@ -239,10 +243,55 @@ def test_load_policy_reads_file(tmp_path):
 def test_ref_lat_rules():
     from schemas.policy import parse_policy as _parse
 
-    base = {"kind": "curves", "notion": "gp", "cap": 1, "projection": "equirectangular"}
+    base = {"kind": "curves", **PUBLIC, "notion": "gp", "cap": 1, "projection": "equirectangular"}
     assert _parse({"domains": {"a": {**base, "ref_lat": 40.6}}}).domain("a").ref_lat == 40.6
     for bad in (95, "north", True):
         with pytest.raises(PolicyError, match=r"domains\.a\.ref_lat"):
             _parse({"domains": {"a": {**base, "ref_lat": bad}}})
     with pytest.raises(PolicyError, match="only applies"):
         _parse({"domains": {"a": {**base, "projection": "mercator", "ref_lat": 10}}})
+
+
+# ----------------------------------------------------------------- metric and public metadata
+
+BARE_CURVES = {"kind": "curves", "notion": "gp", "cap": "1"}
+
+
+def test_curves_domains_must_declare_what_they_release_outside_the_noise():
+    _fails(_one(BARE_CURVES), "domains.d.public", "outside the noise", "duration")
+    _fails(_one({**BARE_CURVES, "public": {"duration": True}}), "domains.d.public.points",
+           "true or false")
+    _fails(_one({**BARE_CURVES, "public": {"duration": True, "points": True, "ids": False}}),
+           "domains.d.public.ids", "duration", "points", "sample_times")
+    _fails(_one({**BARE_CURVES, "public": {"duration": "yes", "points": True}}),
+           "domains.d.public.duration", "true or false")
+
+
+def test_private_durations_need_a_window_and_private_counts_a_grid():
+    hidden = {**BARE_CURVES, "public": {"duration": False, "points": False}}
+    _fails(_one(hidden), "domains.d.window", "required", "time window")
+    _fails(_one({**hidden, "window": 10.0}), "domains.d.grid_points", "required")
+    _fails(_one({**hidden, "window": -1.0, "grid_points": 10}), "domains.d.window", "positive")
+    _fails(_one({**hidden, "window": 10.0, "grid_points": 1}), "domains.d.grid_points", ">= 2")
+    _fails(_one({**CURVES, "window": 10.0}), "domains.d.window", "public.duration = false")
+    _fails(_one({**CURVES, "grid_points": 10}), "domains.d.grid_points", "public.points = false")
+    dom = parse_policy(_one({**hidden, "window": 10.0, "grid_points": 100})).domain("d")
+    assert (dom.window, dom.grid_points, dom.public.duration, dom.public.points) == (
+        10.0, 100, False, False)
+    assert dom.public_fields() == ("user_id", "curve_id", "window=10")
+
+
+def test_metric_is_declared_per_kind():
+    assert parse_policy(_one(CURVES)).domain("d").metric == "l2"
+    assert parse_policy(_one({**CURVES, "metric": "dist_inf"})).domain("d").metric == "dist_inf"
+    _fails(_one({**CURVES, "metric": "wevent"}), "domains.d.metric", "l2", "dist_inf")
+    _fails(_one({**STREAMS, "metric": "l2"}), "domains.d.metric", "wevent")
+    assert parse_policy(_one(STREAMS)).domain("d").metric == "wevent"
+    _fails(_one({**STREAMS, "public": {}}), "domains.d.public", "curves domains")
+
+
+def test_equirectangular_needs_a_fixed_public_reference_latitude():
+    # a per-curve mean latitude magnified distances between users (up to 2.8x at 60°N)
+    _fails(_one({**CURVES, "projection": "equirectangular"}), "domains.d.ref_lat",
+           "required", "fixed")
+    assert parse_policy(_one({**CURVES, "projection": "mercator"})).domain("d").ref_lat is None

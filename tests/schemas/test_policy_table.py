@@ -8,11 +8,14 @@ from schemas.errors import PolicyError
 from schemas.policy import load_policy, parse_policy
 from schemas.policy_table import COLUMNS, policy_table, validate_policy_table
 
+# curves domains declare what they release outside the noise
+PUBLIC = {"public": {"duration": True, "points": True}}
+
 
 @pytest.fixture
 def table():
     pol = parse_policy({"domains": {
-        "trk": {"kind": "curves", "notion": "cgp", "cap": "1/3", "projection": "mercator",
+        "trk": {"kind": "curves", **PUBLIC, "notion": "cgp", "cap": "1/3", "projection": "mercator",
                 "value_unit": "m"},
         "pw": {"kind": "streams", "notion": "wevent", "cap": 2, "w": 5,
                "value_range": [0.0, 10.0], "time_unit": "min", "step": 30},

@@ -1,0 +1,202 @@
+"""Issue #10 attacks on the release path: each was possible before, each is refused now.
+
+- the LY23 baseline (a dist_∞ guarantee) charged as ε on an L2 domain;
+- raw sample times released with evaluate_on="input" without being declared public;
+- a curve's duration and number of points leaking outside the noise (the output grid,
+  the SVT depth) when the domain declares them private;
+- a mechanism that fails after its reservation, silently (no user named, release
+  not marked);
+- options the mechanism refuses, found only after every user was charged.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from flows.release import release_curves
+from ledger import Ledger
+from mechanisms import registry
+from schemas.errors import ParameterError
+from schemas.policy import load_policy
+
+
+def _entries(ledger_path: Path) -> int:
+    con = duckdb.connect(str(ledger_path), read_only=True)
+    try:
+        return con.execute("SELECT count(*) FROM entries").fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.fixture()
+def truth_policy(tmp_path) -> Path:
+    path = tmp_path / "truth.toml"
+    path.write_text(textwrap.dedent("""
+        [domains.tracks]
+        kind = "curves"
+        notion = "gp"
+        cap = "4"
+        time_unit = "s"
+        value_columns = ["x", "y"]
+        value_unit = "m"
+        public = { duration = true, points = true }
+
+        [domains.sup_tracks]
+        kind = "curves"
+        notion = "gp"
+        metric = "dist_inf"
+        cap = "4"
+        time_unit = "s"
+        value_columns = ["x", "y"]
+        value_unit = "m"
+        public = { duration = true, points = true, sample_times = true }
+
+        [domains.hidden]
+        kind = "curves"
+        notion = "gp"
+        cap = "4"
+        time_unit = "s"
+        value_columns = ["x", "y"]
+        value_unit = "m"
+        window = 300.0
+        grid_points = 50
+        public = { duration = false, points = false }
+    """))
+    return path
+
+
+@pytest.fixture()
+def truth_ledger(tmp_path, truth_policy) -> Path:
+    path = tmp_path / "truth.duckdb"
+    Ledger.init(path).apply_policy(load_policy(truth_policy))
+    return path
+
+
+def _release(curves_csv, policy, ledger, out, domain, **kw):
+    kw.setdefault("epsilon", "0.5")
+    return release_curves(input_path=str(curves_csv), domain=domain, out_dir=str(out),
+                          ledger_path=str(ledger), policy_path=str(policy), chunk_users=3,
+                          **kw)
+
+
+def test_the_dist_inf_baseline_is_refused_on_an_l2_domain(curves_csv, truth_policy,
+                                                          truth_ledger, tmp_path):
+    before = _entries(truth_ledger)
+    with pytest.raises(ParameterError, match="dist_inf"):
+        _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "tracks",
+                 mechanism="baseline")
+    assert _entries(truth_ledger) == before, "nothing may be charged"
+    # on a domain that states its guarantee in dist_∞ it is a legitimate release,
+    # and no L2 mechanism may be charged there
+    res = _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "sup_tracks",
+                   mechanism="baseline")
+    assert res["manifest"]["counts"]["users_released"] == 6
+    with pytest.raises(ParameterError, match="l2"):
+        _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "sup_tracks",
+                 mechanism="privfuncseg")
+
+
+def test_every_mechanism_metric_comes_from_the_registry():
+    assert registry.metric_of("baseline") == "dist_inf"
+    for name in ("privfuncseg", "project_and_privatize", "privfuncselect"):
+        assert registry.metric_of(name) == "l2"
+    assert registry.metric_of("square_wave") == "wevent"
+
+
+def test_input_sample_times_need_a_public_declaration(curves_csv, truth_policy, truth_ledger,
+                                                      tmp_path):
+    before = _entries(truth_ledger)
+    with pytest.raises(ValueError, match="sample_times"):
+        _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "tracks",
+                 evaluate_on="input")
+    assert _entries(truth_ledger) == before
+    res = _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "sup_tracks",
+                   mechanism="baseline", evaluate_on="input", release_id="times-public")
+    assert "sample_times" in res["manifest"]["public_metadata"]["fields"]
+
+
+def test_unknown_or_invalid_options_are_refused_before_any_charge(curves_csv, truth_policy,
+                                                                   truth_ledger, tmp_path):
+    before = _entries(truth_ledger)
+    with pytest.raises(ValueError, match="no option 'degre'"):
+        _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "tracks",
+                 options={"degre": 3})
+    with pytest.raises(ValueError):
+        _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "tracks",
+                 options={"k1": -1})
+    assert _entries(truth_ledger) == before
+
+
+def _two_curves(path: Path, scale: float) -> Path:
+    """Two users whose curves differ in duration and number of points (times `scale`)."""
+    rows = []
+    for u, (n, dur) in enumerate(((40, 100.0), (int(40 * scale), 100.0 * scale))):
+        t = np.linspace(0.0, dur, n)
+        rows.append(pd.DataFrame({"user_id": f"u{u}", "curve_id": "c", "t": t,
+                                  "x": 20 * np.sin(t / 30), "y": t / 10}))
+    pd.concat(rows).to_csv(path, index=False)
+    return path
+
+
+def test_private_durations_and_point_counts_do_not_shape_the_output(tmp_path, truth_policy,
+                                                                    truth_ledger):
+    # Attack (issue #10): the output grid had N points on [0, T] and PrivFuncSeg's SVT
+    # depth was ⌈log₂ N⌉, so each curve's duration and N left outside the noise. On a
+    # domain that keeps both private, every curve is released on the window with the
+    # domain's grid and an SVT depth from public quantities only.
+    res = _release(_two_curves(tmp_path / "in.csv", 2.5), truth_policy, truth_ledger,
+                   tmp_path / "o", "hidden")
+    rdir = Path(res["out"])
+    values = pq.read_table(rdir / "values.parquet").to_pandas()
+    for _uid, g in values.groupby("user_id"):
+        assert len(g) == 50
+        np.testing.assert_array_equal(g["t"].to_numpy(), np.linspace(0.0, 300.0, 50))
+    curves = pq.read_table(rdir / "curves.parquet").to_pandas()
+    assert set(curves["duration"]) == {300.0}
+    segs = pq.read_table(rdir / "segments.parquet").to_pandas()
+    assert segs["t_start"].min() == 0.0 and segs["t_end"].max() == 300.0
+    assert {"duration", "points"}.isdisjoint(res["manifest"]["public_metadata"]["fields"])
+    assert "window=300" in res["manifest"]["public_metadata"]["fields"]
+
+
+def test_a_curve_longer_than_the_window_is_rejected_and_not_charged(tmp_path, truth_policy,
+                                                                    truth_ledger):
+    res = _release(_two_curves(tmp_path / "in.csv", 4.0), truth_policy, truth_ledger,
+                   tmp_path / "o", "hidden")
+    counts = res["manifest"]["counts"]
+    assert (counts["users_released"], counts["users_rejected"]) == (1, 1)
+    spent = {r["user_id"] for r in Ledger(truth_ledger).balances("hidden")
+             if float(r["spent"]) > 0}
+    assert spent == {"u0"}
+
+
+def test_a_mechanism_failure_after_reservation_names_the_user_and_marks_the_release(
+        curves_csv, truth_policy, truth_ledger, tmp_path, monkeypatch):
+    from tasks import privatize
+
+    entry = registry.get("privfuncseg")
+    broken = type(entry)(**{**entry.__dict__, "target": "tests.flows.test_release_truth:_boom"})
+    monkeypatch.setitem(registry.MECHANISMS, "privfuncseg", broken)
+    monkeypatch.setattr(privatize.CurveSpec, "check_runs", lambda self, n: None)
+    with pytest.raises(privatize.MechanismRunError, match="user 'user-0'") as exc:
+        _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "tracks",
+                 release_id="fails")
+    assert "ledger close" in str(exc.value)
+    led = Ledger(truth_ledger)
+    assert led.release("fails")["state"] == "failed"
+    # the reservations stay charged (conservative) until an operator closes the release
+    assert any(float(r["spent"]) > 0 for r in led.balances("tracks"))
+    led.close("fails", "mechanism failed, no output left the system")
+    assert all(float(r["spent"]) == 0 for r in led.balances("tracks"))
+    assert led.verify().ok
+
+
+def _boom(*args, **kwargs):
+    raise FloatingPointError("overflow in a planted bug")
