@@ -76,9 +76,107 @@ def scale_at_least(scale: float) -> float:
     """Return `scale` moved up by one ulp.
 
     A noise scale computed in floating point may round below the exact scale
-    it approximates; one ulp up makes it never smaller.
+    it approximates; one ulp up makes it never smaller. Prefer
+    `laplace_scale` / `gaussian_scale`, which start from the exact amounts.
     """
     return math.nextafter(scale, math.inf)
+
+
+def _exact_number(x: Fraction | float | int, name: str) -> Fraction:
+    """`x` as an exact positive rational; a float is read as its exact binary value.
+
+    Unlike `exact` (which reads a user's ``0.1`` as 1/10), a float here is an
+    internal value such as ``float_at_most(ε/4)``, and only its binary value
+    is known to be <= the charged amount.
+    """
+    if isinstance(x, bool) or not isinstance(x, Rational | float):
+        raise ValueError(f"{name} must be a number, got {type(x).__name__}")
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    v = Fraction(x)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {x!r}")
+    return v
+
+
+def float_at_least(value: Fraction) -> float:
+    """Smallest float that is not below the exact `value` (> 0).
+
+    Raises:
+        ValueError: the value is not positive or overflows a float.
+    """
+    f = float(value)
+    if math.isinf(f):
+        raise ValueError(f"{value} overflows a float")
+    if Fraction(f) < value:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+@functools.lru_cache(maxsize=4096)
+def laplace_scale(sensitivity: Fraction | float | int, epsilon: Fraction | float) -> float:
+    """The float noise scale of a Laplace-type draw: the smallest float >= Δ/ε.
+
+    Privacy: noise of scale ``Δ/ε`` on a Δ-Lipschitz statistic is ε-GP/DP; the
+    returned float is never below the exact Δ/ε, so the draw never spends
+    more than the ledger charged. Floats are read as their exact binary values
+    (pass ε exactly or as ``float_at_most(ε)``). Cached by value.
+
+    Args:
+        sensitivity: Δ (> 0), e.g. 1, 2^l (ReduceSeg) or 3K (SVT).
+        epsilon: ε (> 0) the step is charged.
+
+    Returns:
+        The smallest double ``s`` with ``s >= Δ/ε`` (exact comparison).
+    """
+    return float_at_least(_exact_number(sensitivity, "sensitivity")
+                          / _exact_number(epsilon, "epsilon"))
+
+
+@functools.lru_cache(maxsize=4096)
+def gaussian_scale(sensitivity: Fraction | float | int, rho: Fraction | float) -> float:
+    """The float standard deviation of a zCDP/CGP Gaussian draw: >= Δ/√(2ρ), exactly checked.
+
+    Privacy: N(0, σ²) with σ = Δ/√(2ρ) on a Δ-Lipschitz statistic is ρ-zCDP
+    (ρ-CGP for the Euclidean metric); the returned σ satisfies σ²·2ρ >= Δ²
+    in exact rational arithmetic, so it is never below the exact one. It is
+    the smallest double that does (the square root is irrational, so a
+    floating-point ``Δ/sqrt(2ρ)`` can land on either side). Cached by value.
+
+    Args:
+        sensitivity: Δ (> 0).
+        rho: ρ (> 0) the step is charged.
+
+    Returns:
+        The smallest double ``s`` with ``s²·2ρ >= Δ²``.
+    """
+    delta = _exact_number(sensitivity, "sensitivity")
+    r = _exact_number(rho, "rho")
+    s = float(delta) / math.sqrt(2.0 * float(r)) if float(r) > 0 else math.inf
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"Δ/√(2ρ) for Δ = {delta}, ρ = {r} is outside the float range")
+    target = delta * delta
+    while Fraction(s) ** 2 * 2 * r < target:
+        s = math.nextafter(s, math.inf)
+    while Fraction(below := math.nextafter(s, 0.0)) ** 2 * 2 * r >= target:
+        s = below
+    return s
+
+
+@functools.lru_cache(maxsize=4096)
+def sqrt_at_most(value: Fraction | float | int) -> float:
+    """Largest float whose square does not exceed the exact `value` (> 0).
+
+    Used for the ε = √(2ρ) at which an SVT step of a ρ-CGP budget runs
+    (paper Lemma C.1): the float ε never exceeds the exact one.
+    """
+    v = _exact_number(value, "value")
+    r = math.sqrt(float(v))
+    while Fraction(r) ** 2 > v:
+        r = math.nextafter(r, 0.0)
+    while Fraction(above := math.nextafter(r, math.inf)) ** 2 <= v:
+        r = above
+    return r
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import exact, float_at_most
+from mechanisms.cost import exact, float_at_most, sqrt_at_most
 from mechanisms.errors import MechanismParameterError
 
 
@@ -41,9 +41,12 @@ def check_rng(rng: object) -> np.random.Generator:
 
 
 def svt_epsilon(notion: str, amount: Fraction) -> float:
-    """ε with which an SVT step of budget `amount` runs: ε, or √(2ρ) under CGP (Lemma C.1)."""
-    return (float_at_most(amount) if notion == "gp"
-            else math.nextafter(math.sqrt(2.0 * float_at_most(amount)), 0.0))
+    """ε with which an SVT step of budget `amount` runs: ε, or √(2ρ) under CGP (Lemma C.1).
+
+    Rounded down (the float ε never exceeds the exact one), so the SVT's
+    noise scale 3K/ε is never below the exact one.
+    """
+    return float_at_most(amount) if notion == "gp" else sqrt_at_most(2 * amount)
 
 
 def check_beta(beta: float) -> float:

@@ -12,9 +12,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import Cost, CostItem
+from mechanisms.cost import Cost, CostItem, float_at_most
 from mechanisms.curves._budget import budget, check_rng
 from mechanisms.curves._piecewise import check_curve, interpolate
+from mechanisms.curves.bounds import noise_scale
 from mechanisms.curves.result import PrivateFunction
 from mechanisms.curves.samplers import gaussian, slap
 from mechanisms.errors import MechanismParameterError
@@ -87,10 +88,9 @@ def baseline_points(
     times[-1] = ta[-1]
     per_point = amount / k
     exact_points = interpolate(ta, va, times)
-    if notion == "gp":
-        noise = slap(n, rng=rng, size=k) / float(per_point)
-    else:
-        noise = gaussian(n, rng=rng, size=k) / np.sqrt(2.0 * float(per_point))
+    scale = noise_scale(notion, per_point)  # k/ε or 1/√(2ρ/k), never below the exact one
+    sampler = slap if notion == "gp" else gaussian
+    noise = sampler(n, rng=rng, size=k) * scale
     y = moving_average(exact_points + noise, window)
     length = np.diff(times)
     # linear piece from y_i to y_{i+1} in orthonormal Legendre coordinates
@@ -106,7 +106,7 @@ def baseline_points(
         cost=cost,
         dim=k * n,
         noise_notion=notion,
-        noise_budget=float(per_point),
+        noise_budget=float_at_most(per_point),
         diagnostics={"k": k, "smooth": window, "per_point_budget": str(per_point)},
         bound_kind="points",
     )

@@ -9,10 +9,11 @@ upper bounds used by ReduceSeg: (e/(e−1))(m + ln(1/β)) for p = 1 and
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from scipy import special
 
-from mechanisms.cost import scale_at_least
+from mechanisms.cost import gaussian_scale, laplace_scale
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["eta", "eta_closed_form", "expected_noise_norm", "err_bound", "noise_scale"]
@@ -63,14 +64,23 @@ def expected_noise_norm(m: int, p: int) -> float:
     return math.sqrt(2.0) * math.exp(math.lgamma((m + 1) / 2.0) - math.lgamma(m / 2.0))
 
 
-def noise_scale(notion: str, budget: float) -> float:
-    """Distance per unit of ‖Z‖: 1/ε (GP) or 1/√(2ρ) (CGP)."""
-    if budget <= 0:
-        raise MechanismParameterError("the privacy budget must be > 0")
+def noise_scale(notion: str, budget: Fraction | float) -> float:
+    """Distance per unit of ‖Z‖: 1/ε (GP) or 1/√(2ρ) (CGP), never below the exact value.
+
+    Every noise scale of the curve mechanisms comes from here (conservative
+    floats): `budget` is the exact amount charged for the step (a Fraction),
+    or a float read as its exact binary value (e.g. ``float_at_most(ε)``);
+    the result is the smallest double >= 1/ε, or >= 1/√(2ρ) checked exactly
+    (`mechanisms.cost.laplace_scale`, `gaussian_scale`).
+    """
+    if isinstance(budget, bool) or not isinstance(budget, Fraction | float | int):
+        raise MechanismParameterError(f"the privacy budget must be a number, got {budget!r}")
+    if not budget > 0 or (isinstance(budget, float) and not math.isfinite(budget)):
+        raise MechanismParameterError("the privacy budget must be finite and > 0")
     if notion == "gp":
-        return scale_at_least(1.0 / budget)
+        return laplace_scale(1, budget)
     if notion == "cgp":
-        return scale_at_least(1.0 / math.sqrt(2.0 * budget))
+        return gaussian_scale(1, budget)
     raise MechanismParameterError(f"notion must be 'gp' or 'cgp', got {notion!r}")
 
 

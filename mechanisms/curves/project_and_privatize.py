@@ -113,7 +113,7 @@ def privatize_coefficients(
     a: np.ndarray,
     *,
     notion: str,
-    amount: float,
+    amount: Fraction | float,
     rng: np.random.Generator,
     chols: list[np.ndarray] | None = None,
 ) -> np.ndarray:
@@ -127,7 +127,8 @@ def privatize_coefficients(
     Args:
         a: exact coefficients (k, m, n).
         notion: ``"gp"`` or ``"cgp"``.
-        amount: ε or ρ as a float (> 0).
+        amount: the exact ε or ρ charged (> 0); a float is read as its exact
+            binary value. The scale is never below the exact 1/ε or 1/√(2ρ).
         rng: injected generator.
         chols: per-segment lower Cholesky factors of the Gram blocks (None
             for orthonormal bases).
@@ -136,7 +137,7 @@ def privatize_coefficients(
         The noisy coefficients ã, same shape.
     """
     check_rng(rng)
-    scale = noise_scale(notion, float_at_most(amount))
+    scale = noise_scale(notion, amount)
     dim = a.size
     z = (slap(dim, rng=rng) if notion == "gp" else gaussian(dim, rng=rng)).reshape(a.shape)
     if chols is not None:
@@ -251,12 +252,11 @@ def project_and_privatize(
     basis_obj, edges = _resolve_basis(basis, ta, breakpoints, basis_options,
                                       (notion, amount, va.shape[1]))
     a, chols = _fit(ta, va, basis_obj, edges)
-    noisy = privatize_coefficients(a, notion=notion, amount=float_at_most(amount), rng=rng,
-                                   chols=chols)
+    noisy = privatize_coefficients(a, notion=notion, amount=amount, rng=rng, chols=chols)
     cost = Cost(notion=notion, requested=amount, items=(CostItem("project", notion, amount),))
     diag: dict[str, Any] = {"dim": int(a.size), "segments": int(edges.size - 1),
                             "basis": basis_obj.name}
     if isinstance(basis_obj, SincBasis):
         diag["sinc_spacing"] = basis_obj.spacing
         diag["sinc_terms"] = basis_obj.m
-    return _as_function(basis_obj, edges, noisy, cost, notion, float(amount), diag)
+    return _as_function(basis_obj, edges, noisy, cost, notion, float_at_most(amount), diag)

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 from scipy.special import comb
 
-from mechanisms.cost import Cost, CostItem, float_at_most, scale_at_least
+from mechanisms.cost import Cost, CostItem, float_at_most
 from mechanisms.curves._budget import budget, check_beta, check_rng, svt_epsilon
 from mechanisms.curves._piecewise import SubPieces, check_curve, nodes_for_degree
 from mechanisms.curves.bases import LegendreBasis
+from mechanisms.curves.bounds import noise_scale
 from mechanisms.curves.continuity import continuity_projection
 from mechanisms.curves.project_and_privatize import privatize_coefficients
 from mechanisms.curves.result import PrivateFunction
@@ -196,9 +197,9 @@ class ReduceSegOutcome:
 # depends only on the public ε or ρ, never on data): computed once per value
 # and reused. The results are the same exact Fractions as computing them inline.
 @lru_cache(maxsize=1024)
-def _check_budget(share: Fraction, level: int) -> tuple[Fraction, float, Fraction]:
-    """(share / 2^level, float_at_most(share), share / 2) of one ReduceSeg check."""
-    return share / 2**level, float_at_most(share), share / 2
+def _check_budget(share: Fraction, level: int) -> tuple[Fraction, Fraction]:
+    """(share / 2^level, share / 2) of one ReduceSeg check."""
+    return share / 2**level, share / 2
 
 
 @lru_cache(maxsize=1024)
@@ -214,9 +215,9 @@ def _split(amount: Fraction) -> tuple[Fraction, Fraction]:
 
 @lru_cache(maxsize=4096)
 def _final(amount: Fraction, quarter: Fraction, spent: Fraction) -> tuple[Fraction, str, float]:
-    """The projection step's exact budget amount − quarter − spent, its text and float."""
+    """The projection step's exact budget amount − quarter − spent, its text and float (≤)."""
     final = amount - quarter - spent
-    return final, str(final), float(final)
+    return final, str(final), float_at_most(final)
 
 
 def reduce_seg(
@@ -269,15 +270,15 @@ def reduce_seg(
     span = 2 ** (half_depth - depth)
     d = tree.range_dist(half_depth, index * span, (index + 1) * span)
     mn = tree.m * tree.n
-    step, share_down, half_share = _check_budget(share, level)
+    step, half_share = _check_budget(share, level)
     big_b_float = _as_float(big_b)
+    # Lap(2^l/ε') = Lap(1/step) (GP), N(0,1)·√(2^l)/√(2ρ') = N(0,1)/√(2·step) (CGP)
+    scale = noise_scale(notion, step)
     if notion == "gp":
-        scale = scale_at_least(2**level / share_down)
         err = d + rng.laplace(0.0, scale)
         tau = (h_count / 2) * _E_FACTOR * mn / (2.0 * big_b_float)
         slack = scale * math.log(2**k1 / beta) if margin else 0.0
     else:
-        scale = scale_at_least(math.sqrt(2**level) / math.sqrt(2.0 * share_down))
         err = d + scale * rng.standard_normal()
         tau = (math.sqrt(h_count * mn) - math.sqrt(h_count * mn / 2)) / math.sqrt(
             2.0 * 2.0 * big_b_float
@@ -416,7 +417,7 @@ def privfuncseg_core(
     cost = Cost(notion=notion, requested=amount, items=tuple(items))
     edges = tree.edges(nodes)
     noisy = privatize_coefficients(
-        tree.coefficients(nodes), notion=notion, amount=final_float, rng=rng
+        tree.coefficients(nodes), notion=notion, amount=final, rng=rng
     )
     diagnostics: dict[str, Any] = {
         "k_bar": int(k_bar),

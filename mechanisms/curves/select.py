@@ -79,9 +79,9 @@ def privfuncselect(
         raise MechanismParameterError(f"max_terms must be in [1, 65], got {max_terms}")
     max_terms = int(max_terms)
     quarter = amount / 4
-    q_float = float(quarter)
+    final = amount - 3 * quarter
     eps_s = svt_epsilon(notion, quarter)
-    scale = noise_scale(notion, q_float)
+    scale = noise_scale(notion, quarter)
     if threshold1 is None:
         threshold1 = -scale
     elif not math.isfinite(float(threshold1)):
@@ -115,16 +115,15 @@ def privfuncselect(
     ranked_in = np.cumsum(err_in[order] - drop[order])
     dist_b = np.sqrt(np.maximum(base + ranked_in, 0.0))
     sizes = np.arange(1, k_bar + 1)
-    if notion == "gp":
-        pen = n * sizes / q_float
-    else:
-        pen = np.sqrt(n * sizes) / math.sqrt(2.0 * q_float)
+    # n|N_r|/(ε/4) (GP) or √(n|N_r|)/√(2ρ/4) (CGP): public offsets, `scale` is 1/(ε/4)
+    pen = n * sizes * scale if notion == "gp" else np.sqrt(n * sizes) * scale
     second = svt(pen - dist_b, threshold=0.0, epsilon=eps_s, rng=rng)
     k1 = second.index + 1
     chosen = np.sort(order[:k1])
     # lines 6-7: Project-and-Privatize on the chosen functions
     coef = np.zeros((1, max_terms, n))
-    coef[0, chosen] = c[chosen] + scale * _noise(k1 * n, notion, rng).reshape(k1, n)
+    scale_final = noise_scale(notion, final)
+    coef[0, chosen] = c[chosen] + scale_final * _noise(k1 * n, notion, rng).reshape(k1, n)
     cost = Cost(
         notion=notion,
         requested=amount,
@@ -132,7 +131,7 @@ def privfuncselect(
             CostItem("svt_terms", notion, quarter),
             CostItem("project_all", notion, quarter),
             CostItem("svt_subset", notion, quarter),
-            CostItem("project_subset", notion, amount - 3 * quarter),
+            CostItem("project_subset", notion, final),
         ),
     )
     return PrivateFunction(
@@ -143,7 +142,7 @@ def privfuncselect(
         cost=cost,
         dim=int(k1 * n),
         noise_notion=notion,
-        noise_budget=float_at_most(amount - 3 * quarter),
+        noise_budget=float_at_most(final),
         diagnostics={
             "max_terms": max_terms,
             "k_bar": int(k_bar),

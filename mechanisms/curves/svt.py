@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
+from mechanisms.cost import laplace_scale
 from mechanisms.curves._budget import check_rng
 from mechanisms.errors import MechanismParameterError
 
@@ -40,7 +42,7 @@ def svt(
     queries: Sequence[float] | Callable[[int], float],
     *,
     threshold: float,
-    epsilon: float,
+    epsilon: float | Fraction,
     rng: np.random.Generator,
     sensitivity: float = 1.0,
     n_queries: int | None = None,
@@ -87,7 +89,8 @@ def svt(
         def get(j: int) -> float:
             return float(values[j])
 
-    scale = 3.0 * k / eps  # K/ε₁ with ε₁ = ε/3, and 2K/ε₂ with ε₂ = 2ε/3
+    # K/ε₁ with ε₁ = ε/3, and 2K/ε₂ with ε₂ = 2ε/3; never below the exact 3K/ε
+    scale = laplace_scale(3 * Fraction(k), epsilon if isinstance(epsilon, Fraction) else eps)
     noisy_threshold = float(threshold) + rng.laplace(0.0, scale)
     for j in range(count):
         if get(j) + rng.laplace(0.0, scale) >= noisy_threshold:

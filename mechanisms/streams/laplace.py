@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import StepRun, WEventCost
+from mechanisms.cost import StepRun, WEventCost, laplace_scale
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.wevent import (
     StreamRelease,
@@ -51,9 +51,7 @@ def laplace_release(
         raise MechanismParameterError("rng must be a numpy.random.Generator")
     eps_step = eps / int(w)
     eps_float = float_at_most(eps_step)
-    scale = 1.0 / eps_float
-    if Fraction(scale) * eps_step < 1:
-        scale = float(np.nextafter(scale, np.inf))
+    scale = laplace_scale(1, eps_step)  # the smallest float >= 1/(ε/w)
     arr = _check_stream(x)
     n = arr.size
     y = arr + rng.laplace(0.0, scale, size=n)
