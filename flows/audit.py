@@ -17,6 +17,7 @@ from ledger import Ledger
 from tasks import plots
 from tasks.outputs import write_json
 from tasks.report import md_table, publish_artifacts, render
+from tasks.safe_files import make_dirs, set_output_modes
 
 
 def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0.1
@@ -25,7 +26,7 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
     ledger = Ledger(ledger_path)
     verification = ledger.verify()
     out = Path(out_dir) / "audit"
-    (out / "plots").mkdir(parents=True, exist_ok=True)
+    make_dirs(out / "plots")
     balances = ledger.balances()
     domains = sorted({r["domain"] for r in balances})
     lines = ["# privpipe compliance audit", "",
@@ -81,6 +82,7 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
               "message": verification.message, "domains": summary_rows,
               "near_cap": len(near), "denials": len(denials), "report": str(html)}
     write_json(result, out / "audit.json")
+    set_output_modes(out)  # born private; now the operator's modes (docs/files.md)
     publish_artifacts("audit", text, out, summary_rows)
     return result
 

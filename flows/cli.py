@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from flows.cli_common import err_console
 from flows.cli_ledger import ledger_app
 from flows.cli_release import (
     audit_cmd,
@@ -17,6 +18,8 @@ from flows.cli_release import (
     serve_cmd,
 )
 from flows.cli_validate import validate
+from schemas.errors import ParameterError
+from tasks.safe_files import apply_operator_umask
 
 app = typer.Typer(
     name="privpipe",
@@ -40,7 +43,12 @@ app.command("serve")(serve_cmd)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: apply PRIVPIPE_UMASK (docs/files.md), then run the command."""
+    try:
+        apply_operator_umask()
+    except ParameterError as err:
+        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+        raise SystemExit(err.exit_code) from None
     app()
 
 

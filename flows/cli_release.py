@@ -19,6 +19,7 @@ from flows.cli_common import OutputFormat, console, handle_errors, print_rows
 from flows.settings import BUNDLED_POLICY, configure_prefect, privpipe_home
 from mechanisms import registry
 from schemas.errors import ParameterError
+from schemas.names import check_name
 
 release_app = typer.Typer(help="Release a data set under local privacy (charges the ledger).",
                           no_args_is_help=True)
@@ -99,6 +100,8 @@ def release_curves_cmd(
     task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/."""
+    if release_id is not None:
+        check_name(release_id, "--release-id")  # it names OUT/<release_id>/
     opts = _parse_options(options)
     if (epsilon is None) == (rho is None):
         raise ParameterError("give exactly one of --epsilon or --rho")
@@ -131,6 +134,8 @@ def release_streams_cmd(
     task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR."""
+    if release_id is not None:
+        check_name(release_id, "--release-id")  # it names OUT/<release_id>/
     _prepare(verbose)
     from flows.release import release_streams
     from flows.runners import make_task_runner

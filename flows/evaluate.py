@@ -22,6 +22,7 @@ from mechanisms.reconstruct import cpr
 from tasks import plots
 from tasks.outputs import write_json
 from tasks.report import md_table, publish_artifacts, render
+from tasks.safe_files import make_dirs, set_output_modes
 
 
 def _curves(df: Any, cols: list[str], n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -60,7 +61,7 @@ def evaluate_fn(out_dir: str, epsilons: list[float] | None = None, seed: int = 0
     `epsilons`, when given, replaces every data set's default grid.
     """
     out = Path(out_dir) / "evaluate"
-    (out / "plots").mkdir(parents=True, exist_ok=True)
+    make_dirs(out / "plots")
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     plot_lines: list[str] = []
@@ -131,6 +132,7 @@ def evaluate_fn(out_dir: str, epsilons: list[float] | None = None, seed: int = 0
         md_table(rows, cols, 200), "## Raw against private", "", *plot_lines])
     html = render(text, out / "report.md", "privpipe evaluation")
     write_json({"rows": rows}, out / "evaluation.json")
+    set_output_modes(out)  # born private; now the operator's modes (docs/files.md)
     publish_artifacts("evaluate", text, out, rows)
     return {"rows": rows, "report": str(html)}
 

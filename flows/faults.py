@@ -12,7 +12,8 @@ import os
 import signal
 
 POINTS = ("after_ingest", "after_reserve", "before_first_settle", "after_first_chunk",
-          "after_settle", "between_merges", "after_outputs", "after_manifest", "after_report")
+          "after_settle", "between_merges", "after_outputs", "after_report", "after_manifest",
+          "before_publish")
 
 
 class InjectedFault(RuntimeError):

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,10 @@ from ledger import Ledger
 from mechanisms import registry
 from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
+from schemas.names import check_name
 from schemas.policy import Domain, load_policy
 from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
-from tasks.outputs import ParquetAppender, merge_outputs, write_json
+from tasks.outputs import ParquetAppender, merge_outputs
 from tasks.privatize import (
     ChunkResult,
     CurveFraming,
@@ -40,9 +39,10 @@ from tasks.privatize import (
     privatize_curves,
     privatize_streams,
 )
+from tasks.release_dir import ReleaseBuild, published_release
 from tasks.report import write_release_report
 from tasks.stage import StagePlan, stage_input
-from tasks.staging import remove_staging
+from tasks.staging_dir import StagingDir
 
 
 def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters: dict[str, Any],
@@ -123,42 +123,9 @@ def _guard_release_id(ledger: Ledger, release_id: str, fingerprint: str,
             "parameters; a rerun must repeat the same release exactly. Use a new --release-id.")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _new_staging(out_root: Path) -> Path:
-    """Create this run's private staging dir; sweep those left by dead runs.
-
-    Staging dirs hold raw input chunks and noise seeds. A release killed with
-    SIGKILL cannot clean up, so each dir carries its owner's pid (written
-    before the dir becomes visible, via rename) and every new release removes
-    the dirs whose owner is no longer alive, or that have no owner file.
-    """
-    root = out_root / ".staging"
-    root.mkdir(parents=True, exist_ok=True)
-    for old in root.iterdir():
-        if not old.is_dir() or old.name.startswith(".tmp-"):
-            continue
-        try:
-            pid = int((old / "owner.pid").read_text().strip())
-        except (OSError, ValueError):
-            pid = -1
-        if pid <= 0 or not _pid_alive(pid):
-            remove_staging(old)
-    name = uuid.uuid4().hex
-    tmp = root / f".tmp-{name}"
-    tmp.mkdir(mode=0o700)
-    (tmp / "owner.pid").write_text(str(os.getpid()))
-    final = root / name
-    os.replace(tmp, final)
-    return final
+def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    return {"release_id": rid, "out": str(rdir), "report": str(rdir / "report.html"),
+            "manifest": manifest}
 
 
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
@@ -167,9 +134,13 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
              scheduled_date: str | None, in_flight: int = 8,
              settle_batch: int = 2000) -> dict[str, Any]:
     flow_name = "release_curves" if kind == "curves" else "release_streams"
+    if release_id is not None:
+        check_name(release_id, "--release-id")  # it names OUT/<release_id>/
     scheduled_date = scheduled_date or _scheduled_date()
     out_root = Path(out_dir)
-    staging = _new_staging(out_root)
+    # Raw chunks and seeds live here, locked by this run and removed however it ends.
+    staging_dir = StagingDir.create(out_root)
+    staging = staging_dir.path
     appender: ParquetAppender | None = None
     try:
         plan: StagePlan = stage_input(input_path, dom, str(staging), chunk_users=chunk_users,
@@ -179,6 +150,10 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                                scheduled_date)
         ledger = Ledger(ledger_path)
         _guard_release_id(ledger, rid, plan.fingerprint, parameters)
+        # A published release is checked against the ledger's manifest, never rewritten.
+        published = published_release(out_root, rid, ledger.release(rid))
+        if published is not None:
+            return _result(rid, out_root / rid, published)
         base_manifest = {"release_id": rid, "flow": flow_name, "domain": dom.name,
                          "units": dom.units_label(), "value_unit": dom.value_unit,
                          "time_unit": dom.time_unit, "parameters": parameters,
@@ -275,8 +250,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 periods.extend(fut.result())
                 r.output_paths["reconstruction"] = str(
                     staging / f"reconstruction-{r.index:05d}.arrow")
-        rdir = out_root / rid
-        rdir.mkdir(parents=True, exist_ok=True)
+        build = ReleaseBuild(staging, out_root, rid)  # private until published
+        rdir = build.path
         files: dict[str, str] = {}
         counts: dict[str, int] = {}
         names = (("values", "segments", "curves") if kind == "curves" else
@@ -316,17 +291,18 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 "note": "released as-is, outside the noise, as the domain's policy declares; "
                         "users rejected by validation or denied by the ledger are absent"},
         }
-        write_json(manifest, rdir / "manifest.json")
+        write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path,
+                             publish_dir=str(build.target))
+        fault_point("after_report")
+        manifest = build.seal(manifest)  # manifest.json with the SHA-256 of every file
         fault_point("after_manifest")
         ledger.record_release(rid, manifest, "settled")
-        report = write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path)
-        fault_point("after_report")
-        return {"release_id": rid, "out": str(rdir), "report": report["html"],
-                "manifest": manifest}
+        fault_point("before_publish")
+        return _result(rid, build.publish(manifest), manifest)
     finally:
         if appender is not None:
             appender.close()
-        remove_staging(staging)
+        staging_dir.close()
 
 
 @flow(name="release-curves", persist_result=False, validate_parameters=True)

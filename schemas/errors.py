@@ -78,3 +78,21 @@ class PolicyError(ValidationError):
 
 class ParameterError(BadInputError, ValueError):
     """A flow or CLI parameter is invalid (e.g. ε <= 0, unknown domain)."""
+
+
+class FileSystemError(BadInputError):
+    """A file privpipe must write cannot be written safely: no space left, or a path in the way.
+
+    The message names the path and what to do; nothing half-written is left visible.
+    """
+
+
+class OutputIntegrityError(PrivpipeError):
+    """A release directory does not match the manifest the ledger holds for it.
+
+    Raised when a rerun finds ``OUT/<release_id>/`` changed after it was published
+    (a file edited, added, removed or replaced by a symlink), or finds a directory
+    there that this ledger never published. Nothing is written into it.
+    """
+
+    exit_code = EXIT_INTEGRITY

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.errors import PolicyError, Problem
+from schemas.names import is_safe_name
 
 KINDS = ("curves", "streams")
 NOTIONS_BY_KIND = {"curves": ("gp", "cgp"), "streams": ("wevent",)}
@@ -182,8 +183,9 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
         k = f"domains.{name}"
         if not isinstance(d, dict):
             raise _fail(source, k, "must be a table")
-        if not name or not all(c.isalnum() or c in "_-" for c in name):
-            raise _fail(source, k, "domain names use letters, digits, '_' and '-' only")
+        if not is_safe_name(name) or "." in name:
+            raise _fail(source, k, "domain names use ASCII letters, digits, '_' and '-' only, "
+                        "starting with a letter or a digit (they become file names)")
         unknown = sorted(set(d) - _DOMAIN_KEYS)
         if unknown:
             raise _fail(source, f"{k}.{unknown[0]}",

@@ -10,15 +10,15 @@ identical files.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import task
 
+from tasks.safe_files import NewFile, disk_errors, make_dirs, write_file
 from tasks.staging import read_arrow
 
 
@@ -28,7 +28,7 @@ def _is_floating(typ: pa.DataType) -> bool:
     return pa.types.is_floating(typ)
 
 
-def parquet_writer(path: str | Path, schema: pa.Schema) -> pq.ParquetWriter:
+def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.ParquetWriter:
     """The one Parquet writer of release outputs (zstd; dictionaries only where they pay).
 
     Noisy floats never repeat, so a dictionary page for them is built, found too
@@ -38,28 +38,35 @@ def parquet_writer(path: str | Path, schema: pa.Schema) -> pq.ParquetWriter:
     still depend only on the rows.
     """
     dictionary = [f.name for f in schema if not _is_floating(f.type)]
-    return pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=dictionary)
+    return pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=dictionary)
 
 
 def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
-    """Concatenate chunk files (in the given order) into `out_path`; return the row count."""
+    """Concatenate chunk files (in the given order) into `out_path`; return the row count.
+
+    `out_path` is written as a new private file (`tasks.safe_files.NewFile`) and
+    appears only once complete.
+    """
     out = Path(out_path)
-    tmp = out.with_name(out.name + ".tmp")
-    rows = 0
-    writer: pq.ParquetWriter | None = None
-    try:
-        for p in chunk_paths:
-            table = read_arrow(p)
-            if writer is None:
-                writer = parquet_writer(tmp, table.schema)
-            writer.write_table(table)
-            rows += table.num_rows
-    finally:
-        if writer is not None:
-            writer.close()
-    if writer is None:
+    if not chunk_paths:
         raise ValueError("merge_parquet needs at least one chunk file")
-    os.replace(tmp, out)
+    rows = 0
+    new = NewFile(out)
+    try:
+        with disk_errors(out):
+            writer: pq.ParquetWriter | None = None
+            for p in chunk_paths:
+                table = read_arrow(p)
+                if writer is None:
+                    writer = parquet_writer(new.file, table.schema)
+                writer.write_table(table)
+                rows += table.num_rows
+            if writer is not None:
+                writer.close()
+    except BaseException:
+        new.abort()
+        raise
+    new.commit()
     for p in chunk_paths:
         Path(p).unlink(missing_ok=True)
     return rows
@@ -71,27 +78,30 @@ class ParquetAppender:
     The release flow adds each chunk's outputs while later chunks are still being
     privatized, so encoding and compression (which run outside the GIL) overlap
     the mechanism tasks instead of following them. The files grow under
-    `directory` (the release's private staging dir) and only `finish` moves one
-    into place; a crashed release leaves nothing half-written among its outputs.
+    `directory` (the release's private staging dir) as new private files
+    (`tasks.safe_files.NewFile`, mode 0600) and only `finish` renames one into
+    place; a crashed release leaves nothing half-written among its outputs.
     The bytes are those of `merge_parquet` over the same chunks (one zstd row
     group per chunk): a rerun writes identical files.
     """
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
-        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._writers: dict[str, tuple[pq.ParquetWriter, NewFile]] = {}
         self._rows: dict[str, int] = {}
 
     def add(self, name: str, chunk_path: str, *, remove: bool = True) -> None:
         """Append one chunk file (an Arrow IPC file) to output `name`."""
         table = read_arrow(chunk_path)
-        writer = self._writers.get(name)
-        if writer is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            writer = parquet_writer(self.directory / f"{name}.parquet.partial", table.schema)
-            self._writers[name] = writer
+        entry = self._writers.get(name)
+        if entry is None:
+            make_dirs(self.directory)
+            new = NewFile(self.directory / f"{name}.parquet")
+            entry = (parquet_writer(new.file, table.schema), new)
+            self._writers[name] = entry
             self._rows[name] = 0
-        writer.write_table(table)
+        with disk_errors(entry[1].path):
+            entry[0].write_table(table)
         self._rows[name] += table.num_rows
         if remove:
             Path(chunk_path).unlink(missing_ok=True)
@@ -100,24 +110,36 @@ class ParquetAppender:
         return name in self._writers
 
     def finish(self, name: str, out_path: str | Path) -> int:
-        """Close output `name`, move it to `out_path` (atomically) and return its row count."""
-        self._writers.pop(name).close()
-        os.replace(self.directory / f"{name}.parquet.partial", out_path)
+        """Close output `name`, rename it to `out_path` (atomically) and return its row count."""
+        writer, new = self._writers.pop(name)
+        try:
+            with disk_errors(new.path):
+                writer.close()
+        except BaseException:
+            new.abort()
+            raise
+        new.commit(out_path)
         return self._rows.pop(name)
 
     def close(self) -> None:
-        """Close every unfinished output (their partial files stay in `directory`)."""
-        for writer in self._writers.values():
-            writer.close()
+        """Abandon every unfinished output (their temporary files are deleted)."""
+        for writer, new in self._writers.values():
+            try:
+                writer.close()
+            except OSError:
+                pass  # e.g. a full disk: the file is deleted just below
+            new.abort()
         self._writers.clear()
 
 
+def json_bytes(obj: dict[str, Any]) -> bytes:
+    """Canonical JSON text of `obj` (sorted keys, indented), so reruns produce the same bytes."""
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
 def write_json(obj: dict[str, Any], path: str | Path) -> None:
-    """Write canonical JSON (sorted keys) atomically, so reruns produce the same bytes."""
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, out)
+    """Write `json_bytes(obj)` to `path` as a new private file (`tasks.safe_files`)."""
+    write_file(path, json_bytes(obj))
 
 
 merge_outputs = task(merge_parquet, name="merge-outputs", persist_result=False)

@@ -13,6 +13,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from tasks.safe_files import NewFile, make_dirs  # noqa: E402
+
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "font.size": 9,
                      "svg.hashsalt": "privpipe", "path.simplify": True})
 
@@ -26,10 +28,13 @@ def _head(path: Path) -> pa.Table:
 
 
 def _save(fig: plt.Figure, path: Path) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    make_dirs(path.parent)
+    try:
+        fig.tight_layout()
+        with NewFile(path) as fh:
+            fig.savefig(fh, format=path.suffix.lstrip(".") or "png", metadata={"Software": None})
+    finally:
+        plt.close(fig)
     return path.name
 
 

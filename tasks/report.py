@@ -16,6 +16,7 @@ from prefect import task
 
 from ledger import Ledger, format_fraction
 from tasks import plots
+from tasks.safe_files import write_file
 
 _CSS = """
 body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; max-width: 60em;
@@ -46,13 +47,13 @@ def md_table(rows: list[dict[str, Any]], columns: list[str], limit: int = 50) ->
 
 
 def render(markdown_text: str, md_path: Path, title: str) -> Path:
-    """Write `markdown_text` to `md_path` and an HTML rendering next to it."""
-    md_path.write_text(markdown_text, encoding="utf-8")
+    """Write `markdown_text` to `md_path` and an HTML rendering next to it (new private files)."""
+    write_file(md_path, markdown_text.encode("utf-8"))
     body = md_lib.markdown(markdown_text, extensions=["tables", "fenced_code"])
     html = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
             f"<style>{_CSS}</style></head><body>{body}</body></html>\n")
     html_path = md_path.with_suffix(".html")
-    html_path.write_text(html, encoding="utf-8")
+    write_file(html_path, html.encode("utf-8"))
     return html_path
 
 
@@ -94,8 +95,14 @@ def budget_summary(ledger_path: str, domain: str) -> list[dict[str, Any]]:
 
 
 def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[dict[str, Any]],
-                            rejected: list[dict[str, Any]], ledger_path: str) -> dict[str, str]:
-    """Write ``report.md``/``report.html`` and plots for one release."""
+                            rejected: list[dict[str, Any]], ledger_path: str,
+                            publish_dir: str | None = None) -> dict[str, str]:
+    """Write ``report.md``/``report.html`` and plots for one release.
+
+    `rdir` is where the files are written (the release's private build
+    directory); `publish_dir` (default `rdir`) is where they will be once the
+    release is published, which the Prefect artifact's plot links point to.
+    """
     out = Path(rdir)
     counts = manifest["counts"]
     params = manifest["parameters"]
@@ -172,7 +179,7 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     lines += ["", f"<p class='note'>{manifest.get('public_metadata', '')}.</p>", ""]
     text = "\n".join(lines)
     html = render(text, out / "report.md", f"privpipe release {manifest['release_id']}")
-    publish_artifacts(f"release-{manifest['release_id']}", text, out, [
+    publish_artifacts(f"release-{manifest['release_id']}", text, Path(publish_dir or rdir), [
         {"release_id": manifest["release_id"], "domain": manifest["domain"],
          "released": counts["users_released"], "denied": counts["users_denied"],
          "rejected": counts["users_rejected"]}])

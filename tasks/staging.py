@@ -6,15 +6,14 @@ task reads its chunk, privatizes it and writes its output chunk. Staging files
 are written once and read once on the same machine, so they are uncompressed
 Arrow IPC files (no encoding cost, memory-mapped reads); only the merged
 release outputs are Parquet. Staging files hold raw (validated) data and
-per-user noise seeds, so they are created with mode 0600 and removed when the
-release completes.
+per-user noise seeds, so they are created with mode 0600 (`tasks.safe_files`)
+in the release's locked, 0700 staging directory (`tasks.staging_dir`), which
+is removed when the release ends, however it ends.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,45 +21,27 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ingest import Curve, Stream, UserCurves, UserStreams
+from tasks.safe_files import NewFile, disk_errors, write_file
 
 
-def _private_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-
-
-def write_parquet(table: pa.Table, path: Path, *, private: bool = False) -> None:
-    """Write `table` deterministically (same rows -> same bytes); atomically via rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", write_statistics=True)
-    data = sink.getvalue().to_pybytes()
-    if private:
-        _private_write(tmp, data)
-    else:
-        tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def write_arrow(table: pa.Table, path: Path, *, private: bool = False) -> None:
-    """Write `table` as an uncompressed Arrow IPC file, atomically via rename.
+def write_arrow(table: pa.Table, path: Path) -> None:
+    """Write `table` as an uncompressed Arrow IPC file, mode 0600, atomically via rename.
 
     For files read back once on this machine (staging and chunk outputs): no
     encoding or compression cost, and `read_arrow` maps them without copying.
+    Not fsynced: staging dies with its release. A retried task may write the
+    same path again; the rename replaces the old file (or a planted symlink).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    if private:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    os.replace(tmp, path)
+    new = NewFile(path, durable=False)
+    try:
+        with disk_errors(Path(path)), pa.ipc.new_file(new.file, table.schema) as writer:
+            writer.write_table(table)
+    except BaseException:
+        new.abort()
+        raise
+    new.commit()
 
 
 def read_arrow(path: str | Path) -> pa.Table:
@@ -122,7 +103,7 @@ def stage_curve_chunk(users: list[UserCurves], path: Path, value_columns: tuple[
     v = np.concatenate(vals) if vals else np.empty((0, len(value_columns)))
     for j, name in enumerate(value_columns):
         cols[name] = pa.array(v[:, j])
-    write_arrow(pa.table(cols), path, private=True)
+    write_arrow(pa.table(cols), path)
 
 
 def read_curve_chunk(path: str | Path, value_columns: Iterable[str]) -> list[UserCurves]:
@@ -163,7 +144,7 @@ def stage_stream_chunk(users: list[UserStreams], path: Path) -> None:
         "step": pa.array(np.concatenate(steps) if steps else np.empty(0, np.int64)),
         "value": pa.array(np.concatenate(vals) if vals else np.empty(0)),
     })
-    write_arrow(table, path, private=True)
+    write_arrow(table, path)
 
 
 def read_stream_chunk(path: str | Path) -> list[UserStreams]:
@@ -187,15 +168,10 @@ def read_stream_chunk(path: str | Path) -> list[UserStreams]:
 
 
 def write_seeds(seeds: dict[str, int], path: Path) -> None:
-    """Write per-user noise seeds (secret: mode 0600)."""
-    _private_write(path, json.dumps({u: str(s) for u, s in seeds.items()}).encode())
+    """Write per-user noise seeds (secret: mode 0600, never fsynced: staging only)."""
+    write_file(path, json.dumps({u: str(s) for u, s in seeds.items()}).encode(), durable=False)
 
 
 def read_seeds(path: str | Path) -> dict[str, int]:
     """Read the per-user noise seeds written by `write_seeds`."""
     return {u: int(s) for u, s in json.loads(Path(path).read_text()).items()}
-
-
-def remove_staging(directory: Path) -> None:
-    """Delete a release's staging directory (raw data and seeds)."""
-    shutil.rmtree(directory, ignore_errors=True)

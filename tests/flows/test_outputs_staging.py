@@ -1,12 +1,21 @@
 """Staging files and release outputs: round trips, determinism, no partial outputs."""
 
+import errno
 import hashlib
+import io
 import os
+import signal
 import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from ingest import Curve, Stream, UserCurves, UserStreams
 from tasks.outputs import ParquetAppender, merge_parquet
@@ -77,3 +86,258 @@ def test_group_spans():
     assert group_spans(["a", "a", "b", "b", "b"], ["1", "2", "2", "2", "3"]) == [
         (0, 1), (1, 2), (2, 4), (4, 5)]
     assert group_spans([], []) == []
+
+
+# --------------------------------------------------------------------------- safe files
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.lstat(p).st_mode)
+
+
+def test_new_files_are_private_whatever_the_umask_and_replace_a_planted_symlink(tmp_path):
+    from tasks.safe_files import write_file
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    link = tmp_path / "report.md"
+    link.symlink_to(victim)
+    old = os.umask(0)
+    try:
+        write_file(link, b"report")
+    finally:
+        os.umask(old)
+    assert victim.read_bytes() == b"precious", "wrote through the symlink"
+    assert not link.is_symlink() and link.read_bytes() == b"report"
+    assert _mode(link) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "victim"]
+
+
+def test_new_file_appears_only_on_commit_and_abort_leaves_nothing(tmp_path):
+    from tasks.safe_files import NewFile
+
+    new = NewFile(tmp_path / "values.parquet")
+    new.file.write(b"x" * 100_000)
+    assert not (tmp_path / "values.parquet").exists()
+    new.abort()
+    assert list(tmp_path.iterdir()) == []
+    with NewFile(tmp_path / "values.parquet") as fh:
+        fh.write(b"y")
+    assert (tmp_path / "values.parquet").read_bytes() == b"y"
+    with pytest.raises(RuntimeError), NewFile(tmp_path / "other") as fh:
+        fh.write(b"half")
+        raise RuntimeError("a bug mid-write")
+    assert [p.name for p in tmp_path.iterdir()] == ["values.parquet"]
+
+
+class _FullDisk(io.FileIO):
+    """A file on a disk with `room` bytes left (then ENOSPC)."""
+
+    room = 10
+
+    def write(self, b):  # noqa: D102
+        if len(b) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        type(self).room -= len(b)
+        return super().write(b)
+
+
+@pytest.fixture()
+def full_disk(monkeypatch):
+    import tasks.safe_files as sf
+
+    _FullDisk.room = 10
+    monkeypatch.setattr(sf, "_open_file", lambda fd: io.BufferedWriter(_FullDisk(fd, "wb"), 16))
+
+
+def test_full_disk_names_the_file_and_its_size_and_leaves_nothing(tmp_path, full_disk):
+    from schemas.errors import FileSystemError
+    from tasks.safe_files import write_file
+
+    target = tmp_path / "out" / "chunk-00000.seeds.json"
+    target.parent.mkdir()
+    with pytest.raises(FileSystemError) as err:
+        write_file(target, b"z" * 5000)
+    text = str(err.value)
+    assert str(target) in text and "No space left on device" in text, text
+    assert "the file needs 5000 bytes" in text and "free there" in text, text
+    assert "free space" in text and "rerun" in text, text
+    assert err.value.exit_code == 2
+    assert list(target.parent.iterdir()) == []
+
+
+def test_full_disk_while_appending_parquet_names_the_output(tmp_path, full_disk):
+    from schemas.errors import FileSystemError
+
+    _FullDisk.room = 10**9
+    chunks = _chunks(tmp_path, n=2)
+    app = ParquetAppender(tmp_path / "staging")
+    app.add("values", chunks[0])
+    _FullDisk.room = 0
+    with pytest.raises(FileSystemError, match=r"values\.parquet"):
+        app.add("values", chunks[1])
+        app.finish("values", tmp_path / "values.parquet")
+    app.close()
+    assert list((tmp_path / "staging").iterdir()) == []
+    assert not (tmp_path / "values.parquet").exists()
+
+
+def test_output_modes_follow_privpipe_umask(tmp_path, monkeypatch):
+    from tasks.safe_files import operator_umask, set_output_modes, write_file
+
+    (tmp_path / "r" / "plots").mkdir(parents=True)
+    write_file(tmp_path / "r" / "report.md", b"r")
+    write_file(tmp_path / "r" / "plots" / "a.png", b"p")
+    for setting, fmode, dmode in ((None, 0o600, 0o700), ("027", 0o640, 0o750),
+                                  ("0o002", 0o664, 0o775)):
+        if setting is None:
+            monkeypatch.delenv("PRIVPIPE_UMASK", raising=False)
+        else:
+            monkeypatch.setenv("PRIVPIPE_UMASK", setting)
+        set_output_modes(tmp_path / "r")
+        assert operator_umask() == (0o077 if setting is None else int(setting[-3:], 8))
+        assert _mode(tmp_path / "r") == dmode and _mode(tmp_path / "r" / "plots") == dmode
+        assert _mode(tmp_path / "r" / "report.md") == fmode
+        assert _mode(tmp_path / "r" / "plots" / "a.png") == fmode
+
+
+@pytest.mark.parametrize("bad", ["999", "abc", "-1", "0o1000", "7777"])
+def test_bad_umask_setting_is_a_parameter_error(bad, monkeypatch):
+    from schemas.errors import ParameterError
+    from tasks.safe_files import operator_umask
+
+    monkeypatch.setenv("PRIVPIPE_UMASK", bad)
+    with pytest.raises(ParameterError, match="PRIVPIPE_UMASK"):
+        operator_umask()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "dir-symlink"])
+def test_walks_refuse_symlinks_and_special_files_anywhere(planted, tmp_path):
+    from schemas.errors import OutputIntegrityError
+    from tasks.safe_files import set_output_modes, tree_sha256
+
+    root = tmp_path / "r"
+    (root / "plots").mkdir(parents=True)
+    (root / "a.parquet").write_bytes(b"a")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "secret").write_bytes(b"s")
+    os.chmod(victim / "secret", 0o600)
+    where = root / "plots" / "x"
+    if planted == "symlink":
+        where.symlink_to(victim / "secret")
+    elif planted == "fifo":
+        os.mkfifo(where)
+    else:
+        where.symlink_to(victim)
+    for walk in (tree_sha256, set_output_modes):
+        with pytest.raises(OutputIntegrityError, match=r"plots/x is"):
+            walk(root)
+    assert _mode(victim / "secret") == 0o600 and _mode(victim) != 0o777
+
+
+def test_rename_new_never_replaces_anything(tmp_path):
+    from tasks.safe_files import rename_new
+
+    src = tmp_path / "build"
+    src.mkdir()
+    (src / "f").write_bytes(b"new")
+    for kind in ("file", "empty dir", "symlink", "dangling symlink"):
+        dst = tmp_path / f"dst-{kind.replace(' ', '-')}"
+        if kind == "file":
+            dst.write_bytes(b"old")
+        elif kind == "empty dir":
+            dst.mkdir()
+        elif kind == "symlink":
+            dst.symlink_to(tmp_path)
+        else:
+            dst.symlink_to(tmp_path / "nowhere")
+        with pytest.raises(FileExistsError):
+            rename_new(src, dst)
+        assert (src / "f").read_bytes() == b"new"
+    rename_new(src, tmp_path / "published")
+    assert (tmp_path / "published" / "f").read_bytes() == b"new" and not src.exists()
+
+
+# --------------------------------------------------------------------------- staging dirs
+
+
+def test_staging_is_private_and_locked_and_close_removes_it(tmp_path):
+    from tasks.staging_dir import StagingDir
+
+    old = os.umask(0)
+    try:
+        with StagingDir.create(tmp_path / "out") as st:
+            assert _mode(tmp_path / "out" / ".staging") == 0o700
+            assert _mode(st.path) == 0o700 and _mode(st.path / "lock") == 0o600
+            stage_stream_chunk([UserStreams("m", [Stream("s", np.array([1]), np.array([.5]))],
+                                            "")], st.path / "chunk-00000.arrow")
+            assert _mode(st.path / "chunk-00000.arrow") == 0o600
+            path = st.path
+    finally:
+        os.umask(old)
+    assert not path.exists()
+
+
+def test_sweep_removes_what_no_live_release_holds_and_keeps_what_one_does(tmp_path):
+    from tasks.staging_dir import StagingDir
+
+    out = tmp_path / "out"
+    live = StagingDir.create(out)            # held by this process (another open file)
+    (live.path / "chunk-00000.arrow").write_bytes(b"raw")
+    root = out / ".staging"
+    pid_one = root / ("0" * 32)               # an old-style owner.pid naming pid 1
+    pid_one.mkdir()
+    (pid_one / "owner.pid").write_text("1")
+    unlocked = root / ("1" * 32)              # a lock file nobody holds: its owner died
+    unlocked.mkdir()
+    (unlocked / "lock").write_bytes(b"")
+    (unlocked / "seeds.json").write_bytes(b"{}")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_bytes(b"k")
+    (root / "planted").symlink_to(victim)     # never followed: the link goes, not its target
+    fresh = StagingDir.create(out)
+    try:
+        assert live.path.exists() and (live.path / "chunk-00000.arrow").exists()
+        assert not pid_one.exists() and not unlocked.exists()
+        assert not (root / "planted").exists() and (victim / "keep").exists()
+    finally:
+        fresh.close()
+        live.close()
+    assert sorted(p.name for p in root.iterdir()) == [".lock"]
+
+
+def test_staging_root_that_is_a_symlink_or_foreign_is_refused(tmp_path):
+    from schemas.errors import FileSystemError
+    from tasks.staging_dir import StagingDir
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ".staging").symlink_to(elsewhere)
+    with pytest.raises(FileSystemError, match=r"\.staging is a symlink"):
+        StagingDir.create(tmp_path / "out")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_reaper_removes_the_staging_of_a_sigkilled_process(tmp_path):
+    out = tmp_path / "out"
+    code = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from tasks.staging_dir import StagingDir
+        st = StagingDir.create(Path({str(out)!r}))
+        (st.path / "chunk-00000.arrow").write_bytes(b"raw")
+        print(st.path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    path = Path(proc.stdout.strip())
+    assert path.parent == out / ".staging"
+    deadline = time.monotonic() + 20
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not path.exists(), "the reaper did not remove the killed process's staging"
