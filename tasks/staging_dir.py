@@ -4,16 +4,18 @@ Staging holds raw input chunks and noise seeds, so it lives in a private
 ``OUT/.staging/`` (mode 0700, ours, not a symlink) and each release gets its own
 ``OUT/.staging/<uuid>/`` (0700; every file in it 0600, see `tasks.safe_files`).
 
-**Ownership is an flock, not a pid.** The release creates ``<uuid>/lock`` and
-holds an exclusive `flock` on it for as long as it runs; the kernel drops the
-lock when the process dies, however it dies. A pid can be reused by an
-unrelated process (pid 1 is always alive); a lock cannot be held by a dead one.
+**Ownership is an flock, not a pid.** The release holds an exclusive `flock`
+on its directory (an open descriptor of ``<uuid>/`` itself, no lock file) for as
+long as it runs; the kernel drops the lock when the process dies, however it
+dies. A pid can be reused by an unrelated process (pid 1 is always alive); a
+lock cannot be held by a dead one.
 
-**Sweep.** Every new release first takes ``OUT/.staging/.lock`` exclusively and
-removes every staging directory whose lock it can take (its owner is gone) or
-that has no lock file (left by a kill, or by an older privpipe); then it
-creates its own directory and takes its lock before letting go of
-``.staging/.lock``, so a sweep never sees a directory whose lock is not yet held.
+**Sweep.** Every new release first takes an exclusive flock on ``OUT/.staging``
+and removes every staging directory whose lock it can take (its owner is
+gone: killed, or an older privpipe's ``owner.pid`` directory); then it creates
+its own directory and locks it before letting go of ``OUT/.staging``, so a
+sweep never sees a directory whose lock is not yet held. (flock needs a local
+file system for ``OUT``; see docs/files.md.)
 
 **Reaper.** A release killed with SIGKILL cannot clean up, and no later release
 may come. So each release also starts a tiny detached reaper process
@@ -33,20 +35,14 @@ import sys
 import uuid
 from pathlib import Path
 
-from tasks.safe_files import PRIVATE_DIR_MODE, RAW_FILE_MODE, disk_errors, private_dir
+from tasks.safe_files import PRIVATE_DIR_MODE, disk_errors, private_dir
 
 STAGING = ".staging"
-ROOT_LOCK = ".lock"
-LOCK = "lock"
 _REAPER = Path(__file__).with_name("staging_reaper.py")
 
 
-def _open_lock(path: Path, *, create: bool) -> int:
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-    fd = os.open(path, flags, RAW_FILE_MODE)
-    if create:
-        os.fchmod(fd, RAW_FILE_MODE)
-    return fd
+def _open_dir(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def _try_lock(fd: int) -> bool:
@@ -60,31 +56,28 @@ def _try_lock(fd: int) -> bool:
 def sweep(root: Path) -> list[Path]:
     """Remove every staging directory under `root` whose owner is gone; return them.
 
-    Call with ``root/.lock`` held exclusively. An entry that is not a directory
-    (a planted file or symlink) is unlinked, never followed.
+    Call with `root` locked exclusively. An entry that is not a directory (a
+    planted file or symlink) is unlinked, never followed.
     """
     removed = []
     for entry in sorted(os.listdir(root)):
         path = root / entry
-        if entry == ROOT_LOCK:
-            continue
-        if path.is_symlink() or not path.is_dir():
+        try:
+            fd = _open_dir(path)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                continue  # removed meanwhile (by a reaper)
+            if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
             path.unlink(missing_ok=True)
             removed.append(path)
             continue
         try:
-            fd = _open_lock(path / LOCK, create=False)
-        except OSError as err:
-            if err.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-                raise
-            fd = None  # no lock file: nobody can own it
-        try:
-            if fd is None or _try_lock(fd):
+            if _try_lock(fd):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
         finally:
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
     return removed
 
 
@@ -109,15 +102,15 @@ class StagingDir:
             FileSystemError: ``OUT/.staging`` is a symlink, not ours, or the disk is full.
         """
         root = private_dir(Path(out_root) / STAGING)
-        root_fd = _open_lock(root / ROOT_LOCK, create=True)
+        root_fd = _open_dir(root)
         try:
             fcntl.flock(root_fd, fcntl.LOCK_EX)
             sweep(root)
             path = root / uuid.uuid4().hex
             with disk_errors(path):
                 os.mkdir(path, PRIVATE_DIR_MODE)
-                os.chmod(path, PRIVATE_DIR_MODE)
-                lock_fd = _open_lock(path / LOCK, create=True)
+            os.chmod(path, PRIVATE_DIR_MODE)
+            lock_fd = _open_dir(path)
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
         finally:
             os.close(root_fd)

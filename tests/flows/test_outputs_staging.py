@@ -269,7 +269,7 @@ def test_staging_is_private_and_locked_and_close_removes_it(tmp_path):
     try:
         with StagingDir.create(tmp_path / "out") as st:
             assert _mode(tmp_path / "out" / ".staging") == 0o700
-            assert _mode(st.path) == 0o700 and _mode(st.path / "lock") == 0o600
+            assert _mode(st.path) == 0o700
             stage_stream_chunk([UserStreams("m", [Stream("s", np.array([1]), np.array([.5]))],
                                             "")], st.path / "chunk-00000.arrow")
             assert _mode(st.path / "chunk-00000.arrow") == 0o600
@@ -289,9 +289,8 @@ def test_sweep_removes_what_no_live_release_holds_and_keeps_what_one_does(tmp_pa
     pid_one = root / ("0" * 32)               # an old-style owner.pid naming pid 1
     pid_one.mkdir()
     (pid_one / "owner.pid").write_text("1")
-    unlocked = root / ("1" * 32)              # a lock file nobody holds: its owner died
+    unlocked = root / ("1" * 32)              # nobody holds its lock: its owner died
     unlocked.mkdir()
-    (unlocked / "lock").write_bytes(b"")
     (unlocked / "seeds.json").write_bytes(b"{}")
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -305,7 +304,7 @@ def test_sweep_removes_what_no_live_release_holds_and_keeps_what_one_does(tmp_pa
     finally:
         fresh.close()
         live.close()
-    assert sorted(p.name for p in root.iterdir()) == [".lock"]
+    assert list(root.iterdir()) == []
 
 
 def test_staging_root_that_is_a_symlink_or_foreign_is_refused(tmp_path):
