@@ -7,6 +7,7 @@ with its own quadrature, bases and SVT probabilities: no function of
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -19,11 +20,10 @@ from scipy import stats
 #: far below it (the power figures are in each test's docstring).
 ALPHA = 1e-6
 
-_GL = {g: np.polynomial.legendre.leggauss(g) for g in (4, 8, 12, 18, 24)}
-
-
+@functools.lru_cache(maxsize=64)
 def _nodes(g: int) -> tuple[np.ndarray, np.ndarray]:
-    return _GL[min(k for k in _GL if k >= g)]
+    """Gauss-Legendre rule with g points (exact for polynomials of degree 2g − 1)."""
+    return np.polynomial.legendre.leggauss(g)
 
 
 def legendre_values(t: np.ndarray, a: float, b: float, degree: int) -> np.ndarray:
