@@ -190,3 +190,29 @@ def l2_norm(t: np.ndarray, v: np.ndarray, lo: float, hi: float) -> float:
     nodes, weights = _piece_nodes(t, lo, hi, 2)
     q = pl_values(t, v, nodes)
     return math.sqrt(float(np.sum(weights[:, None] * q * q)))
+
+
+# ----------------------------------------------------------------- Square Wave
+
+
+def square_wave_constants(eps0: float) -> tuple[float, float, float]:
+    """(b, p, q) of Li et al. SIGMOD'20: b = (εe^ε − e^ε + 1)/(2e^ε(e^ε − 1 − ε)), p/q = e^ε.
+
+    Written from the paper's formulas (expm1 against the small-ε cancellation).
+    """
+    e = math.exp(eps0)
+    num = eps0 * e - math.expm1(eps0)              # εe^ε − e^ε + 1
+    den = 2.0 * e * (math.expm1(eps0) - eps0)       # 2e^ε(e^ε − 1 − ε)
+    b = num / den
+    q = 1.0 / (2.0 * b * e + 1.0)
+    return b, e * q, q
+
+
+def square_wave_cdf(y: np.ndarray, x: float, eps0: float) -> np.ndarray:
+    """CDF of the Square Wave output for input x ∈ [0, 1]: density p on |y − x| ≤ b, q elsewhere."""
+    b, p, q = square_wave_constants(eps0)
+    y = np.clip(np.asarray(y, dtype=np.float64), -b, 1.0 + b)
+    left = np.clip(y, -b, x - b) + b
+    mid = np.clip(y, x - b, x + b) - (x - b)
+    right = np.clip(y, x + b, 1.0 + b) - (x + b)
+    return np.clip(q * left + p * mid + q * right, 0.0, 1.0)
