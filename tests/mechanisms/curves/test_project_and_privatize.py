@@ -53,24 +53,6 @@ def test_huge_budget_returns_the_projection():
     assert np.allclose(f.coefficients, fit.coefficients, atol=1e-9)
 
 
-def test_noise_distance_equals_norm_of_z_for_monomials():
-    # non-orthonormal Gram: (ã − a)ᵀ G (ã − a) must be ‖Z‖²/ε² (shape of Σ^{1/2}), so
-    # dist(f̃, f_a) ~ Gamma(D, 1/ε) with D = 4·2
-    from scipy import stats
-
-    from mechanisms.curves import MonomialBasis
-
-    rng = np.random.default_rng(3)
-    fit = least_squares(T, V, "monomial", degree=3)
-    gram = MonomialBasis(3).gram(10.0, 60.0)
-    d = []
-    for _ in range(600):
-        f = project_and_privatize(T, V, "monomial", degree=3, epsilon=2.0, rng=rng)
-        delta = f.coefficients[0] - fit.coefficients[0]
-        d.append(np.sqrt(np.einsum("ic,ij,jc->", delta, gram, delta)))
-    assert stats.kstest(d, stats.gamma(a=8, scale=0.5).cdf).pvalue > 1e-3
-
-
 def test_piecewise_basis_object_and_breakpoints():
     pb = PiecewiseBasis(LegendreBasis(1), np.array([10.0, 30.0, 60.0]))
     f = project_and_privatize(T, V, pb, epsilon=5, rng=np.random.default_rng(4))
