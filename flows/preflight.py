@@ -20,12 +20,15 @@ from typing import Any
 
 from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
+from mechanisms import registry
 from mechanisms.cost import exact
+from mechanisms.errors import MechanismParameterError
 from schemas.errors import ParameterError
 from schemas.policy import Domain, load_policy
 
-CURVE_MECHANISMS = ("privfuncseg", "project_and_privatize", "privfuncselect", "baseline")
-STREAM_MECHANISMS = ("square_wave",)
+# Choices of the CLI and of the flows' parameters: the registry's releasable mechanisms.
+CURVE_MECHANISMS = registry.names("curves")
+STREAM_MECHANISMS = registry.names("streams")
 EVALUATE_ON = ("grid", "input")
 RECONSTRUCT = ("cpr", "none")
 TASK_RUNNERS = "threads, dask, tcp://HOST:PORT or ray://HOST:PORT"
@@ -146,12 +149,37 @@ def release_domain(ledger: Ledger, policy_path: str | os.PathLike[str] | None, n
     return dom
 
 
+def mechanism_for(dom: Domain, name: str, notion: str,
+                  options: dict[str, Any] | None = None) -> registry.Mechanism:
+    """The registry entry of `name`, checked against the domain: kind, metric, notion, options.
+
+    Option values are checked by the flow's dry run on a public synthetic curve,
+    still before any budget is reserved.
+
+    Raises:
+        ParameterError: naming the mechanism and what it cannot do here.
+    """
+    try:
+        entry = registry.get(name, dom.kind)
+        entry.check_notion(notion)
+        entry.check_options(options or {})
+    except MechanismParameterError as err:
+        raise ParameterError(str(err)) from None
+    if entry.metric != dom.metric:
+        fits = [n for n in registry.names(dom.kind) if registry.get(n).metric == dom.metric]
+        raise ParameterError(
+            f"mechanism {name!r} is private w.r.t. {entry.metric}, but domain {dom.name!r} "
+            f"states its guarantee in {dom.metric}: no budget of this domain covers it; "
+            f"use {', '.join(fits) or 'another domain'}")
+    return entry
+
+
 def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mechanism: str,
                          epsilon: Any, rho: Any, out: str | os.PathLike[str],
                          ledger_path: str | os.PathLike[str],
                          policy_path: str | os.PathLike[str] | None = None,
                          table: str | None = None, chunk: int = 200,
-                         evaluate_on: str = "grid",
+                         evaluate_on: str = "grid", options: dict[str, Any] | None = None,
                          task_runner: str = "threads") -> CheckedRelease:
     """Every check of a curve release that needs no Prefect and reads no row.
 
@@ -161,7 +189,6 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
     if (epsilon is None) == (rho is None):
         raise ParameterError("give exactly one of --epsilon or --rho")
     x = amount(epsilon, "--epsilon") if epsilon is not None else amount(rho, "--rho")
-    choice(mechanism, CURVE_MECHANISMS, "--mechanism")
     choice(evaluate_on, EVALUATE_ON, "--evaluate-on")
     chunk_users(chunk)
     task_runner_spec(task_runner)
@@ -172,6 +199,7 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
     if rho is not None and dom.notion == "gp":
         raise ParameterError(f"domain {domain!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be "
                              "charged to it; pass --epsilon instead")
+    mechanism_for(dom, mechanism, "gp" if rho is None else "cgp", options)
     return CheckedRelease(dom, x, ledger)
 
 
@@ -179,7 +207,7 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
                           out: str | os.PathLike[str], ledger_path: str | os.PathLike[str],
                           policy_path: str | os.PathLike[str] | None = None,
                           table: str | None = None, chunk: int = 200,
-                          reconstruct: str = "cpr",
+                          reconstruct: str = "cpr", mechanism: str = "square_wave",
                           task_runner: str = "threads") -> CheckedRelease:
     """Every check of a stream release that needs no Prefect and reads no row.
 
@@ -197,4 +225,5 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
     if x > dom.cap:
         raise ParameterError(f"--epsilon {epsilon} per window exceeds the domain's cap "
                              f"{dom.cap} ({dom.units_label()})")
+    mechanism_for(dom, mechanism, "wevent")
     return CheckedRelease(dom, x, ledger)
