@@ -1,19 +1,26 @@
-"""Shared pieces of the `privpipe` CLI: console, error mapping, output formats.
+"""Shared pieces of the `privpipe` CLI: consoles, error mapping, output formats, Prefect.
 
-Exit codes (documented in the README and in `privpipe --help`):
+Exit codes (documented in docs/operations.md, the README and `privpipe --help`):
 
-    0  ok, or the request was admitted
+    0  ok, or the request was admitted (a partial denial included: counts printed)
     1  internal error (a bug: please report it with the command line)
-    2  bad input: invalid file, policy, argument, or an unreadable/foreign ledger
-    3  denied: the privacy budget would be exceeded
+    2  bad input: invalid file, policy, argument, or an unreadable/foreign ledger;
+       a release whose every user was rejected
+    3  denied: the privacy budget would be exceeded (a release in which no user
+       was released because of budget)
     4  integrity failure: the ledger's hash chain or balances do not verify
+
+Results go to stdout (``--format table|csv|json``); every message, progress
+line and error goes to stderr, so ``--format json`` output parses as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -23,21 +30,52 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from schemas.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, PrivpipeError
 
-console = Console()
-err_console = Console(stderr=True)
+# Messages, progress and errors: stderr. Results: `print_rows` (stdout).
+console = Console(stderr=True, soft_wrap=True)
+err_console = console
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The Prefect session a command opened (`open_prefect`), closed when the command ends.
+_prefect = contextlib.ExitStack()
+
 
 class OutputFormat(StrEnum):
-    """How tabular CLI output is printed."""
+    """How results are printed on stdout."""
 
     table = "table"
     csv = "csv"
     json = "json"
+
+
+FORMAT_HELP = "Output format of the results on stdout: table, csv or json."
+
+
+def open_prefect(verbose: bool, preload: Sequence[str] = ()) -> str:
+    """Reach Prefect for the rest of the command (configured API, else a temporary server).
+
+    The session is closed by `handle_errors` when the command returns or fails.
+    Returns the API URL.
+    """
+    from flows.prefect_server import prefect_session
+    from flows.settings import configure_prefect
+
+    configure_prefect()
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
+    url = _prefect.enter_context(prefect_session(preload=("prefect.main", *preload)))
+    if not verbose:
+        import logging
+
+        # prefect.main ran Prefect's logging dictConfig (a plain `import prefect` is lazy):
+        # quiet it now, so a failed run prints our one-line error, not Prefect's traceback.
+        for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    return url
 
 
 def handle_errors(fn: F) -> F:
@@ -46,28 +84,39 @@ def handle_errors(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with _prefect:
+                return fn(*args, **kwargs)
         except typer.Exit:
             raise
         except PrivpipeError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False, markup=True)
+            print_error(str(err))
             raise typer.Exit(err.exit_code) from None
         except (ValueError, OSError) as err:
             # Parameter errors from the pure core (MechanismParameterError is a
             # ValueError) and file-system errors are bad input, not bugs.
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+            print_error(str(err))
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted")
+            console.print("interrupted")
             raise typer.Exit(130) from None
         except Exception as err:  # noqa: BLE001 - last resort: a bug, said plainly
-            err_console.print(
-                f"[bold red]internal error (this is a bug):[/] {type(err).__name__}: {err}",
-                highlight=False,
-            )
+            print_error(f"{type(err).__name__}: {err}", label="internal error (this is a bug):")
             raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def print_error(message: str, label: str = "error:") -> None:
+    """One error line on stderr (the message is plain text, never markup)."""
+    console.print(Text.assemble((label, "bold red"), " ", message), highlight=False)
+
+
+def _stdout_console() -> Console:
+    # Not a terminal (a pipe, a file, a scheduler's log): never wrap or cut a cell,
+    # so ids and paths stay on one line and can be grepped.
+    if sys.stdout.isatty():
+        return Console(soft_wrap=True)
+    return Console(width=100_000, soft_wrap=True, color_system=None)
 
 
 def print_rows(
@@ -76,7 +125,11 @@ def print_rows(
     title: str | None = None,
     columns: Sequence[str] | None = None,
 ) -> None:
-    """Print rows (dicts) as a rich table, CSV or JSON on stdout."""
+    """Print rows (dicts) as a table, CSV or JSON on stdout.
+
+    An empty result prints ``[]`` (json), the header (csv), or says so on
+    stderr (table); it is not an error.
+    """
     cols = list(columns) if columns is not None else (list(rows[0]) if rows else [])
     if fmt is OutputFormat.json:
         sys.stdout.write(json.dumps([{c: r.get(c) for c in cols} for r in rows], default=str))
@@ -90,12 +143,16 @@ def print_rows(
             writer.writerow({c: r.get(c) for c in cols})
         sys.stdout.write(buf.getvalue())
         return
+    if not rows:
+        console.print(f"{title or 'result'}: none", highlight=False, markup=False)
+        return
+    wide = not sys.stdout.isatty()
     table = Table(title=title, show_lines=False)
     for c in cols:
-        table.add_column(c, overflow="fold")
+        table.add_column(c, overflow="ignore" if wide else "fold", no_wrap=wide)
     for r in rows:
-        table.add_row(*[_cell(r.get(c)) for c in cols])
-    console.print(table)
+        table.add_row(*[Text(_cell(r.get(c))) for c in cols])
+    _stdout_console().print(table)
 
 
 def _cell(v: Any) -> str:

@@ -1,13 +1,14 @@
 """`privpipe release curves|streams`, `audit`, `evaluate`, `demo`, `serve`.
 
-Prefect is imported lazily, after `configure_prefect()` has pinned its
-settings, so `privpipe validate` and `privpipe ledger` stay fast.
+A release is checked (arguments, policy, domain, input path, ledger and its
+key: `flows.preflight`) before Prefect is imported or started, so a mistake is
+reported in about a second. Prefect is then reached through
+`cli_common.open_prefect`: the configured API, else a temporary server that
+dies with the command.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,17 @@ from typing import Any
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from flows.cli_common import OutputFormat, console, handle_errors, print_rows
-from flows.settings import BUNDLED_POLICY, configure_prefect, privpipe_home
-from mechanisms import registry
+from flows import preflight
+from flows.cli_common import (
+    FORMAT_HELP,
+    OutputFormat,
+    console,
+    handle_errors,
+    open_prefect,
+    print_rows,
+)
+from flows.outcome import ReleaseNotMadeError, counts_line
+from flows.settings import BUNDLED_POLICY, privpipe_home
 from schemas.errors import ParameterError
 from schemas.names import check_name
 
@@ -34,60 +43,64 @@ RunnerOpt = typer.Option("threads", "--task-runner",
                          help="threads | dask (local cluster) | tcp://HOST:PORT (Dask "
                               "scheduler) | ray://HOST:PORT (needs prefect-ray).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Show Prefect's logs.")
+FormatOpt = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP)
+
+RESULT_COLUMNS = ("release_id", "released", "denied", "rejected", "users", "fingerprint",
+                  "output", "report")
 
 
 def _ledger_path(ledger: Path | None) -> Path:
     return ledger if ledger is not None else privpipe_home() / "ledger.duckdb"
 
 
-def _prepare(verbose: bool) -> None:
-    configure_prefect()
-    if not verbose:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
-    # prefect.main runs Prefect's logging dictConfig (a plain `import prefect` is
-    # lazy and does not): configure it now, so the levels below are not reset when
-    # the flows module is imported, and a failed run prints our one-line error,
-    # not Prefect's traceback.
-    import prefect.main  # noqa: F401
-
-    if not verbose:
-        for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
+def _prepare(verbose: bool, preload: tuple[str, ...] = ()) -> None:
+    open_prefect(verbose, preload)
 
 
-def _parse_options(options: str | None) -> dict[str, Any]:
-    if not options:
-        return {}
+def _result_row(res: dict[str, Any]) -> dict[str, Any]:
+    manifest = res["manifest"]
+    counts = manifest["counts"]
+    return {"release_id": res["release_id"], "released": counts["users_released"],
+            "denied": counts["users_denied"], "rejected": counts["users_rejected"],
+            "users": counts["users_in_input"], "fingerprint": manifest["input_fingerprint"],
+            "output": res["out"], "report": res["report"]}
+
+
+def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, verbose: bool,
+                 **params: Any) -> None:
+    """Start Prefect, run the flow, print the result; exit 3/2 when nobody was released."""
+    _prepare(verbose, ("flows.release", "flows.runners"))
+    import flows.release
+    from flows.runners import make_task_runner
+
+    flow = getattr(flows.release, flow_name)
+    runner = make_task_runner(task_runner)
     try:
-        value = json.loads(options)
-    except json.JSONDecodeError as err:
-        raise ParameterError(f"--options must be a JSON object: {err.msg}") from None
-    if not isinstance(value, dict):
-        raise ParameterError("--options must be a JSON object, e.g. '{\"basis\": \"sinc\"}'")
-    return value
-
-
-def _show_result(res: dict[str, Any]) -> None:
+        with _spinner(f"{flow_name.replace('_', ' ')} (Prefect: {os.environ['PREFECT_API_URL']})"):
+            res = flow.with_options(task_runner=runner)(**params)
+    except ReleaseNotMadeError as err:
+        print_rows([_result_row(err.result)], fmt, title="Release (nobody released)",
+                   columns=RESULT_COLUMNS)
+        raise
+    print_rows([_result_row(res)], fmt, title="Release", columns=RESULT_COLUMNS)
     counts = res["manifest"]["counts"]
-    print_rows([{"release_id": res["release_id"], "released": counts["users_released"],
-                 "denied": counts["users_denied"], "rejected": counts["users_rejected"],
-                 "output": res["out"], "report": res["report"]}], title="Release")
+    console.print(f"release {res['release_id']}: {counts_line(counts)}", highlight=False)
 
 
 @release_app.command("curves")
 @handle_errors
 def release_curves_cmd(
     input_path: Path = typer.Argument(..., help="CSV, Parquet or DuckDB file of curve samples."),
-    domain: str = typer.Option(..., "--domain", help="Policy domain (kind curves)."),
+    domain: str = typer.Option(..., "--domain", help="Ledger domain (kind curves)."),
     mechanism: str = typer.Option("privfuncseg", "--mechanism",
-                                  help=" | ".join(registry.names("curves")) + " (the "
+                                  help=" | ".join(preflight.CURVE_MECHANISMS) + " (the "
                                        "mechanism's metric must be the domain's)"),
     epsilon: str | None = typer.Option(None, "--epsilon",
                                        help="ε per curve (GP), e.g. 0.5 or 1/3."),
     rho: str | None = typer.Option(None, "--rho", help="ρ per curve (CGP domains only)."),
     options: str | None = typer.Option(None, "--options",
                                        help="Mechanism options as JSON, e.g. "
-                                            "'{\"basis\": \"sinc\", \"n_terms\": 200}'."),
+                                            "'{\"basis\": \"sinc\", \"m\": 200}'."),
     release_id: str | None = typer.Option(None, "--release-id",
                                           help="Rerun key (default: derived from flow, domain, "
                                                "input fingerprint and parameters)."),
@@ -97,56 +110,58 @@ def release_curves_cmd(
                                     help="grid (N evenly spaced times) | input (the input "
                                          "times: releases them as-is)."),
     out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
-    task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+    task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
-    """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/."""
+    """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/.
+
+    Exit 0 when some user was released (denied and rejected users are counted),
+    3 when no user was released because of budget, 2 on bad input.
+    """
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
-    opts = _parse_options(options)
-    if (epsilon is None) == (rho is None):
-        raise ParameterError("give exactly one of --epsilon or --rho")
-    _prepare(verbose)
-    from flows.release import release_curves
-    from flows.runners import make_task_runner
-
-    runner = make_task_runner(task_runner)
-    with _spinner("releasing curves"):
-        res = release_curves.with_options(task_runner=runner)(
-            input_path=str(input_path), domain=domain, mechanism=mechanism, epsilon=epsilon,
-            rho=rho, options=opts, release_id=release_id, out_dir=str(out),
-            ledger_path=str(_ledger_path(ledger)),
-            policy_path=str(policy or BUNDLED_POLICY), chunk_users=chunk_users, table=table,
-            evaluate_on=evaluate_on)
-    _show_result(res)
+    opts = preflight.parse_options(options)
+    ledger_path = _ledger_path(ledger)
+    preflight.check_curves_release(
+        input_path=input_path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
+        out=out, ledger_path=ledger_path, policy_path=policy, table=table, chunk=chunk_users,
+        evaluate_on=evaluate_on, options=opts, task_runner=task_runner)
+    _run_release(
+        "release_curves", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
+        mechanism=mechanism, epsilon=epsilon, rho=rho, options=opts, release_id=release_id,
+        out_dir=str(out), ledger_path=str(ledger_path), policy_path=str(policy or BUNDLED_POLICY),
+        chunk_users=chunk_users, table=table, evaluate_on=evaluate_on)
 
 
 @release_app.command("streams")
 @handle_errors
 def release_streams_cmd(
     input_path: Path = typer.Argument(..., help="CSV, Parquet or DuckDB file of stream samples."),
-    domain: str = typer.Option(..., "--domain", help="Policy domain (kind streams)."),
+    domain: str = typer.Option(..., "--domain", help="Ledger domain (kind streams)."),
     epsilon: str = typer.Option(..., "--epsilon", help="ε per window of w steps (w-event)."),
     reconstruct: str = typer.Option("cpr", "--reconstruct", help="cpr | none"),
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
     out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
-    task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+    task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
-    """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR."""
+    """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR.
+
+    Exit 0 when some user was released (denied and rejected users are counted),
+    3 when no user was released because of budget, 2 on bad input.
+    """
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
-    _prepare(verbose)
-    from flows.release import release_streams
-    from flows.runners import make_task_runner
-
-    runner = make_task_runner(task_runner)
-    with _spinner("releasing streams"):
-        res = release_streams.with_options(task_runner=runner)(
-            input_path=str(input_path), domain=domain, epsilon=epsilon, reconstruct=reconstruct,
-            release_id=release_id, out_dir=str(out), ledger_path=str(_ledger_path(ledger)),
-            policy_path=str(policy or BUNDLED_POLICY), chunk_users=chunk_users, table=table)
-    _show_result(res)
+    ledger_path = _ledger_path(ledger)
+    preflight.check_streams_release(
+        input_path=input_path, domain=domain, epsilon=epsilon, out=out, ledger_path=ledger_path,
+        policy_path=policy, table=table, chunk=chunk_users, reconstruct=reconstruct,
+        task_runner=task_runner)
+    _run_release(
+        "release_streams", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
+        epsilon=epsilon, reconstruct=reconstruct, release_id=release_id, out_dir=str(out),
+        ledger_path=str(ledger_path), policy_path=str(policy or BUNDLED_POLICY),
+        chunk_users=chunk_users, table=table)
 
 
 class _spinner:

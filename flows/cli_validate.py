@@ -138,6 +138,10 @@ def validate(
     if fmt is OutputFormat.table:
         print_rows(summary_rows(report, dom, note), fmt, title=f"{file}: accepted part",
                    columns=("field", "value"))
+    else:  # stdout holds the problems only; the summary line goes with the messages
+        err_console.print(f"accepted part: {report.users} user(s); rejected: "
+                          f"{len(report.rejected)} user(s); fingerprint (sha256): "
+                          f"{report.fingerprint}", highlight=False, markup=False)
     print_rows(problem_rows(report.problems, show_values=show_values), fmt,
                title=f"rejected: {len(report.rejected)} user(s), "
                      f"{len(report.file_problems)} row(s) without a user", columns=cols)

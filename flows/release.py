@@ -14,13 +14,16 @@ import hashlib
 import json
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow
 from prefect.context import get_run_context
 from prefect.utilities.annotations import quote
 
 from flows.faults import fault_point
+from flows.outcome import release_state
+from flows.preflight import CURVE_MECHANISMS, EVALUATE_ON, RECONSTRUCT, STREAM_MECHANISMS
+from flows.run_labels import label_run, release_tags, run_name
 from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
 from mechanisms import registry
@@ -148,6 +151,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         fault_point("after_ingest")
         rid = release_id or default_release_id(flow_name, dom.name, plan.fingerprint, parameters,
                                                scheduled_date)
+        label_run(rid, release_tags(dom.name, spec.mechanism, parameters["notion"]))
         ledger = Ledger(ledger_path)
         _guard_release_id(ledger, rid, plan.fingerprint, parameters)
         # A published release is checked against the ledger's manifest, never rewritten.
@@ -305,13 +309,20 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         staging_dir.close()
 
 
-@flow(name="release-curves", persist_result=False, validate_parameters=True)
+CurveMechanism = Literal[CURVE_MECHANISMS]  # type: ignore[valid-type]
+StreamMechanism = Literal[STREAM_MECHANISMS]  # type: ignore[valid-type]
+EvaluateOn = Literal[EVALUATE_ON]  # type: ignore[valid-type]
+Reconstruct = Literal[RECONSTRUCT]  # type: ignore[valid-type]
+
+
+@flow(name="release-curves", flow_run_name=run_name, persist_result=False,
+      validate_parameters=True)
 def release_curves(
     input_path: str,
     domain: str,
-    mechanism: str = "privfuncseg",
-    epsilon: str | None = None,
-    rho: str | None = None,
+    mechanism: CurveMechanism = "privfuncseg",
+    epsilon: str | float | None = None,
+    rho: str | float | None = None,
     options: dict[str, Any] | None = None,
     release_id: str | None = None,
     out_dir: str = "out",
@@ -320,13 +331,32 @@ def release_curves(
     chunk_users: int = 200,
     table: str | None = None,
     scheduled_date: str | None = None,
-    evaluate_on: str = "grid",
+    evaluate_on: EvaluateOn = "grid",
 ) -> dict[str, Any]:
     """Release every user's curves of `domain` under ε-GP (or ρ-CGP) w.r.t. L2.
 
     Each curve costs ε (or ρ) in the domain's units; a user is admitted only
     if all its curves fit under its cap. Parameters are public and validated
-    before any data is read.
+    before any data is read. When no user is released, the run ends Failed
+    (``Denied`` or ``Rejected``, see `flows.outcome`).
+
+    Args:
+        input_path: CSV, Parquet or DuckDB file of curve samples (user_id, curve_id, t,
+            value columns).
+        domain: the ledger domain charged (kind curves).
+        mechanism: privfuncseg, project_and_privatize, privfuncselect or baseline.
+        epsilon: ε per curve (GP): a number or a ratio string such as "1/3".
+        rho: ρ per curve (CGP domains only), instead of epsilon.
+        options: mechanism options, e.g. {"basis": "sinc", "n_terms": 200}.
+        release_id: rerun key; default derived from flow, domain, input fingerprint,
+            parameters and scheduled date.
+        out_dir: each release writes OUT_DIR/<release_id>/.
+        ledger_path: the ledger file (its noise key sits beside it).
+        policy_path: policy TOML naming the domain (default: the bundled one).
+        chunk_users: users per mechanism task.
+        table: table name of a DuckDB input.
+        scheduled_date: the date of a scheduled run (set by deployments).
+        evaluate_on: grid (evenly spaced times) or input (the input times, released as-is).
     """
     dom = _domain(policy_path, domain, "curves")
     _check_metric(dom, mechanism)
@@ -341,18 +371,20 @@ def release_curves(
         raise ParameterError("chunk_users must be >= 1")
     parameters = {"mechanism": mechanism, "notion": spec.notion, "amount": str(spec.amount),
                   "options": dict(sorted((options or {}).items())), "evaluate_on": evaluate_on}
-    return _release("curves", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
-                    release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
-                    chunk_users=chunk_users, table=table, scheduled_date=scheduled_date)
+    return release_state(_release(
+        "curves", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
+        release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
+        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date))
 
 
-@flow(name="release-streams", persist_result=False, validate_parameters=True)
+@flow(name="release-streams", flow_run_name=run_name, persist_result=False,
+      validate_parameters=True)
 def release_streams(
     input_path: str,
     domain: str,
-    epsilon: str,
-    mechanism: str = "square_wave",
-    reconstruct: str = "cpr",
+    epsilon: str | float,
+    mechanism: StreamMechanism = "square_wave",
+    reconstruct: Reconstruct = "cpr",
     release_id: str | None = None,
     out_dir: str = "out",
     ledger_path: str = ".privpipe/ledger.duckdb",
@@ -365,6 +397,23 @@ def release_streams(
 
     Each sample costs ε/w (w from the policy), so any w consecutive steps of a
     stream cost at most ε, across releases. CPR reconstruction is post-processing.
+    When no user is released, the run ends Failed (``Denied`` or ``Rejected``).
+
+    Args:
+        input_path: CSV, Parquet or DuckDB file of stream samples (user_id, stream_id, t,
+            value).
+        domain: the ledger domain charged (kind streams).
+        epsilon: ε per window of w steps: a number or a ratio string such as "1/3".
+        mechanism: square_wave.
+        reconstruct: cpr (period and phase recovery, post-processing) or none.
+        release_id: rerun key; default derived from flow, domain, input fingerprint,
+            parameters and scheduled date.
+        out_dir: each release writes OUT_DIR/<release_id>/.
+        ledger_path: the ledger file (its noise key sits beside it).
+        policy_path: policy TOML naming the domain (default: the bundled one).
+        chunk_users: users per mechanism task.
+        table: table name of a DuckDB input.
+        scheduled_date: the date of a scheduled run (set by deployments).
     """
     dom = _domain(policy_path, domain, "streams")
     if dom.w is None:
@@ -378,6 +427,7 @@ def release_streams(
         raise ParameterError("chunk_users must be >= 1")
     parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(exact(epsilon)),
                   "w": dom.w, "reconstruct": reconstruct}
-    return _release("streams", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
-                    release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
-                    chunk_users=chunk_users, table=table, scheduled_date=scheduled_date)
+    return release_state(_release(
+        "streams", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
+        release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
+        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date))

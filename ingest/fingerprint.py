@@ -5,7 +5,14 @@ validation and conversion: curves (or streams) in id order, each with its id,
 its times (or steps) and values as little-endian float64 (int64 for steps),
 and the curve's start. The file's row order, the chunking of the read and the
 input format (CSV, Parquet, DuckDB) do not change it; any converted value does.
-The input's fingerprint hashes the sorted (user id, user fingerprint) pairs.
+
+The input's fingerprint hashes the sorted (user id, user fingerprint) pairs of
+the accepted users, then the sorted ids of the rejected users (their rows are
+not hashed: they are not released). It is the one fingerprint of an input:
+``privpipe validate`` prints it, a release records it in the ledger and its
+manifest, and its report prints it, so an auditor can link a validated file to
+its release. It depends on the domain (units, projection, value columns),
+because it hashes converted values: validate against the release's domain.
 """
 
 from __future__ import annotations
@@ -72,23 +79,43 @@ class InputFingerprint:
     def __init__(self) -> None:
         self._h = hashlib.sha256(_VERSION + b"input\0")
         self._last: str | None = None
+        self._rejecting = False
 
     def add(self, user_id: str, fingerprint: str) -> None:
         """Add one user; users must arrive in strictly increasing id order."""
+        if self._rejecting:
+            raise RuntimeError("internal error (a bug): accepted user after rejected ones")
         if self._last is not None and not user_id > self._last:
             raise RuntimeError("internal error (a bug): users reached the fingerprint unsorted")
         self._last = user_id
         _text(self._h, user_id)
         self._h.update(bytes.fromhex(fingerprint))
 
+    def reject(self, user_id: str) -> None:
+        """Add one rejected user, after every accepted one, in strictly increasing id order."""
+        if self._last is not None and self._rejecting and not user_id > self._last:
+            raise RuntimeError("internal error (a bug): rejected users reached the fingerprint "
+                               "unsorted")
+        self._rejecting = True
+        self._last = user_id
+        _text(self._h, "rejected")
+        _text(self._h, user_id)
+
     def hexdigest(self) -> str:
         """The input's SHA-256 hex digest."""
         return self._h.hexdigest()
 
 
-def input_fingerprint(user_fingerprints: dict[str, str]) -> str:
-    """Fingerprint of a whole input from its per-user fingerprints (any order)."""
+def input_fingerprint(user_fingerprints: dict[str, str], rejected: Iterable[str] = ()) -> str:
+    """Fingerprint of a whole input (see the module docstring); arguments in any order.
+
+    Args:
+        user_fingerprints: accepted user id -> `user_fingerprint`.
+        rejected: ids of rejected users (``""``, rows without a user id, is skipped).
+    """
     acc = InputFingerprint()
     for u in sorted(user_fingerprints):
         acc.add(u, user_fingerprints[u])
+    for u in sorted({r for r in rejected if r} - set(user_fingerprints)):
+        acc.reject(u)
     return acc.hexdigest()

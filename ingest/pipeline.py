@@ -725,5 +725,6 @@ def scan(
         value_ranges=({c: (float(v_lo[i]), float(v_hi[i]))
                        for i, c in enumerate(domain.value_columns)} if users else {}),
         rejected=rejected, file_problems=file_problems,
-        fingerprint=input_fingerprint(fps), user_fingerprints=fps, time_unit=domain.time_unit,
+        fingerprint=input_fingerprint(fps, (r.user_id for r in rejected)),
+        user_fingerprints=fps, time_unit=domain.time_unit,
     )

@@ -86,6 +86,7 @@ from ledger.errors import (
     PolicyChangeError,
     ReplayConflictError,
 )
+from ledger.paths import check_existing_ledger, check_new_ledger_path
 from ledger.schema import first_row
 from mechanisms.cost import Cost, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
@@ -578,12 +579,7 @@ class Ledger:
         if lock_timeout <= 0:
             raise ParameterError("lock_timeout must be > 0 seconds")
         self.lock_timeout = float(lock_timeout)
-        if not self.path.exists():
-            raise LedgerOpenError(
-                f"no ledger at {str(self.path)!r}; create one with `privpipe ledger init`"
-            )
-        if not self.path.is_file():
-            raise LedgerOpenError(f"{str(self.path)!r} is not a file")
+        check_existing_ledger(self.path)  # a directory or a CSV is not "a ledger without key"
         self._key = keys.load_key(self.key_path)
         stored_fp = self._transact(self._open_tx)
         self._key_ok = stored_fp == keys.key_fingerprint(self._key)
@@ -605,7 +601,7 @@ class Ledger:
             LedgerOpenError: only one of the two files exists (a lost key is never
                 regenerated; a stray key is never adopted), or a file cannot be created.
         """
-        p = Path(path)
+        p = check_new_ledger_path(path)
         kp = keys.key_path_for(p)
         if lock_timeout <= 0:
             raise ParameterError("lock_timeout must be > 0 seconds")

@@ -165,11 +165,34 @@ def _cap(source: str, key: str, value: Any) -> Fraction:
     return cap
 
 
+class _Problems:
+    """Collects every policy problem, so a policy's errors are listed all at once."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.items: list[Problem] = []
+
+    def add(self, key: str, message: str) -> None:
+        self.items.append(Problem(self.source, None, key, "policy", message))
+
+    def check(self, fn: Any, *args: Any) -> Any:
+        """``fn(source, *args)``; on PolicyError record its problems and return None."""
+        try:
+            return fn(self.source, *args)
+        except PolicyError as err:
+            self.items.extend(err.problems)
+            return None
+
+
 def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
     """Validate a parsed TOML mapping and build a `Policy`.
 
+    Every problem is reported, not only the first: a key whose check depends on
+    an invalid one (the notion on the kind, say) is checked once that one is fixed.
+
     Raises:
-        PolicyError: naming the offending key (``domains.NAME.KEY``) and the allowed values.
+        PolicyError: one `Problem` per offending key (``domains.NAME.KEY``), each
+            with the allowed values.
     """
     if not isinstance(data, dict) or set(data) - {"domains", "schedules"}:
         extra = sorted(set(data) - {"domains", "schedules"}) if isinstance(data, dict) else []
@@ -178,118 +201,170 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
     domains_raw = data.get("domains")
     if not isinstance(domains_raw, dict) or not domains_raw:
         raise _fail(source, "domains", "the policy needs at least one [domains.NAME] table")
+    problems = _Problems(source)
     domains: dict[str, Domain] = {}
     for name, d in domains_raw.items():
-        k = f"domains.{name}"
-        if not isinstance(d, dict):
-            raise _fail(source, k, "must be a table")
-        if not is_safe_name(name) or "." in name:
-            raise _fail(source, k, "domain names use ASCII letters, digits, '_' and '-' only, "
-                        "starting with a letter or a digit (they become file names)")
-        unknown = sorted(set(d) - _DOMAIN_KEYS)
-        if unknown:
-            raise _fail(source, f"{k}.{unknown[0]}",
-                        f"unknown key; allowed: {', '.join(sorted(_DOMAIN_KEYS))}")
-        kind = d.get("kind")
-        if kind not in KINDS:
-            raise _fail(source, f"{k}.kind", f"must be one of {', '.join(KINDS)}")
-        notion = d.get("notion")
-        if notion not in NOTIONS_BY_KIND[kind]:
-            raise _fail(source, f"{k}.notion",
-                        f"for kind {kind!r} must be one of {', '.join(NOTIONS_BY_KIND[kind])}")
-        if "cap" not in d:
-            raise _fail(source, f"{k}.cap",
-                        "is required (ε for gp, ρ for cgp, ε per window for wevent)")
-        cap = _cap(source, f"{k}.cap", d["cap"])
-        w = d.get("w")
-        if kind == "streams":
-            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-                raise _fail(source, f"{k}.w", "is required for wevent domains: an integer >= 1")
-        elif w is not None:
-            raise _fail(source, f"{k}.w", "only applies to streams (wevent) domains")
-        allowed_units = STREAM_TIME_UNITS if kind == "streams" else tuple(TIME_UNITS)
-        time_unit = d.get("time_unit", "step" if kind == "streams" else "s")
-        if time_unit not in allowed_units:
-            raise _fail(source, f"{k}.time_unit", f"must be one of {', '.join(allowed_units)}")
-        step = d.get("step")
-        if step is not None:
-            if kind != "streams" or time_unit == "step":
-                raise _fail(source, f"{k}.step",
-                            "only for streams whose time_unit is a duration (ms..d)")
-            if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
-                raise _fail(source, f"{k}.step", "must be a positive number of time units")
-        elif kind == "streams" and time_unit != "step":
-            raise _fail(source, f"{k}.step",
-                        "is required when a stream's time_unit is a duration: "
-                        "the length of one step in that unit")
-        projection = d.get("projection")
-        if projection is not None and projection not in PROJECTIONS:
-            raise _fail(source, f"{k}.projection", f"must be one of {', '.join(PROJECTIONS)}")
-        if projection is not None and kind != "curves":
-            raise _fail(source, f"{k}.projection", "only applies to curves domains")
-        ref_lat = d.get("ref_lat")
-        if projection == "equirectangular" and ref_lat is None:
-            raise _fail(source, f"{k}.ref_lat",
-                        "is required with projection = \"equirectangular\": a fixed, public "
-                        "standard parallel in degrees (a per-curve or per-data-set reference "
-                        "would make the metric, and so the guarantee, depend on the data)")
-        if ref_lat is not None:
-            if projection != "equirectangular":
-                raise _fail(source, f"{k}.ref_lat",
-                            "only applies to projection = \"equirectangular\"")
-            if (isinstance(ref_lat, bool) or not isinstance(ref_lat, int | float)
-                    or not -89.0 <= float(ref_lat) <= 89.0):
-                raise _fail(source, f"{k}.ref_lat", "must be a latitude in degrees in [-89, 89]")
-        default_cols = ["x", "y"] if projection else ["value"]
-        cols = d.get("value_columns", default_cols)
-        if (not isinstance(cols, list) or not cols
-                or not all(isinstance(c, str) and c for c in cols)
-                or len(set(cols)) != len(cols)):
-            raise _fail(source, f"{k}.value_columns", "must be a non-empty list of distinct names")
-        if kind == "streams" and cols != ["value"]:
-            raise _fail(source, f"{k}.value_columns",
-                        "streams have exactly one column, [\"value\"]")
-        if set(cols) & {"user_id", "curve_id", "stream_id", "t"}:
-            raise _fail(source, f"{k}.value_columns",
-                        "must not reuse the key columns user_id, curve_id, stream_id, t")
-        if projection is not None and len(cols) != 2:
-            raise _fail(source, f"{k}.value_columns",
-                        "a projected domain has two value columns (east, north in metres)")
-        vr = d.get("value_range")
-        value_range = None
-        if kind == "streams":
-            if (not isinstance(vr, list) or len(vr) != 2
-                    or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in vr)
-                    or not float(vr[0]) < float(vr[1])):
-                raise _fail(source, f"{k}.value_range",
-                            "is required for streams: [low, high] with low < high")
-            value_range = (float(vr[0]), float(vr[1]))
-        elif vr is not None:
-            raise _fail(source, f"{k}.value_range", "only applies to streams domains")
-        sort = d.get("sort", False)
-        if not isinstance(sort, bool):
-            raise _fail(source, f"{k}.sort", "must be true or false")
-        sched = d.get("schedule")
-        if sched is not None and (not isinstance(sched, str) or len(sched.split()) != 5):
-            raise _fail(source, f"{k}.schedule",
-                        "must be a 5-field cron string, e.g. \"0 2 * * *\"")
-        for key in ("value_unit", "lon_column", "lat_column", "description"):
-            if key in d and not isinstance(d[key], str):
-                raise _fail(source, f"{k}.{key}", "must be a string")
-        release_keys = _release_keys(source, k, d, kind)
-        domains[name] = Domain(
-            name=name, kind=kind, notion=notion, cap=cap, time_unit=time_unit,
-            value_columns=tuple(cols), value_unit=d.get("value_unit", "1"),
-            w=w if kind == "streams" else None,
-            step=float(step) if step is not None else None,
-            projection=projection, lon_column=d.get("lon_column", "lon"),
-            lat_column=d.get("lat_column", "lat"),
-            ref_lat=float(ref_lat) if ref_lat is not None else None,
-            value_range=value_range, sort=sort,
-            schedule=sched, description=d.get("description", ""),
-            **release_keys,
-        )
+        before = len(problems.items)
+        fields = _domain_fields(problems, name, d)
+        if fields is not None and len(problems.items) == before:
+            domains[name] = Domain(name=name, **fields)
+    if problems.items:
+        n = len(problems.items)
+        summary = None if n == 1 else (
+            f"{source}: {n} problems in the policy:\n"
+            + "\n".join(f"  - {p.column}: {p.message}" for p in problems.items))
+        raise PolicyError(problems.items, summary)
     return Policy(domains=domains, source=source, raw=data)
+
+
+def _domain_fields(problems: _Problems, name: str, d: Any) -> dict[str, Any] | None:
+    """The `Domain` fields of table `domains.NAME`, recording every problem found."""
+    k = f"domains.{name}"
+    if not isinstance(d, dict):
+        problems.add(k, "must be a table")
+        return None
+    if not is_safe_name(name) or "." in name:
+        problems.add(k, "domain names use ASCII letters, digits, '_' and '-' only, "
+                     "starting with a letter or a digit (they become file names)")
+    for key in sorted(set(d) - _DOMAIN_KEYS):
+        problems.add(f"{k}.{key}", f"unknown key; allowed: {', '.join(sorted(_DOMAIN_KEYS))}")
+    cap = problems.check(_required_cap, k, d)
+    common = problems.check(_common_keys, k, d) or {}
+    kind = problems.check(_kind, k, d)
+    if kind is None:
+        return None
+    checks = [problems.check(fn, k, d, kind) for fn in (
+        _notion, _w, _time, _columns_and_projection, _value_range, _release_keys)]
+    if any(c is None for c in checks) or cap is None:
+        return None
+    fields: dict[str, Any] = {"kind": kind, "cap": cap, **common}
+    for c in checks:
+        fields.update(c)
+    return fields
+
+
+def _kind(source: str, k: str, d: dict[str, Any]) -> str:
+    kind = d.get("kind")
+    if kind not in KINDS:
+        raise _fail(source, f"{k}.kind", f"must be one of {', '.join(KINDS)}")
+    return str(kind)
+
+
+def _notion(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
+    notion = d.get("notion")
+    if notion not in NOTIONS_BY_KIND[kind]:
+        raise _fail(source, f"{k}.notion",
+                    f"for kind {kind!r} must be one of {', '.join(NOTIONS_BY_KIND[kind])}")
+    return {"notion": notion}
+
+
+def _required_cap(source: str, k: str, d: dict[str, Any]) -> Fraction:
+    if "cap" not in d:
+        raise _fail(source, f"{k}.cap",
+                    "is required (ε for gp, ρ for cgp, ε per window for wevent)")
+    return _cap(source, f"{k}.cap", d["cap"])
+
+
+def _w(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
+    w = d.get("w")
+    if kind == "streams":
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise _fail(source, f"{k}.w", "is required for wevent domains: an integer >= 1")
+        return {"w": w}
+    if w is not None:
+        raise _fail(source, f"{k}.w", "only applies to streams (wevent) domains")
+    return {"w": None}
+
+
+def _time(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
+    allowed_units = STREAM_TIME_UNITS if kind == "streams" else tuple(TIME_UNITS)
+    time_unit = d.get("time_unit", "step" if kind == "streams" else "s")
+    if time_unit not in allowed_units:
+        raise _fail(source, f"{k}.time_unit", f"must be one of {', '.join(allowed_units)}")
+    step = d.get("step")
+    if step is not None:
+        if kind != "streams" or time_unit == "step":
+            raise _fail(source, f"{k}.step",
+                        "only for streams whose time_unit is a duration (ms..d)")
+        if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
+            raise _fail(source, f"{k}.step", "must be a positive number of time units")
+    elif kind == "streams" and time_unit != "step":
+        raise _fail(source, f"{k}.step",
+                    "is required when a stream's time_unit is a duration: "
+                    "the length of one step in that unit")
+    return {"time_unit": time_unit, "step": float(step) if step is not None else None}
+
+
+def _columns_and_projection(source: str, k: str, d: dict[str, Any],
+                            kind: str) -> dict[str, Any]:
+    projection = d.get("projection")
+    if projection is not None and projection not in PROJECTIONS:
+        raise _fail(source, f"{k}.projection", f"must be one of {', '.join(PROJECTIONS)}")
+    if projection is not None and kind != "curves":
+        raise _fail(source, f"{k}.projection", "only applies to curves domains")
+    ref_lat = d.get("ref_lat")
+    if projection == "equirectangular" and ref_lat is None:
+        raise _fail(source, f"{k}.ref_lat",
+                    "is required with projection = \"equirectangular\": a fixed, public "
+                    "standard parallel in degrees (a per-curve or per-data-set reference "
+                    "would make the metric, and so the guarantee, depend on the data)")
+    if ref_lat is not None:
+        if projection != "equirectangular":
+            raise _fail(source, f"{k}.ref_lat",
+                        "only applies to projection = \"equirectangular\"")
+        if (isinstance(ref_lat, bool) or not isinstance(ref_lat, int | float)
+                or not -89.0 <= float(ref_lat) <= 89.0):
+            raise _fail(source, f"{k}.ref_lat", "must be a latitude in degrees in [-89, 89]")
+    default_cols = ["x", "y"] if projection else ["value"]
+    cols = d.get("value_columns", default_cols)
+    if (not isinstance(cols, list) or not cols
+            or not all(isinstance(c, str) and c for c in cols)
+            or len(set(cols)) != len(cols)):
+        raise _fail(source, f"{k}.value_columns", "must be a non-empty list of distinct names")
+    if kind == "streams" and cols != ["value"]:
+        raise _fail(source, f"{k}.value_columns",
+                    "streams have exactly one column, [\"value\"]")
+    if set(cols) & {"user_id", "curve_id", "stream_id", "t"}:
+        raise _fail(source, f"{k}.value_columns",
+                    "must not reuse the key columns user_id, curve_id, stream_id, t")
+    if projection is not None and len(cols) != 2:
+        raise _fail(source, f"{k}.value_columns",
+                    "a projected domain has two value columns (east, north in metres)")
+    return {"projection": projection, "value_columns": tuple(cols),
+            "ref_lat": float(ref_lat) if ref_lat is not None else None}
+
+
+def _value_range(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
+    vr = d.get("value_range")
+    if kind == "streams":
+        if (not isinstance(vr, list) or len(vr) != 2
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in vr)
+                or not float(vr[0]) < float(vr[1])):
+            raise _fail(source, f"{k}.value_range",
+                        "is required for streams: [low, high] with low < high")
+        return {"value_range": (float(vr[0]), float(vr[1]))}
+    if vr is not None:
+        raise _fail(source, f"{k}.value_range", "only applies to streams domains")
+    return {"value_range": None}
+
+
+def _common_keys(source: str, k: str, d: dict[str, Any]) -> dict[str, Any]:
+    """The keys every kind shares: sort, schedule and the plain strings."""
+    problems = _Problems(source)
+    sort = d.get("sort", False)
+    if not isinstance(sort, bool):
+        problems.add(f"{k}.sort", "must be true or false")
+    sched = d.get("schedule")
+    if sched is not None and (not isinstance(sched, str) or len(sched.split()) != 5):
+        problems.add(f"{k}.schedule", "must be a 5-field cron string, e.g. \"0 2 * * *\"")
+    for key in ("value_unit", "lon_column", "lat_column", "description"):
+        if key in d and not isinstance(d[key], str):
+            problems.add(f"{k}.{key}", "must be a string")
+    if problems.items:
+        raise PolicyError(problems.items)
+    return {"sort": sort, "schedule": sched, "value_unit": d.get("value_unit", "1"),
+            "lon_column": d.get("lon_column", "lon"), "lat_column": d.get("lat_column", "lat"),
+            "description": d.get("description", "")}
 
 
 def _bool(source: str, key: str, value: Any) -> bool:

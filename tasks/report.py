@@ -16,6 +16,7 @@ from prefect import task
 
 from ledger import Ledger, format_fraction
 from tasks import plots
+from tasks.artifacts import artifact_key, embed_images
 from tasks.safe_files import write_file
 
 _CSS = """
@@ -59,7 +60,7 @@ def render(markdown_text: str, md_path: Path, title: str) -> Path:
 
 def publish_artifacts(key: str, markdown_text: str, rdir: Path,
                       table: list[dict[str, Any]] | None = None) -> None:
-    """Mirror a report as Prefect artifacts (PNG links rewritten to file URLs)."""
+    """Mirror a report as Prefect artifacts keyed by `key` (images embedded; tasks/artifacts.py)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.context import get_run_context
 
@@ -67,9 +68,8 @@ def publish_artifacts(key: str, markdown_text: str, rdir: Path,
         get_run_context()
     except Exception:  # noqa: BLE001 - not inside a flow run: nothing to publish to
         return
-    base = rdir.resolve().as_uri()
-    text = markdown_text.replace("](plots/", f"]({base}/plots/")
-    slug = "".join(c if c.isalnum() or c == "-" else "-" for c in key.lower())[:100]
+    text = embed_images(markdown_text, rdir)
+    slug = artifact_key(key)
     create_markdown_artifact(text, key=slug, description=f"privpipe report {key}")
     if table:
         create_table_artifact(table, key=f"{slug}-summary"[:100], description="summary")
@@ -131,7 +131,7 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
         + (f" per window of w = {params.get('w')} steps (ε/w per sample)"
            if notion == "wevent" else " per curve"),
         f"- Parameters: `{_compact(params)}`",
-        f"- Input fingerprint: `{manifest['input_fingerprint'][:16]}…`; ledger entries "
+        f"- Input fingerprint (sha256): `{manifest['input_fingerprint']}`; ledger entries "
         f"{manifest['ledger_entries']['first_seq']}–{manifest['ledger_entries']['last_seq']}",
         "",
         "## Users",
@@ -179,7 +179,8 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     lines += ["", f"<p class='note'>{manifest.get('public_metadata', '')}.</p>", ""]
     text = "\n".join(lines)
     html = render(text, out / "report.md", f"privpipe release {manifest['release_id']}")
-    publish_artifacts(f"release-{manifest['release_id']}", text, Path(publish_dir or rdir), [
+    # images are embedded from where they are now (the private build directory)
+    publish_artifacts(manifest["release_id"], text, out, [
         {"release_id": manifest["release_id"], "domain": manifest["domain"],
          "released": counts["users_released"], "denied": counts["users_denied"],
          "rejected": counts["users_rejected"]}])

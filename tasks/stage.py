@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import numpy as np
 from prefect import task
 
 import ingest
-from ingest import Rejection, UserCurves, UserStreams
+from ingest import Rejection, UserCurves, UserStreams, input_fingerprint
 from schemas.policy import Domain
 from tasks.staging import StagedChunk, stage_curve_chunk, stage_stream_chunk
 
@@ -63,7 +62,7 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
     """
     staging_dir = Path(staging)
     staging_dir.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
+    fingerprints: dict[str, str] = {}
     chunks: list[StagedChunk] = []
     steps: dict[str, list[tuple[str, str]]] = {}
     stream_steps: dict[tuple[str, str], list[tuple[int, int]]] = {}
@@ -72,13 +71,12 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
     n_items = n_points = 0
     for item in ingest.iter_users(source, domain, table=table):
         if isinstance(item, Rejection):
-            digest.update(f"R\0{item.user_id}\n".encode())
             rejected.append({
                 "user_id": item.user_id,
                 "reasons": [p.describe(show_values=False) for p in item.problems],
             })
             continue
-        digest.update(f"U\0{item.user_id}\0{item.fingerprint}\n".encode())
+        fingerprints[item.user_id] = item.fingerprint
         if isinstance(item, UserCurves):
             steps[item.user_id] = [(f"curve:{c.curve_id}", "") for c in item.curves]
             n_items += len(item.curves)
@@ -95,7 +93,9 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
             buf = []
     if buf:
         chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
-    return StagePlan(fingerprint=digest.hexdigest(), chunks=chunks, steps=steps,
+    # The input's one fingerprint, as `privpipe validate` prints it (ingest/fingerprint.py).
+    fingerprint = input_fingerprint(fingerprints, (r["user_id"] for r in rejected))
+    return StagePlan(fingerprint=fingerprint, chunks=chunks, steps=steps,
                      stream_steps=stream_steps, rejected=rejected, users=len(steps),
                      items=n_items, points=n_points)
 

@@ -31,10 +31,10 @@ def test_release_options_must_be_json_object(tmp_path):
     assert r.exit_code == 2 and "JSON object" in r.output
 
 
-def test_unknown_domain_exits_2(tmp_path, curves_csv, policy_file):
+def test_unknown_domain_exits_2(tmp_path, curves_csv, policy_file, ledger_path):
     r = runner.invoke(app, ["release", "curves", str(curves_csv), "--domain", "nope",
                             "--epsilon", "1", "--policy", str(policy_file),
-                            "--ledger", str(tmp_path / "l.duckdb"), "--out", str(tmp_path)])
+                            "--ledger", str(ledger_path), "--out", str(tmp_path)])
     assert r.exit_code == 2, r.output
     assert "unknown domain 'nope'" in r.output and "tracks" in r.output
 

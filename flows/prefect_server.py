@@ -1,0 +1,251 @@
+"""The temporary Prefect server privpipe starts when no Prefect server is configured.
+
+`prefect_session()` gives the CLI and the Python API one way to reach Prefect:
+the configured API when there is one (`flows.settings.configured_api_url`),
+otherwise a temporary server on 127.0.0.1 that this process starts and stops.
+The temporary server is a child process that dies with its parent, SIGKILL
+included: on Linux the kernel kills it when the parent dies
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``, set in the child before it serves), and
+everywhere a watchdog thread in the child kills it within half a second of
+its parent's death (its parent pid changes when it is re-parented). Its logs go
+to ``PREFECT_HOME/temporary-server.log``.
+
+Run as ``python -m flows.prefect_server PARENT_PID PORT [--pdeathsig]`` it is
+that child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from flows.settings import configure_prefect, configured_api_url, prefect_home
+from schemas.errors import BadInputError
+
+_PR_SET_PDEATHSIG = 1
+_WATCH_SECONDS = 0.5
+_STOP_SECONDS = 5.0
+
+
+class PrefectUnavailableError(BadInputError):
+    """The configured Prefect API does not answer, or the temporary server did not start."""
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def api_answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether anything answers HTTP at ``URL/health`` (any status: Cloud needs a key)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout):  # noqa: S310
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=1.0) as r:  # noqa: S310
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+class TemporaryServer:
+    """A loopback Prefect API server owned by this process (see the module docstring)."""
+
+    def __init__(self, home: Path, port: int | None = None):
+        """Remember where the server keeps its database; nothing starts yet."""
+        self.home = home
+        self.port = port or _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The API URL (``http://127.0.0.1:PORT/api``)."""
+        return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's output goes."""
+        return self.home / "temporary-server.log"
+
+    def start(self) -> TemporaryServer:
+        """Start the child process (returns at once; `wait_ready` waits for it)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        argv = [sys.executable, "-m", "flows.prefect_server", str(os.getpid()), str(self.port)]
+        if threading.current_thread() is threading.main_thread():
+            # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends:
+            # only the main thread lives as long as the process.
+            argv.append("--pdeathsig")
+        env = {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT_UI_ENABLED": "0",
+               "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        env.pop("PREFECT_API_URL", None)
+        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until the server answers its health check.
+
+        Raises:
+            PrefectUnavailableError: it exited or did not answer in time (names the log).
+        """
+        limit = timeout if timeout is not None else float(
+            os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "60"))
+        deadline = time.monotonic() + limit
+        assert self.proc is not None, "start() first"
+        while time.monotonic() < deadline:
+            if _healthy(self.url):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        code = self.proc.poll()
+        self.stop()
+        why = f"exited with code {code}" if code is not None else f"did not answer in {limit:g} s"
+        raise PrefectUnavailableError(
+            f"the temporary Prefect server on 127.0.0.1:{self.port} {why}; see {self.log_path}. "
+            "Set PREFECT_API_URL to use a running Prefect server instead.")
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 5 s); idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _drain_prefect_workers() -> None:
+    """Deliver queued Prefect logs and events before the API goes away.
+
+    Without this the workers flush at interpreter exit, after a temporary
+    server is stopped, and print "EventsWorker - Still processing items".
+    """
+    if "prefect.logging.handlers" in sys.modules:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=_STOP_SECONDS)
+    if "prefect.events.worker" in sys.modules:
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=_STOP_SECONDS)
+
+
+@contextlib.contextmanager
+def _api_url_set(url: str) -> Iterator[None]:
+    """Point this process (and the children it starts) at `url` for the duration."""
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = url
+    try:
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
+
+
+@contextlib.contextmanager
+def prefect_session(preload: Sequence[str] = ()) -> Iterator[str]:
+    """Reach a Prefect API for the duration of the block; yield its URL.
+
+    Uses the configured API (checked to answer); otherwise starts the temporary
+    server, imports the `preload` modules while it boots, and stops it on exit
+    (after Prefect's log and event queues are delivered).
+
+    Raises:
+        PrefectUnavailableError: the configured API does not answer, or the
+            temporary server did not start.
+    """
+    configure_prefect()
+    url = configured_api_url()
+    server: TemporaryServer | None = None
+    if url is not None:
+        if not api_answers(url):
+            raise PrefectUnavailableError(
+                f"the configured Prefect API {url} does not answer; start that server, or "
+                "unset PREFECT_API_URL (and the active profile's) to use a temporary one")
+    else:
+        server = TemporaryServer(prefect_home()).start()
+        url = server.url
+    try:
+        for name in preload:
+            importlib.import_module(name)
+        if server is not None:
+            server.wait_ready()
+        with _api_url_set(url):
+            try:
+                yield url
+            finally:
+                _drain_prefect_workers()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def _die_with_parent(parent: int, pdeathsig: bool) -> None:
+    if pdeathsig and sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_SECONDS)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="privpipe-parent-watchdog", daemon=True).start()
+
+
+def _serve(argv: Sequence[str]) -> None:
+    if len(argv) < 2 or not all(a.isdigit() for a in argv[:2]):
+        raise SystemExit("usage: python -m flows.prefect_server PARENT_PID PORT [--pdeathsig]")
+    parent, port = int(argv[0]), int(argv[1])
+    _die_with_parent(parent, "--pdeathsig" in argv[2:])
+    import uvicorn
+
+    uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.1",
+                port=port, log_level="error", lifespan="on")
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1:])

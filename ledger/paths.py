@@ -1,0 +1,71 @@
+"""Checks of a ledger path that name the real cause before anything opens it.
+
+A directory, a CSV file or an empty file given as ``--ledger`` is not "a ledger
+whose noise key is missing": these checks run before the key is looked for,
+so the error says what the path really is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ledger.errors import LedgerOpenError
+
+# A DuckDB database file carries this magic at byte offset 8 (DuckDB storage format).
+_DUCKDB_MAGIC = b"DUCK"
+_MAGIC_OFFSET = 8
+
+
+def is_duckdb_file(path: Path) -> bool:
+    """Whether `path` starts like a DuckDB database file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_MAGIC_OFFSET + len(_DUCKDB_MAGIC))
+    except OSError:
+        return False
+    return head[_MAGIC_OFFSET:] == _DUCKDB_MAGIC
+
+
+def check_existing_ledger(path: str | os.PathLike[str]) -> Path:
+    """Refuse a path that cannot be an existing ledger, saying what it is instead.
+
+    Raises:
+        LedgerOpenError: missing, a directory, not a regular file, unreadable,
+            or not a DuckDB database.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise LedgerOpenError(
+            f"no ledger at {str(p)!r}; create one with `privpipe ledger init --ledger {p}`")
+    if p.is_dir():
+        raise LedgerOpenError(
+            f"{str(p)!r} is a directory, not a ledger file; pass the ledger's file, "
+            f"e.g. --ledger {p / 'ledger.duckdb'}")
+    if not p.is_file():
+        raise LedgerOpenError(f"{str(p)!r} is not a regular file, so not a ledger")
+    if not os.access(p, os.R_OK):
+        raise LedgerOpenError(f"cannot read the ledger {str(p)!r}: permission denied")
+    if not is_duckdb_file(p):
+        what = "an empty file" if p.stat().st_size == 0 else "not a readable DuckDB database"
+        raise LedgerOpenError(
+            f"{str(p)!r} is not a privpipe ledger ({what}); pass the ledger's .duckdb file, "
+            "or create one with `privpipe ledger init`")
+    return p
+
+
+def check_new_ledger_path(path: str | os.PathLike[str]) -> Path:
+    """Refuse a path where no ledger can be created or opened (a directory, a foreign file).
+
+    A missing path is fine (it will be created); an existing one must pass
+    `check_existing_ledger`.
+
+    Raises:
+        LedgerOpenError: as `check_existing_ledger`, for an existing path.
+    """
+    p = Path(path)
+    if p.exists() or p.is_symlink():
+        check_existing_ledger(p)
+    elif p.parent.exists() and not p.parent.is_dir():
+        raise LedgerOpenError(f"cannot create {str(p)!r}: {str(p.parent)!r} is not a directory")
+    return p

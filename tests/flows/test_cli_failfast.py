@@ -1,0 +1,122 @@
+"""Bad arguments, policy, domain, input path, ledger and key fail before Prefect starts.
+
+Each case runs the installed console script with a fresh PRIVPIPE_HOME and no
+Prefect configuration: it must exit 2 with a message naming the real cause,
+print nothing on stdout, and leave no Prefect home behind (the temporary
+server, which would create it, never started).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PRIVPIPE = Path(sys.executable).with_name("privpipe")
+
+
+@pytest.fixture()
+def home(tmp_path, policy_file) -> Path:
+    from ledger import Ledger
+    from schemas.policy import load_policy
+
+    h = tmp_path / "home"
+    Ledger.init(h / "ledger.duckdb").apply_policy(load_policy(policy_file))
+    return h
+
+
+def _run(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVPIPE_"))}
+    env.update(PRIVPIPE_HOME=str(home), HOME=str(cwd))  # HOME: no ~/.prefect profile
+    return subprocess.run([str(PRIVPIPE), *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120, check=False)
+
+
+def _curves(csv: Path, policy: Path, *extra: str) -> list[str]:
+    return ["release", "curves", str(csv), "--policy", str(policy), *extra]
+
+
+CASES = {
+    "missing input": (lambda t, c, p: _curves(t / "missing.csv", p, "--domain", "tracks",
+                                              "--epsilon", "1"), "no such file"),
+    "input is a directory": (lambda t, c, p: _curves(t, p, "--domain", "tracks",
+                                                     "--epsilon", "1"), "is a directory"),
+    "epsilon 0": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "0"),
+                  "--epsilon must be > 0"),
+    "epsilon not a number": (lambda t, c, p: _curves(c, p, "--domain", "tracks",
+                                                     "--epsilon", "abc"),
+                             "--epsilon must be a positive number"),
+    "epsilon and rho": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                                "--rho", "1"), "exactly one of"),
+    "unknown domain": (lambda t, c, p: _curves(c, p, "--domain", "nope", "--epsilon", "1"),
+                       "unknown domain 'nope'"),
+    "streams domain for curves": (lambda t, c, p: _curves(c, p, "--domain", "meters",
+                                                          "--epsilon", "1"),
+                                  "holds streams, not curves"),
+    "rho on a GP domain": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--rho", "1"),
+                           "GP (ε) domain"),
+    "unknown mechanism": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                                  "--mechanism", "magic"),
+                          "unknown curves mechanism 'magic'"),
+    "mechanism of another metric": (lambda t, c, p: _curves(c, p, "--domain", "tracks",
+                                                            "--epsilon", "1", "--mechanism",
+                                                            "baseline"),
+                                    "is private w.r.t. dist_inf"),
+    "unknown option": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                               "--options", '{"nope": 1}'),
+                       "has no option 'nope'"),
+    "unknown task runner": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon",
+                                                    "1", "--task-runner", "spark"),
+                            "unknown task runner"),
+    "out is a file": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                              "--out", str(c)), "is not a directory"),
+    "bad options": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                            "--options", "[1]"), "JSON object"),
+    "ledger missing": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                               "--ledger", str(t / "none.duckdb")),
+                       "no ledger at"),
+    "ledger is a directory": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon",
+                                                      "1", "--ledger", str(t)),
+                              "is a directory, not a ledger file"),
+    "ledger is a CSV": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
+                                                "--ledger", str(c)), "is not a privpipe ledger"),
+    "streams epsilon above cap": (lambda t, c, p: ["release", "streams", str(c), "--policy",
+                                                   str(p), "--domain", "meters", "--epsilon",
+                                                   "3"], "exceeds the domain's cap"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_release_errors_appear_before_prefect_starts(case, tmp_path, home, curves_csv,
+                                                     policy_file):
+    make_args, expected = CASES[case]
+    res = _run(make_args(tmp_path, curves_csv, policy_file), home, tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert expected in res.stderr, res.stderr
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    assert not (home / "prefect").exists(), "Prefect was started before the checks"
+
+
+def test_ledger_without_its_key_says_so(tmp_path, home, curves_csv, policy_file):
+    (home / "ledger.duckdb.key").unlink()
+    res = _run(_curves(curves_csv, policy_file, "--domain", "tracks", "--epsilon", "1"), home,
+               tmp_path)
+    assert res.returncode == 2
+    assert "noise key" in res.stderr and "missing" in res.stderr, res.stderr
+    assert not (home / "prefect").exists()
+
+
+def test_domain_missing_from_the_ledger_is_named(tmp_path, curves_csv, policy_file):
+    from ledger import Ledger
+
+    h = tmp_path / "bare"
+    Ledger.init(h / "ledger.duckdb")  # no policy applied
+    res = _run(_curves(curves_csv, policy_file, "--domain", "tracks", "--epsilon", "1"), h,
+               tmp_path)
+    assert res.returncode == 2
+    assert "has no domain 'tracks'" in res.stderr and "policy apply" in res.stderr, res.stderr
+    assert not (h / "prefect").exists()

@@ -1,0 +1,55 @@
+"""A policy's errors are listed all at once, each naming domains.NAME.key and the choices.
+
+On main the first bad key stopped the parse, so an operator fixed one error per run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.errors import PolicyError
+from schemas.policy import parse_policy
+
+
+def test_every_bad_key_of_every_domain_is_listed():
+    data = {"domains": {
+        "a": {"kind": "curves", "notion": "dp", "cap": "-1", "time_unit": "weeks",
+              "public": {"duration": True, "points": True}, "colour": "red"},
+        "b": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 0,
+              "value_range": [1.0, 0.0]},
+        "c": {"kind": "tables", "cap": "1", "sort": "yes"},
+    }}
+    with pytest.raises(PolicyError) as err:
+        parse_policy(data, source="p.toml")
+    keys = [p.column for p in err.value.problems]
+    assert keys == ["domains.a.colour", "domains.a.cap", "domains.a.notion",
+                    "domains.a.time_unit", "domains.b.w", "domains.b.value_range",
+                    "domains.c.sort", "domains.c.kind"]
+    by_key = {p.column: p.message for p in err.value.problems}
+    assert "gp, cgp" in by_key["domains.a.notion"]
+    assert "ms, s, min, h, d" in by_key["domains.a.time_unit"]
+    assert "curves, streams" in by_key["domains.c.kind"]
+    assert "allowed:" in by_key["domains.a.colour"]
+    text = str(err.value)
+    assert text.startswith("p.toml: 8 problems in the policy:")
+    assert all(k in text for k in keys)
+
+
+def test_one_problem_keeps_the_one_line_message():
+    with pytest.raises(PolicyError) as err:
+        parse_policy({"domains": {"a": {"kind": "streams", "notion": "wevent", "cap": "1",
+                                        "w": 2}}}, source="p.toml")
+    assert len(err.value.problems) == 1
+    assert "domains.a.value_range" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_valid_domain_beside_a_bad_one_is_not_enough():
+    data = {"domains": {
+        "good": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 2,
+                 "value_range": [0.0, 1.0]},
+        "bad": {"kind": "streams", "notion": "gp", "cap": "1", "w": 2,
+                "value_range": [0.0, 1.0]},
+    }}
+    with pytest.raises(PolicyError) as err:
+        parse_policy(data)
+    assert [p.column for p in err.value.problems] == ["domains.bad.notion"]
