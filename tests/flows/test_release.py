@@ -140,11 +140,16 @@ def test_release_streams_with_cpr(streams_csv, policy_file, ledger_path, tmp_pat
     rec = pq.read_table(rdir / "reconstruction.parquet").to_pandas()
     assert len(rec) == 3 * 240
     assert res["manifest"]["counts"]["users_released"] == 3
-    # a second release over the same steps would double every window: all denied
-    again = release_streams(input_path=str(streams_csv), domain="meters", epsilon="1",
-                            out_dir=str(tmp_path), ledger_path=str(ledger_path),
-                            policy_path=str(policy_file), release_id="second-pass")
-    assert again["manifest"]["counts"]["users_denied"] == 3
+    # a second release over the same steps would double every window: all denied, and
+    # the run fails (state Denied, exit 3) with the counts
+    from flows.outcome import ReleaseNotMadeError
+
+    with pytest.raises(ReleaseNotMadeError, match="0 of 3 users released; 3 denied") as exc:
+        release_streams(input_path=str(streams_csv), domain="meters", epsilon="1",
+                        out_dir=str(tmp_path), ledger_path=str(ledger_path),
+                        policy_path=str(policy_file), release_id="second-pass")
+    assert exc.value.exit_code == 3
+    assert exc.value.result["manifest"]["counts"]["users_denied"] == 3
 
 
 @pytest.mark.slow
