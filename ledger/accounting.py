@@ -29,6 +29,9 @@ from ledger.errors import LedgerInternalError, NotionMismatchError
 Run = tuple[int, int, int]
 """A w-event run: steps [start, stop) each costing `quanta` (negative for refunds)."""
 
+KIND_SIGN = {"reserve": 1, "refund": -1, "close": -1}
+"""Signed contribution of an entry kind to its account's spend (other kinds: 0)."""
+
 
 def charged_amount(account_notion: str, request_notion: str, amount: Fraction) -> Fraction:
     """The exact amount a request costs in the account's own notion.

@@ -11,7 +11,7 @@ columns as their stored text, the timestamp as ``YYYY-MM-DD HH:MM:SS.ffffff``
 UTC) followed by the entry's w-event step runs ``[[start, stop, amount], ...]``.
 Changing any stored byte of an entry, deleting an entry or swapping two entries
 therefore breaks the chain at (or right after) that entry, and `verify` in
-`ledger.ledger` names the first bad one. The chain head (last seq and hash) is
+`ledger.verify` names the first bad one. The chain head (last seq and hash) is
 also kept in the ``chain_head`` table with a keyed seal, so truncating the tail
 or re-hashing the whole chain without the noise key is detected as well.
 """

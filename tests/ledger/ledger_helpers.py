@@ -56,3 +56,26 @@ def subprocess_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+def load_fixture(name: str, path: Path) -> Path:
+    """Build a ledger file at `path` from a `tests/ledger/data/<name>` export (and its key).
+
+    The exports are ``EXPORT DATABASE ... (FORMAT csv)`` of ledgers written by
+    earlier privpipe versions (see the README in `tests/ledger/data/`).
+    """
+    import shutil
+
+    import duckdb
+
+    src = REPO / "tests" / "ledger" / "data" / name
+    con = duckdb.connect(str(path))
+    try:
+        con.execute((src / "schema.sql").read_text(encoding="utf-8"))
+        con.execute((src / "load.sql").read_text(encoding="utf-8").replace("{dir}", str(src)))
+    finally:
+        con.close()
+    key = path.with_name(path.name + ".key")
+    shutil.copyfile(src / "ledger.duckdb.key", key)
+    os.chmod(key, 0o600)
+    return path

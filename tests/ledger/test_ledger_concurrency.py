@@ -129,17 +129,17 @@ def test_the_wait_is_bounded(led, ledger_path):
 CRASHER = textwrap.dedent("""
     import sys, time
     from ledger import Ledger, Request
-    import ledger.ledger as mod
+    import ledger.storage as mod
 
     path, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     led = Ledger(path, actor="crasher")
     if mode == "pause":
-        orig = mod.Ledger._save_accounts
-        def paused(self, con, accounts):
-            orig(self, con, accounts)       # entries and accounts written, not committed
+        orig = mod.save_accounts
+        def paused(con, accounts):
+            orig(con, accounts)             # entries and accounts written, not committed
             print("MID", flush=True)
             time.sleep(60)
-        mod.Ledger._save_accounts = paused
+        mod.save_accounts = paused
     print("START", flush=True)
     k = 0
     while True:

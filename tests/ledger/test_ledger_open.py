@@ -224,3 +224,28 @@ def test_ids_with_lone_surrogates_are_bad_input_in_queries(led):
                                      mechanism="m", parameters={})):
         with pytest.raises(ParameterError, match="Unicode"):
             call()
+
+
+def test_a_ledger_written_before_the_package_split_opens_verifies_and_continues(tmp_path):
+    from fractions import Fraction
+
+    from ledger_helpers import load_fixture
+
+    led = Ledger(load_fixture("ledger_v2", tmp_path / "old.duckdb"))
+    rep = led.verify()
+    assert rep.ok and rep.entries_checked == 13, rep.message
+    bal = {(b["user_id"], b["domain"]): b["spent"] for b in led.balances()}
+    # u: 1/2 reserved, 1/8 + 1/8 settled; ecg: ε = 1/4 settled on a CGP domain is (1/4)²/2;
+    # m: steps 0..6 at 1/4 reserved, 0..4 settled: the largest window of 4 steps holds 1
+    assert bal == {("u", "ais"): Fraction(1, 4), ("v", "ais"): 0, ("x", "ais"): 0,
+                   ("o'brien\n", "ais"): Fraction(1, 4), ("u", "ecg"): Fraction(1, 32),
+                   ("m", "power"): 1}
+    assert led.release("r1")["manifest"] == {"files": {"curves": "curves.parquet"}, "eps": "1/2"}
+    assert led.release("dead")["state"] == "closed"
+    again = led.reserve("r1", [Request("u", "ais", amount=0.5)], mechanism="privfuncseg",
+                        parameters={"epsilon": "1/2"})
+    assert again.admitted[0].replayed and again.admitted[0].entry_seq == 1
+    more = led.reserve("r2", [Request("u", "ais", amount=0.75), Request("v", "ais", amount=1.5)],
+                       mechanism="m", parameters={})
+    assert [d.user_id for d in more.admitted] == ["u"] and more.admitted[0].entry_seq == 14
+    assert led.verify().ok

@@ -363,12 +363,15 @@ def _entries(path):
         con.close()
 
 
-def test_column_wise_and_per_user_paths_write_the_same_entries(tmp_path, policy, monkeypatch):
-    """The column-wise reserve/settle write what the user-by-user code writes."""
+def test_shared_and_distinct_amount_objects_write_the_same_entries(tmp_path, policy):
+    """One amount or cost object for all, or equal distinct ones: the same entries.
+
+    reserve and settle price equal amounts once (a memo by object and value);
+    the result must not depend on how the caller built its objects.
+    """
     eps = Fraction(1, 4)
     runs = {}
     for shared in (True, False):
-        monkeypatch.setattr(Ledger, "_column_wise", shared)
         path = tmp_path / f"{shared}.duckdb"
         led = Ledger.init(path, actor="pytest")
         led.apply_policy(policy)

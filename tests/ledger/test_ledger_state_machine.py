@@ -2,7 +2,9 @@
 
 An independent model in exact Fractions predicts every decision and balance;
 the ledger must agree, never exceed a cap, write nothing on replays, and keep
-its balances equal to the sum of its entries (`verify`).
+its balances equal to the sum of its entries (`verify`). The pure admission
+function (`ledger.admission.admit`) is also run directly on the model's state
+before every reserve and must make the model's decisions.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import tempfile
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -19,6 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from ledger_helpers import POLICY
 
 from ledger import Ledger, Request, Settlement
+from ledger.admission import Accounts, Charges, admit
+from ledger.amounts import cap_units, charge_units
 from mechanisms.cost import Cost, CostItem
 from schemas.errors import ParameterError
 from schemas.policy import parse_policy
@@ -62,6 +67,7 @@ class LedgerMachine(RuleBasedStateMachine):
         for user, dom, k, step in picks:
             eps = AMOUNTS[dom][k % len(AMOUNTS[dom])]
             reqs.append(Request(user, dom, step=step, notion="gp", amount=eps))
+        direct = self._admit_directly(reqs)
         # model: all-or-nothing per user
         by_user: dict[str, list[Request]] = {}
         for r in reqs:
@@ -77,6 +83,7 @@ class LedgerMachine(RuleBasedStateMachine):
             if ok:
                 for d, a in add.items():
                     self.spent[(user, d)] += a
+        assert direct == expect
         result = self.led.reserve(rel, reqs, mechanism="m", parameters={"n": self.n_rel})
         got = {(d.user_id, d.step): d.admitted for d in result.admitted + result.denied}
         assert got == expect
@@ -86,6 +93,28 @@ class LedgerMachine(RuleBasedStateMachine):
                 "status": "reserved" if expect[(r.user_id, r.step)] else "denied"}
         self.n_entries += len(reqs)
         self.calls.append((rel, reqs, sorted((k[0], k[1], v) for k, v in expect.items())))
+
+    def _admit_directly(self, reqs):
+        """The pure admission function on the model's balances: {(user, step): admitted}."""
+        users = list(dict.fromkeys(r.user_id for r in reqs))
+        accs = list(dict.fromkeys((r.user_id, r.domain) for r in reqs))
+
+        def objects(values):
+            out = np.empty(len(values), object)
+            out[:] = values
+            return out
+
+        accounts = Accounts(cap=objects([cap_units(CAPS[d]) for _, d in accs]),
+                            spent=objects([charge_units(self.spent[a]) for a in accs]),
+                            w=np.zeros(len(accs), np.int64), history=[[] for _ in accs],
+                            labels=["ε"] * len(accs), streams=[""] * len(accs))
+        charges = Charges(
+            user=np.array([users.index(r.user_id) for r in reqs], np.int64),
+            account=np.array([accs.index((r.user_id, r.domain)) for r in reqs], np.int64),
+            units=objects([charge_units(_cost(r.domain, r.amount)) for r in reqs]),
+            runs=[[] for _ in reqs], denied_before=np.zeros(len(users), bool))
+        out = admit(accounts, charges)
+        return {(r.user_id, r.step): bool(a) for r, a in zip(reqs, out.admitted, strict=True)}
 
     @precondition(lambda self: self.calls)
     @rule(i=st.integers(0, 10**6))

@@ -1,0 +1,139 @@
+"""Compliance queries: balances, a user's history, releases, denials, exports.
+
+Each function runs in the caller's transaction and returns plain rows with
+exact amounts (`fractions.Fraction`); `export` writes a table for auditors
+with exact amounts as integer quanta in text columns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ledger.amounts import UNITS_PER_EPSILON, from_units
+from schemas.errors import ParameterError
+
+
+def _dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The rows of an executed query as dicts."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def balances(con: duckdb.DuckDBPyConnection, domain: str | None) -> list[dict[str, Any]]:
+    """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units."""
+    out = _dicts(con.execute(
+        "SELECT a.user_id, a.domain, a.stream_id, d.notion, a.cap, a.spent, "
+        "d.units_label AS units FROM accounts a JOIN domains d ON d.domain = a.domain "
+        "WHERE ? IS NULL OR a.domain = ? ORDER BY a.domain, a.user_id, a.stream_id",
+        [domain, domain]))
+    for r in out:
+        cap, spent = int(r["cap"]), int(r["spent"])
+        r["cap"], r["spent"], r["remaining"] = (from_units(cap), from_units(spent),
+                                                from_units(cap - spent))
+    return [{k: r[k] for k in ("user_id", "domain", "stream_id", "notion", "cap", "spent",
+                               "remaining", "units")} for r in out]
+
+
+def history(con: duckdb.DuckDBPyConnection, user_id: str, domain: str | None
+            ) -> list[dict[str, Any]]:
+    """Every entry of one user in seq order, amounts as exact Fractions."""
+    out = _dicts(con.execute(
+        "SELECT seq, entry_id, created_at, release_id, domain, step, stream_id, kind, "
+        "notion, amount, balance_after, cap, mechanism, parameters, reason, actor "
+        "FROM entries WHERE user_id = ? AND (? IS NULL OR domain = ?) ORDER BY seq",
+        [user_id, domain, domain]))
+    for r in out:
+        for c in ("amount", "balance_after", "cap"):
+            r[c] = None if r[c] is None else from_units(int(r[c]))
+    return out
+
+
+def releases(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Every release: id, state, admitted/denied user counts, net spent, seq range."""
+    out = _dicts(con.execute(
+        "SELECT r.release_id, r.state, r.created_at, r.updated_at, "
+        "count(DISTINCT e.user_id) FILTER (WHERE e.kind = 'reserve') AS users_admitted, "
+        "count(DISTINCT e.user_id) FILTER (WHERE e.kind = 'deny') AS users_denied, "
+        "CAST(coalesce(sum(CASE e.kind WHEN 'reserve' THEN e.amount WHEN 'refund' THEN "
+        "-e.amount WHEN 'close' THEN -e.amount ELSE 0 END), 0) AS VARCHAR) AS net_quanta, "
+        "min(e.seq) AS first_seq, max(e.seq) AS last_seq "
+        "FROM releases r LEFT JOIN entries e ON e.release_id = r.release_id "
+        "GROUP BY ALL ORDER BY r.created_at, r.release_id"))
+    for r in out:
+        r["net_spent"] = from_units(int(r.pop("net_quanta")))
+    return out
+
+
+def denials(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
+    out = _dicts(con.execute(
+        "SELECT seq, created_at, release_id, user_id, domain, step, stream_id, notion, "
+        "amount, reason FROM entries WHERE kind = 'deny' ORDER BY seq"))
+    for r in out:
+        r["requested"] = from_units(int(r.pop("amount")))
+    return out
+
+
+EXPORTS = {
+    "entries": (
+        "SELECT e.seq, e.entry_id, e.prev_hash, e.hash, e.created_at, e.actor, "  # noqa: S608
+        "e.release_id, e.user_id, e.domain, e.step, e.stream_id, e.kind, e.notion, "
+        "CAST(e.amount AS VARCHAR) AS amount_quanta, "
+        f"CAST(e.amount AS DOUBLE) / {float(UNITS_PER_EPSILON)!r} AS amount, "
+        "CAST(e.cap AS VARCHAR) AS cap_quanta, "
+        "CAST(e.balance_after AS VARCHAR) AS balance_after_quanta, "
+        "e.mechanism, e.parameters, e.detail, e.reason, e.flow_run_id, "
+        "e.input_fingerprint, (SELECT string_agg(r.run_start || ':' || r.run_stop || ':' "
+        "|| CAST(r.amount AS VARCHAR), ';' ORDER BY r.run_start) FROM step_runs r "
+        "WHERE r.seq = e.seq) AS step_runs FROM entries e ORDER BY e.seq"
+    ),
+    "balances": (
+        "SELECT user_id, domain, stream_id, notion, cap, spent, remaining, units, "
+        "CAST(cap_quanta AS VARCHAR) AS cap_quanta, "
+        "CAST(spent_quanta AS VARCHAR) AS spent_quanta FROM balances "
+        "ORDER BY domain, user_id, stream_id"
+    ),
+    "releases": "SELECT * FROM release_summary ORDER BY first_seq",
+    "denials": "SELECT * FROM denials ORDER BY seq",
+}
+"""The tables `export` writes, by name."""
+
+
+def check_export(fmt: str, what: str) -> None:
+    """Refuse an unknown export format or table.
+
+    Raises:
+        ParameterError: naming the allowed values.
+    """
+    if fmt not in ("csv", "parquet", "json"):
+        raise ParameterError("export format must be csv, parquet or json")
+    if what not in EXPORTS:
+        raise ParameterError(f"export table must be one of {', '.join(EXPORTS)}")
+
+
+def export_table(con: duckdb.DuckDBPyConnection, what: str) -> pa.Table:
+    """One export table as Arrow."""
+    return con.sql(EXPORTS[what]).to_arrow_table()
+
+
+def write_table(tbl: pa.Table, path: str | os.PathLike[str], fmt: str) -> int:
+    """Write an export table as csv, parquet or json (a JSON array); return the row count."""
+    out = Path(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(tbl, out)
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        pcsv.write_csv(tbl, out)
+    else:
+        out.write_text(json.dumps(tbl.to_pylist(), default=str, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+    return tbl.num_rows

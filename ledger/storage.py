@@ -1,0 +1,397 @@
+"""Storage and transactions: the DuckDB file, its locks, and the rows operations read.
+
+Every ledger operation runs as one short transaction through `Store.transact`:
+it opens a connection, runs the operation, commits and closes. A process that
+finds the file locked (``IOException: Could not set lock``) or whose
+transaction conflicts (``TransactionException``) rolls back and retries with
+jittered exponential backoff (5 ms doubling to 250 ms) until ``lock_timeout``
+has passed, then raises `LedgerBusyError`. Threads of one process queue on a
+per-file lock, and every writing transaction updates the single ``chain_head``
+row, so concurrent writers are serialised. The functions below read and
+write rows inside such a transaction (accounts, domains, step runs, releases).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from ledger import keys, schema
+from ledger.accounting import KIND_SIGN, Run
+from ledger.amounts import UNITS_PER_EPSILON
+from ledger.chain import GENESIS_HASH, format_ts
+from ledger.errors import LedgerBusyError, LedgerIntegrityError, LedgerOpenError
+from ledger.schema import first_row
+
+T = TypeVar("T")
+AccountKey = tuple[str, str, str]
+"""(user_id, domain, stream_id)."""
+
+_process_locks: dict[str, threading.RLock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def now() -> str:
+    """The current UTC time as an entry timestamp."""
+    return format_ts(datetime.now(UTC).replace(tzinfo=None))
+
+
+def _process_lock(path: Path) -> threading.RLock:
+    k = str(path.resolve())
+    with _process_locks_guard:
+        lock = _process_locks.get(k)
+        if lock is None:
+            lock = _process_locks[k] = threading.RLock()
+        return lock
+
+
+def _sleep_backoff(attempt: int, deadline: float) -> None:
+    delay = min(0.25, 0.005 * 2 ** min(attempt, 6))
+    time.sleep(min(random.uniform(0, delay) + 0.001, max(0.0, deadline - time.monotonic())))
+
+
+@contextlib.contextmanager
+def init_lock(directory: Path, deadline: float) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on `directory` (polling until `deadline`).
+
+    Raises:
+        LedgerBusyError: another process held the lock until the deadline.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # an unreadable directory: creating in it fails with a clear error anyway
+        yield
+        return
+    try:
+        attempt = 0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LedgerBusyError(
+                        f"gave up waiting for another process creating a ledger in "
+                        f"{str(directory)!r}") from None
+                _sleep_backoff(attempt, deadline)
+                attempt += 1
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _is_lock_error(err: Exception) -> bool:
+    text = str(err)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+@dataclass
+class Store:
+    """A ledger database file and the transactions run on it."""
+
+    path: Path
+    lock_timeout: float
+
+    def _connect(self, deadline: float, attempt: int) -> duckdb.DuckDBPyConnection:
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as err:
+                if not _is_lock_error(err):
+                    raise LedgerOpenError(
+                        f"cannot open the ledger {str(self.path)!r}: not a readable DuckDB "
+                        f"database ({str(err).splitlines()[0]})"
+                    ) from None
+            except duckdb.Error as err:
+                raise LedgerOpenError(
+                    f"cannot open the ledger {str(self.path)!r}: {str(err).splitlines()[0]}"
+                ) from None
+            attempt = self._backoff(deadline, attempt, "another process holds the ledger file")
+
+    def _backoff(self, deadline: float, attempt: int, why: str) -> int:
+        if time.monotonic() >= deadline:
+            raise LedgerBusyError(
+                f"gave up after {self.lock_timeout:g} s: {why} ({str(self.path)!r}); "
+                "retry when the other release has finished"
+            )
+        _sleep_backoff(attempt, deadline)
+        return attempt + 1
+
+    def transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run `fn(con)` in one transaction, retrying on file locks and conflicts."""
+        deadline = time.monotonic() + self.lock_timeout
+        attempt = 0
+        with _process_lock(self.path):
+            while True:
+                con = self._connect(deadline, attempt)
+                try:
+                    con.execute("BEGIN TRANSACTION")
+                    result = fn(con)
+                    con.execute("COMMIT")
+                    return result
+                except duckdb.TransactionException:
+                    _rollback(con)
+                    attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
+                except (duckdb.IOException, duckdb.SerializationException) as err:
+                    _rollback(con)
+                    raise LedgerOpenError(
+                        f"cannot read the ledger {str(self.path)!r}: "
+                        f"{str(err).splitlines()[0]} (truncated or corrupted file? restore it "
+                        "from backup)"
+                    ) from None
+                except BaseException:
+                    _rollback(con)
+                    raise
+                finally:
+                    con.close()
+
+
+def create(p: Path, kp: Path) -> None:
+    """Create the database and its key unless both exist (the caller holds `init_lock`).
+
+    Raises:
+        LedgerOpenError: only one of the two files exists, or a file cannot be created.
+    """
+    if p.exists() and kp.exists():
+        return
+    if p.exists():
+        raise LedgerOpenError(
+            f"the ledger {str(p)!r} exists but its noise key {str(kp)!r} is missing; "
+            "restore the key from backup (privpipe never regenerates it)"
+        )
+    if kp.exists():
+        raise LedgerOpenError(
+            f"a noise key {str(kp)!r} exists without its ledger {str(p)!r}; restore the "
+            "ledger or move the key away before creating a new ledger"
+        )
+    key = keys.create_key(kp)
+    try:
+        con = duckdb.connect(str(p))
+    except duckdb.Error as err:
+        kp.unlink(missing_ok=True)
+        raise LedgerOpenError(f"cannot create the ledger {str(p)!r}: {err}") from None
+    try:
+        created = now()
+        con.execute("BEGIN TRANSACTION")
+        schema.create(con, created)
+        con.executemany("INSERT INTO meta VALUES (?, ?)", [
+            ["ledger_id", os.urandom(16).hex()],
+            ["units_per_epsilon", str(UNITS_PER_EPSILON)],
+            ["key_fingerprint", keys.key_fingerprint(key)],
+            ["created_at", created],
+        ])
+        con.execute("INSERT INTO chain_head VALUES (1, 0, ?, ?)",
+                    [GENESIS_HASH, keys.chain_seal(key, 0, GENESIS_HASH)])
+        con.execute("COMMIT")
+    except BaseException:
+        con.close()
+        p.unlink(missing_ok=True)
+        Path(str(p) + ".wal").unlink(missing_ok=True)
+        kp.unlink(missing_ok=True)
+        raise
+    con.close()
+
+
+def open_tx(con: duckdb.DuckDBPyConnection, path: Path, key: bytes) -> str:
+    """Check the schema version (upgrading an older one) and return the key fingerprint.
+
+    Raises:
+        LedgerOpenError: not a privpipe ledger, a newer schema, a missing upgrade
+            step, missing metadata or another amount quantum.
+    """
+    try:
+        version = schema.stored_version(con)
+    except duckdb.Error as err:
+        raise LedgerOpenError(f"cannot read {str(path)!r}: {err}") from None
+    if version is None:
+        raise LedgerOpenError(
+            f"{str(path)!r} is a DuckDB file but not a privpipe ledger "
+            "(no privpipe-ledger schema_version)"
+        )
+    if version > schema.SCHEMA_VERSION:
+        raise LedgerOpenError(
+            f"the ledger {str(path)!r} has schema version {version}, newer than this "
+            f"privpipe supports ({schema.SCHEMA_VERSION}); upgrade privpipe"
+        )
+    if version < schema.SCHEMA_VERSION:
+        try:
+            schema.migrate(con, version, now(), key)
+        except LookupError as err:
+            raise LedgerOpenError(f"cannot upgrade {str(path)!r}: {err}") from None
+    row = first_row(con.execute("SELECT value FROM meta WHERE key = 'key_fingerprint'"))
+    units = first_row(con.execute("SELECT value FROM meta WHERE key = 'units_per_epsilon'"))
+    if not row or not units:
+        raise LedgerOpenError(f"the ledger {str(path)!r} lacks its metadata")
+    if int(units[0]) != UNITS_PER_EPSILON:
+        raise LedgerOpenError(
+            f"the ledger {str(path)!r} uses a different amount quantum; "
+            "it was written by an incompatible privpipe"
+        )
+    return str(row[0])
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
+    """Make an Arrow table visible to SQL as `name` for the duration of the block."""
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
+def head(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
+    """(last_seq, last_hash) of the chain head.
+
+    Raises:
+        LedgerIntegrityError: the ``chain_head`` row is missing.
+    """
+    row = first_row(con.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1"))
+    if row is None:
+        raise LedgerIntegrityError("the ledger's chain_head row is missing")
+    return int(row[0]), str(row[1])
+
+
+_DOMAIN_FIELDS = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit", "value_unit",
+                  "units_label")
+
+
+def load_domains(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    """Every domain row by name (cap in quanta, as stored)."""
+    cols = ", ".join(_DOMAIN_FIELDS)
+    rows = con.execute(f"SELECT {cols} FROM domains").fetchall()  # noqa: S608
+    return {r[0]: dict(zip(_DOMAIN_FIELDS, r, strict=True)) for r in rows}
+
+
+def check_domain_macs(con: duckdb.DuckDBPyConnection, key: bytes, names: Iterable[str]) -> None:
+    """Refuse to charge against a domain row (cap, notion, w) edited outside privpipe.
+
+    Raises:
+        LedgerIntegrityError: a named domain's keyed MAC does not match; nothing is charged.
+    """
+    wanted = set(names)
+    cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
+    for *row, mac in con.execute(f"SELECT {cols}, mac FROM domains").fetchall():  # noqa: S608
+        if row[0] in wanted and mac != schema.domain_mac(key, tuple(row)):
+            raise LedgerIntegrityError(
+                f"domain {row[0]!r} was changed outside privpipe (its keyed MAC does not "
+                "match); nothing was charged. Run `privpipe ledger verify` and restore the "
+                "ledger from backup."
+            )
+
+
+def _keys_table(users: Sequence[str], domains: Sequence[str], streams: Sequence[str]
+                ) -> pa.Table:
+    return pa.table({
+        "i": pa.array(range(len(users)), pa.int64()),
+        "user_id": pa.array(users, pa.string()),
+        "domain": pa.array(domains, pa.string()),
+        "stream_id": pa.array(streams, pa.string()),
+    })
+
+
+def account_spent(con: duckdb.DuckDBPyConnection, users: Sequence[str], domains: Sequence[str],
+                  streams: Sequence[str]) -> list[int | None]:
+    """Stored spent (quanta) of each (user, domain, stream), None for a new account."""
+    with registered(con, "_pp_keys", _keys_table(users, domains, streams)):
+        found = con.sql(
+            "SELECT k.i, CAST(a.spent AS VARCHAR) AS spent FROM _pp_keys k JOIN accounts a "
+            "ON a.user_id = k.user_id AND a.domain = k.domain AND a.stream_id = k.stream_id"
+        ).to_arrow_table()
+    out: list[int | None] = [None] * len(users)
+    texts = found.column("spent").to_pylist()
+    memo = {t: int(t) for t in set(texts)}
+    for i, t in zip(found.column("i").to_pylist(), texts, strict=True):
+        out[i] = memo[t]
+    return out
+
+
+def account_runs(con: duckdb.DuckDBPyConnection, accounts: Sequence[AccountKey]
+                 ) -> dict[AccountKey, list[Run]]:
+    """The signed step runs (reserve +, refund and close -) of w-event accounts."""
+    out: dict[AccountKey, list[Run]] = {k: [] for k in accounts}
+    if not accounts:
+        return out
+    users, domains, streams = (list(c) for c in zip(*accounts, strict=True))
+    with registered(con, "_pp_keys", _keys_table(users, domains, streams)):
+        rows = con.execute(
+            "SELECT r.user_id, r.domain, r.stream_id, r.kind, r.run_start, r.run_stop, "
+            "r.amount FROM step_runs r JOIN _pp_keys k ON r.user_id = k.user_id "
+            "AND r.domain = k.domain AND r.stream_id = k.stream_id "
+            "WHERE r.kind IN ('reserve', 'refund', 'close')"
+        ).fetchall()
+    for u, d, s, kind, a, b, q in rows:
+        out[(u, d, s)].append((int(a), int(b), KIND_SIGN[kind] * int(q)))
+    return out
+
+
+@dataclass
+class AccountWrites:
+    """Accounts to insert or update, as columns (cap and spent in quanta)."""
+
+    users: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)
+    streams: list[str] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)
+    spents: list[int] = field(default_factory=list)
+
+    def add(self, user: str, domain: str, stream: str, cap: int, spent: int) -> None:
+        """Queue one account row."""
+        self.users.append(user)
+        self.domains.append(domain)
+        self.streams.append(stream)
+        self.caps.append(cap)
+        self.spents.append(spent)
+
+
+def save_accounts(con: duckdb.DuckDBPyConnection, accounts: AccountWrites) -> None:
+    """Insert or update accounts (one bulk upsert; an existing row keeps its cap)."""
+    if not accounts.users:
+        return
+    memo = {v: str(v) for v in {*accounts.caps, *accounts.spents}}
+    tbl = pa.table({
+        "user_id": pa.array(accounts.users, pa.string()),
+        "domain": pa.array(accounts.domains, pa.string()),
+        "stream_id": pa.array(accounts.streams, pa.string()),
+        "cap": pa.array(list(map(memo.__getitem__, accounts.caps)), pa.string()),
+        "spent": pa.array(list(map(memo.__getitem__, accounts.spents)), pa.string()),
+    })
+    with registered(con, "_pp_acc", tbl):
+        con.execute(
+            "INSERT INTO accounts SELECT user_id, domain, stream_id, CAST(cap AS HUGEINT), "
+            "CAST(spent AS HUGEINT) FROM _pp_acc ON CONFLICT (user_id, domain, stream_id) "
+            "DO UPDATE SET spent = excluded.spent"
+        )
+
+
+def runs_of(con: duckdb.DuckDBPyConnection, seqs: Sequence[int]) -> dict[int, list[Run]]:
+    """The step runs of the given entries, by seq (sorted by start, stop, amount)."""
+    tbl = pa.table({"seq": pa.array(seqs, pa.int64())})
+    with registered(con, "_pp_seqs", tbl):
+        rows = con.execute(
+            "SELECT r.seq, r.run_start, r.run_stop, r.amount FROM step_runs r SEMI JOIN "
+            "_pp_seqs s ON s.seq = r.seq ORDER BY r.seq, r.run_start, r.run_stop, r.amount"
+        ).fetchall()
+    out: dict[int, list[Run]] = {int(s): [] for s in seqs}
+    for seq, a, b, q in rows:
+        out[int(seq)].append((int(a), int(b), int(q)))
+    return out

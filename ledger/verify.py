@@ -1,0 +1,409 @@
+"""Verify: recompute the hash chain, its seal, every balance and every MAC; name the first fault.
+
+One path for every ledger. The chain is checked set-based in DuckDB: per entry
+(in seq order) the first failing check of: duplicate seq, missing seqs, step
+runs that do not match their entry, prev_hash link, SHA-256 of the canonical
+bytes (an entry whose hash does not match in SQL, e.g. text that needs the
+JSON escapes of control characters, is re-hashed by `chain.canonical`). The
+balances are replayed column-wise in Python on exact integers: gp/cgp
+accounts as running sums per account, w-event accounts by the window sweep.
+The first faulty entry (by position, then by check order) is named with its
+seq and entry_id. Then the orphan step runs, the chain head and its keyed
+seal, the domain and release MACs and the stored accounts are checked, in
+that order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ledger import accounting, keys, schema
+from ledger.accounting import KIND_SIGN, Run
+from ledger.chain import GENESIS_HASH, HASHED_COLUMNS, canonical, entry_hash
+from ledger.columns import combine, group_running_sum, object_array
+from ledger.entries import ENTRY_COLUMNS
+from ledger.records import VerifyReport
+from ledger.schema import first_row
+from ledger.storage import head, load_domains, registered, runs_of
+
+KINDS = ("reserve", "settle", "refund", "deny", "close")
+
+# Chain problems, in the order they are checked for one entry.
+DUPLICATE, MISSING, RUN_MISMATCH, PREV_LINK, HASH = 1, 2, 3, 4, 5
+# Balance problems (after the chain checks of the entry).
+(KIND, NO_USER, DOMAIN, NOTION, NEGATIVE, RUNS_SUM, GP_RUNS, BELOW_ZERO, BALANCE,
+ OVER_CAP) = range(6, 16)
+
+_CHAIN_MESSAGES = {
+    DUPLICATE: "duplicate sequence number",
+    RUN_MISMATCH: "a step run does not match its entry",
+    PREV_LINK: "prev_hash does not match the previous entry's hash (entries swapped, inserted "
+               "or edited)",
+    HASH: "content does not match its hash (edited entry)",
+}
+
+
+def _json_sql(c: str, escape: bool) -> str:
+    text = f"CAST(e.{c} AS VARCHAR)"
+    if escape:  # as JSON does: backslash and double quote (control characters: in Python)
+        text = f"replace(replace({text}, '\\', '\\\\'), '\"', '\\\"')"
+    return f"CASE WHEN e.{c} IS NULL THEN 'null' ELSE concat('\"', {text}, '\"') END"
+
+
+def _chain_sql() -> str:
+    """Per-entry chain check in SQL (constant text, no input): the rows with a problem.
+
+    The canonical text is built in SQL with the JSON escapes of backslash and
+    double quote; an entry that needs more (a control character in a text
+    column, an unusual timestamp) comes out with a hash mismatch and is
+    re-hashed by the reference encoder (`chain.canonical`) before it counts.
+    """
+    numbers = ("seq", "amount", "cap", "balance_after")
+    parts = []
+    for c in HASHED_COLUMNS:
+        if c == "created_at":
+            parts.append("concat('\"', strftime(e.created_at, '%Y-%m-%d %H:%M:%S.%f'), '\"')")
+        else:
+            parts.append(_json_sql(c, escape=c not in numbers))
+    canon = ", ',', ".join(parts)  # one concat() per entry: no quadratic copying
+    return (
+        # positions in (seq, entry_id) order over narrow rows, joined back to the entries
+        "WITH w AS (SELECT seq AS w_seq, entry_id AS w_id, row_number() OVER o AS pos, "  # noqa: S608
+        "lag(seq) OVER o AS prev_seq, lag(hash) OVER o AS prev_row_hash FROM entries "
+        "WINDOW o AS (ORDER BY seq, entry_id)), "
+        "e AS (SELECT x.*, w.pos, w.prev_seq, w.prev_row_hash FROM entries x "
+        "JOIN w ON w.w_seq = x.seq AND w.w_id = x.entry_id), "
+        "r AS (SELECT seq, '[' || string_agg('[\"' || CAST(run_start AS VARCHAR) || "
+        "'\",\"' || CAST(run_stop AS VARCHAR) || '\",\"' || CAST(amount AS VARCHAR) || "
+        "'\"]', ',' ORDER BY run_start, run_stop, amount) || ']' AS runs FROM step_runs "
+        "GROUP BY seq), "
+        # step runs belong to the first entry of their seq (a second one is a duplicate)
+        "x AS (SELECT seq, kind, user_id, domain, stream_id FROM entries QUALIFY "
+        "row_number() OVER (PARTITION BY seq ORDER BY entry_id) = 1), "
+        "m AS (SELECT DISTINCT s.seq FROM step_runs s JOIN x ON x.seq = s.seq "
+        "WHERE s.kind IS DISTINCT FROM x.kind OR s.user_id IS DISTINCT FROM x.user_id "
+        "OR s.domain IS DISTINCT FROM x.domain OR s.stream_id IS DISTINCT FROM x.stream_id), "
+        "c AS (SELECT e.pos, e.seq, e.entry_id, e.prev_seq, e.hash, e.prev_hash, "
+        "e.prev_row_hash, m.seq IS NOT NULL AS bad_runs, "
+        f"concat('[', {canon}, ',', coalesce(r.runs, '[]'), ']') AS canon "
+        "FROM e LEFT JOIN r ON r.seq = e.seq LEFT JOIN m ON m.seq = e.seq), "
+        "p AS (SELECT pos, seq, entry_id, prev_seq, CASE "
+        f"WHEN prev_seq = seq THEN {DUPLICATE} "
+        f"WHEN seq <> coalesce(prev_seq, 0) + 1 THEN {MISSING} "
+        f"WHEN bad_runs THEN {RUN_MISMATCH} "
+        f"WHEN prev_hash IS DISTINCT FROM coalesce(prev_row_hash, ?) THEN {PREV_LINK} "
+        "WHEN sha256(prev_hash || '|' || canon) IS DISTINCT FROM hash "
+        f"THEN {HASH} ELSE 0 END AS code FROM c) "
+        "SELECT pos, seq, entry_id, prev_seq, code FROM p WHERE code > 0 ORDER BY pos"
+    )
+
+
+_CHAIN_SQL = _chain_sql()
+_BALANCE_SQL = (
+    "SELECT e.seq, e.entry_id, e.kind, e.user_id, e.domain, e.stream_id, e.notion, "
+    "CAST(e.amount AS VARCHAR) AS amount, CAST(e.cap AS VARCHAR) AS cap, "
+    "CAST(e.balance_after AS VARCHAR) AS balance_after, coalesce(r.n, 0) AS n_runs "
+    "FROM entries e LEFT JOIN (SELECT seq, count(*) AS n FROM step_runs GROUP BY seq) r "
+    "ON r.seq = e.seq ORDER BY e.seq, e.entry_id"
+)
+
+
+class _FirstFault:
+    """The first faulty entry found so far: (position, check) order decides."""
+
+    def __init__(self) -> None:
+        self.best: tuple[int, int, int, str | None, str, int] | None = None
+
+    def add(self, pos: int, code: int, seq: int, entry_id: str | None, message: str,
+            checked: int) -> None:
+        """Keep this problem if it comes before the current one."""
+        if self.best is None or (pos, code) < self.best[:2]:
+            self.best = (pos, code, seq, entry_id, message, checked)
+
+
+def _bad(checked: int, msg: str, seq: int | None = None, eid: str | None = None
+         ) -> VerifyReport:
+    where = ""
+    if seq is not None:
+        where = f"entry seq {seq}" + (f" (entry_id {eid})" if eid else "") + ": "
+    return VerifyReport(False, checked, seq, f"ledger integrity check failed: {where}{msg}", eid)
+
+
+def _chain(con: duckdb.DuckDBPyConnection, found: _FirstFault) -> None:
+    """The chain checks; problems go to `found`."""
+    rows = con.execute(_CHAIN_SQL, [GENESIS_HASH]).fetchall()
+    recheck = []
+    for pos, seq, eid, prev_seq, code in rows:
+        if code == MISSING:
+            expected = (prev_seq or 0) + 1
+            found.add(pos, code, expected, None,
+                      f"entries seq {expected}..{seq - 1} are missing (deleted); the next entry "
+                      f"is seq {seq} (entry_id {eid})", pos - 1)
+        elif code == HASH:
+            recheck.append((pos, seq))
+        else:
+            found.add(pos, code, seq, eid, _CHAIN_MESSAGES[code], pos - 1)
+    if recheck:  # hash these entries with the reference encoder
+        tbl = pa.table({"pos": pa.array([p for p, _ in recheck], pa.int64())})
+        columns = ", ".join(ENTRY_COLUMNS)
+        with registered(con, "_pp_pos", tbl):
+            cur = con.execute(
+                f"SELECT pos, {columns} FROM (SELECT *, row_number() OVER "  # noqa: S608
+                "(ORDER BY seq, entry_id) AS pos FROM entries) "
+                "WHERE pos IN (SELECT pos FROM _pp_pos) ORDER BY pos")
+            entries = [(pos, dict(zip(ENTRY_COLUMNS, v, strict=True)))
+                       for pos, *v in cur.fetchall()]
+        runs = runs_of(con, sorted({s for _, s in recheck}))
+        for pos, e in entries:
+            if entry_hash(e["prev_hash"], canonical(e, runs.get(e["seq"], []))) != e["hash"]:
+                found.add(pos, HASH, e["seq"], e["entry_id"], _CHAIN_MESSAGES[HASH], pos - 1)
+
+
+def _dictionary(col: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """Codes (-1 for NULL) and distinct values of an Arrow column."""
+    enc = pc.dictionary_encode(col.combine_chunks())
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, enc.dictionary.to_pylist()
+
+
+def _per_row(col: pa.ChunkedArray, convert: Any = None) -> np.ndarray:
+    """An ``object`` array of a column's values, converting each distinct value once."""
+    codes, values = _dictionary(col)
+    table = object_array([convert(v) if convert else v for v in values] + [None])
+    return table[codes]
+
+
+class _Rows:
+    """The balance columns of every entry, in (seq, entry_id) order, as arrays."""
+
+    def __init__(self, tbl: pa.Table, domains: dict[str, dict[str, Any]]):
+        self.n = tbl.num_rows
+        self.seq = tbl.column("seq").to_numpy().astype(np.int64)
+        self.entry_id = tbl.column("entry_id")
+        for c in ("kind", "user_id", "domain", "stream_id", "notion"):
+            setattr(self, c, _per_row(tbl.column(c)))
+        for c in ("amount", "cap", "balance_after"):
+            setattr(self, c, _per_row(tbl.column(c), int))
+        self.n_runs = tbl.column("n_runs").to_numpy().astype(np.int64)
+        notion_of = {d: dom["notion"] for d, dom in domains.items()}
+        self.dom_notion = _per_row(tbl.column("domain"), notion_of.get)
+        self.codes = {c: _dictionary(tbl.column(c))[0] for c in ("user_id", "domain",
+                                                                   "stream_id")}
+
+    def checks(self) -> np.ndarray:
+        """Per entry the first failing check of kind, user, domain, notion, sign (0: none)."""
+        no_user = (self.user_id == "").astype(bool)
+        marker = no_user & (self.kind == "close").astype(bool) & (self.amount == 0).astype(bool)
+        known_kind = np.isin(self.kind, np.array(KINDS, object))
+        return np.select([
+            ~known_kind,
+            no_user & ~marker,
+            np.equal(self.dom_notion, None) & ~no_user,
+            (self.notion != self.dom_notion).astype(bool) & ~no_user,
+            (self.amount < 0).astype(bool) & ~no_user,
+        ], [KIND, NO_USER, DOMAIN, NOTION, NEGATIVE], 0)
+
+    def message(self, code: int, i: int, after: int | None) -> str:
+        """The text of problem `code` at row `i` (`after`: the recomputed balance)."""
+        return {
+            KIND: lambda: f"unknown entry kind {self.kind[i]!r}",
+            NO_USER: lambda: "entry without a user",
+            DOMAIN: lambda: f"unknown domain {self.domain[i]!r}",
+            NOTION: lambda: (f"notion {self.notion[i]!r} differs from domain notion "
+                             f"{self.dom_notion[i]!r}"),
+            NEGATIVE: lambda: "negative amount",
+            RUNS_SUM: lambda: "amount differs from the sum of its step runs",
+            GP_RUNS: lambda: "a gp/cgp entry has step runs",
+            BELOW_ZERO: lambda: "balance would become negative (refund without reservation)",
+            BALANCE: lambda: (f"recorded balance_after {self.balance_after[i]} differs from the "
+                              f"recomputed {after}"),
+            OVER_CAP: lambda: (f"admitted although the balance {after} exceeds the cap "
+                               f"{self.cap[i]}"),
+        }[code]()
+
+
+def _after_checks(rows: _Rows, i: int, after: int) -> int:
+    """The first failing check on an entry's recomputed balance (0: none)."""
+    if after < 0:
+        return BELOW_ZERO
+    bal = rows.balance_after[i]
+    if bal is None or bal != after:
+        return BALANCE
+    if rows.kind[i] == "reserve" and (rows.cap[i] is None or after > rows.cap[i]):
+        return OVER_CAP
+    return 0
+
+
+def _wevent_replay(r: _Rows, take: list[int], runs: dict[int, list[Run]],
+                   domains: dict[str, dict[str, Any]], codes: np.ndarray,
+                   afters: np.ndarray) -> None:
+    """Replay the w-event entries `take` in order; record the first problem in `codes`."""
+    spent: dict[tuple[str, str, str], int] = {}
+    history: dict[tuple[str, str, str], list[Run]] = {}
+    for i in take:
+        if codes[i]:
+            break
+        key = (r.user_id[i], r.domain[i], r.stream_id[i])
+        rr = runs.get(int(r.seq[i]), [])
+        if accounting.total(rr) != r.amount[i]:
+            codes[i] = RUNS_SUM
+            break
+        sign = KIND_SIGN.get(r.kind[i], 0)
+        after = spent.get(key, 0)
+        if sign:
+            history[key] = accounting.profile([*history.get(key, []),
+                                               *((a, b, sign * q) for a, b, q in rr)])
+            after = accounting.max_window(history[key], int(domains[key[1]]["w"]))[0]
+        spent[key] = afters[i] = after
+        codes[i] = _after_checks(r, i, after)
+        if codes[i]:
+            break
+
+
+def _gp_replay(r: _Rows, rows: np.ndarray, acc: np.ndarray, codes: np.ndarray,
+               afters: np.ndarray) -> None:
+    """Running sums of the gp/cgp entries `rows` per account `acc`; problems go to `codes`."""
+    if not len(rows):
+        return
+    sign = np.select([(r.kind[rows] == k).astype(bool) for k in KIND_SIGN],
+                     list(KIND_SIGN.values()), 0).astype(object)
+    running, _ = group_running_sum(acc[rows], sign * r.amount[rows], int(acc.max()) + 1)
+    bal, cap = r.balance_after[rows], r.cap[rows]
+    bal_none, cap_none = np.equal(bal, None), np.equal(cap, None)
+    bal_f, cap_f = np.where(bal_none, 0, bal), np.where(cap_none, 0, cap)
+    own = np.select([
+        r.n_runs[rows] > 0,
+        (running < 0).astype(bool),
+        bal_none | (bal_f != running).astype(bool),
+        (r.kind[rows] == "reserve").astype(bool) & (cap_none | (running > cap_f).astype(bool)),
+    ], [GP_RUNS, BELOW_ZERO, BALANCE, OVER_CAP], 0)
+    codes[rows] = np.where(codes[rows] > 0, codes[rows], own)
+    afters[rows] = running
+
+
+def _balances(con: duckdb.DuckDBPyConnection, domains: dict[str, dict[str, Any]],
+              found: _FirstFault) -> pa.Table | None:
+    """Replay every entry into the balances; return the recomputed spend per account.
+
+    The result has one row per account in order of its first entry (columns
+    user_id, domain, stream_id, spent as text); None when an entry is faulty.
+    """
+    r = _Rows(con.sql(_BALANCE_SQL).to_arrow_table(), domains)
+    codes = r.checks()
+    has_user = (r.user_id != "").astype(bool)
+    is_wevent = (r.dom_notion == "wevent").astype(bool)
+    known = ~np.equal(r.dom_notion, None)
+    acc = np.full(r.n, -1, np.int64)
+    users = np.flatnonzero(has_user)
+    if len(users):
+        pair, _ = combine(r.codes["user_id"][users], r.codes["domain"][users])
+        acc[users] = combine(pair, r.codes["stream_id"][users])[0]
+    afters = np.zeros(r.n, object)
+    _gp_replay(r, np.flatnonzero(has_user & known & ~is_wevent), acc, codes, afters)
+    wevent_rows = np.flatnonzero(has_user & is_wevent).tolist()
+    runs = runs_of(con, [int(r.seq[i]) for i in wevent_rows]) if wevent_rows else {}
+    _wevent_replay(r, wevent_rows, runs, domains, codes, afters)
+    bad = np.flatnonzero(codes)
+    if len(bad):
+        i = int(bad[0])
+        found.add(i + 1, int(codes[i]), int(r.seq[i]), r.entry_id[i].as_py(),
+                  r.message(int(codes[i]), i, afters[i]), i + 1)
+        return None
+    # each account's spend after its last entry, accounts in order of their first entry
+    n_acc = int(acc.max()) + 1 if len(users) else 0
+    last = np.zeros(n_acc, np.int64)
+    np.maximum.at(last, acc[users], users)
+    first = np.full(n_acc, r.n, np.int64)
+    np.minimum.at(first, acc[users], users)
+    return pa.table({"i": pa.array(range(n_acc), pa.int64()),
+                     "user_id": pa.array(r.user_id[first].tolist(), pa.string()),
+                     "domain": pa.array(r.domain[first].tolist(), pa.string()),
+                     "stream_id": pa.array(r.stream_id[first].tolist(), pa.string()),
+                     "spent": pa.array([str(v) for v in afters[last].tolist()], pa.string())})
+
+
+def _tables(con: duckdb.DuckDBPyConnection, key: bytes, n: int, last_hash: str,
+            spent: pa.Table) -> VerifyReport:
+    """The checks after the entries: orphan runs, head, seal, MACs, accounts."""
+    orphan = con.execute("SELECT min(s.seq) FROM step_runs s ANTI JOIN entries e "
+                         "ON e.seq = s.seq").fetchall()[0][0]
+    if orphan is not None:
+        return _bad(n, f"step runs refer to entry seq {orphan}, which does not exist",
+                    int(orphan))
+    head_seq, head_hash = head(con)
+    if head_seq != n or head_hash != last_hash:
+        return _bad(n, f"the chain head says {head_seq} entries ending in {head_hash[:12]}…, "
+                       f"but the entries end at seq {n} (entries deleted from the end?)",
+                    n + 1 if head_seq > n else None)
+    seal = con.execute("SELECT seal FROM chain_head WHERE id = 1").fetchall()
+    if not seal or seal[0][0] != keys.chain_seal(key, head_seq, head_hash):
+        return _bad(n, "the keyed seal over the chain head does not match (chain rewritten "
+                       "without the noise key)")
+    dom_cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
+    for *row, mac in con.execute(f"SELECT {dom_cols}, mac FROM domains ORDER BY domain"  # noqa: S608
+                                 ).fetchall():
+        if mac != schema.domain_mac(key, tuple(row)):
+            return _bad(n, f"domain {row[0]!r}: its row (cap, notion, w or units) was changed "
+                           "outside privpipe (keyed MAC does not match)")
+    for rid, state, manifest, mac in con.execute(
+            "SELECT release_id, state, manifest, mac FROM releases ORDER BY release_id"
+    ).fetchall():
+        if mac != schema.release_mac(key, (rid, state, manifest)):
+            return _bad(n, f"release {rid!r}: its state or manifest was changed outside "
+                           "privpipe (keyed MAC does not match)")
+    return _accounts(con, n, spent)
+
+
+def _accounts(con: duckdb.DuckDBPyConnection, n: int, spent: pa.Table) -> VerifyReport:
+    """The stored accounts against the recomputed spend `spent` (see `_balances`)."""
+    with registered(con, "_pp_spent", spent):
+        row = first_row(con.execute(
+            "SELECT k.user_id, k.domain, k.stream_id, a.user_id IS NULL, "
+            "CAST(a.spent AS VARCHAR), k.spent FROM _pp_spent k LEFT JOIN accounts a "
+            "ON a.user_id = k.user_id AND a.domain = k.domain AND a.stream_id = k.stream_id "
+            "WHERE a.user_id IS NULL OR a.spent <> CAST(k.spent AS HUGEINT) ORDER BY k.i LIMIT 1"))
+        if row is not None:
+            key = tuple(row[:3])
+            if row[3]:
+                return _bad(n, f"account {key!r} has entries but no accounts row")
+            return _bad(n, f"account {key!r}: stored spent {row[4]} quanta differs from "
+                           f"{row[5]} recomputed from the entries")
+        row = first_row(con.execute(
+            "SELECT a.user_id, a.domain, a.stream_id, CAST(a.spent AS VARCHAR), "
+            "k.user_id IS NULL AND a.spent <> 0, d.domain IS NULL, CAST(a.cap AS VARCHAR), "
+            "CAST(d.cap AS VARCHAR) FROM accounts a LEFT JOIN _pp_spent k "
+            "ON a.user_id = k.user_id AND a.domain = k.domain AND a.stream_id = k.stream_id "
+            "LEFT JOIN domains d ON d.domain = a.domain WHERE (k.user_id IS NULL AND a.spent <> 0) "
+            "OR d.domain IS NULL OR a.cap <> d.cap ORDER BY a.user_id, a.domain, a.stream_id "
+            "LIMIT 1"))
+    if row is not None:
+        key = tuple(row[:3])
+        if row[4]:
+            return _bad(n, f"account {key!r} shows spent {row[3]} quanta without any entries")
+        if row[5]:
+            return _bad(n, f"account {key!r} refers to an unknown domain")
+        return _bad(n, f"account {key!r}: its cap {row[6]} quanta differs from the domain's "
+                       f"cap {row[7]} (edited outside privpipe)")
+    stored = con.execute("SELECT count(*) FROM accounts").fetchall()[0][0]
+    return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint, "
+                                       f"domain and release MACs and {stored} account "
+                                       "balances verified")
+
+
+def verify_tx(con: duckdb.DuckDBPyConnection, key: bytes) -> VerifyReport:
+    """Verify the whole ledger in `con`'s transaction (see the module docstring)."""
+    domains = load_domains(con)
+    found = _FirstFault()
+    _chain(con, found)
+    spent = _balances(con, domains, found)
+    if found.best is not None or spent is None:
+        _, _, seq, eid, msg, checked = found.best
+        return _bad(checked, msg, seq, eid)
+    n, last = con.execute("SELECT count(*), (SELECT hash FROM entries ORDER BY seq DESC, "
+                          "entry_id DESC LIMIT 1) FROM entries").fetchall()[0]
+    return _tables(con, key, int(n), last or GENESIS_HASH, spent)

@@ -1,0 +1,8 @@
+COPY accounts FROM '{dir}/accounts.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('user_id', 'domain', 'stream_id', 'cap', 'spent'), quote '"', delimiter ',', header 1);
+COPY chain_head FROM '{dir}/chain_head.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('last_seq', 'last_hash', 'seal', 'id'), quote '"', delimiter ',', header 1);
+COPY domains FROM '{dir}/domains.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('kind', 'notion', 'cap', 'cap_exact', 'time_unit', 'value_unit', 'units_label', 'created_at', 'updated_at', 'domain'), quote '"', delimiter ',', header 1);
+COPY entries FROM '{dir}/entries.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('seq', 'entry_id', 'prev_hash', 'hash', 'created_at', 'actor', 'release_id', 'user_id', 'domain', 'step', 'stream_id', 'kind', 'amount', 'notion'), quote '"', delimiter ',', header 1);
+COPY meta FROM '{dir}/meta.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('value', 'key'), quote '"', delimiter ',', header 1);
+COPY releases FROM '{dir}/releases.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('state', 'created_at', 'updated_at', 'release_id'), quote '"', delimiter ',', header 1);
+COPY schema_version FROM '{dir}/schema_version.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('version', 'migrated_at', 'component'), quote '"', delimiter ',', header 1);
+COPY step_runs FROM '{dir}/step_runs.csv' (FORMAT 'csv', allow_quoted_nulls false, force_not_null ('seq', 'kind', 'user_id', 'domain', 'stream_id', 'run_start', 'run_stop', 'amount'), quote '"', delimiter ',', header 1);
