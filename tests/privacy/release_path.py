@@ -24,9 +24,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from flows.release import _check_metric, _framing
 from ledger import Ledger
 from ledger.amounts import from_units
-from schemas.policy import Domain
+from mechanisms import registry
+from schemas.policy import Domain, Policy, Public
 from tasks.ledger_ops import plan_requests, reserve_fn, settle_fn, write_chunk_seeds_fn
 from tasks.privatize import (
     ChunkResult,
@@ -58,6 +60,7 @@ class LedgerView:
 class CurveRelease:
     """Released tables of a curve release plus the ledger's record of it."""
 
+    spec: CurveSpec
     segments: pd.DataFrame
     curves: pd.DataFrame
     values: pd.DataFrame
@@ -88,18 +91,18 @@ class StreamRelease:
     ledger: LedgerView
 
 
-def _domain(kind: str, notion: str, *, w: int | None = None) -> Domain:
+def _domain(kind: str, notion: str, *, w: int | None = None, metric: str = "l2") -> Domain:
+    """The release's domain: durations and point counts declared public."""
     if kind == "curves":
         return Domain(name="tracks", kind="curves", notion=notion, cap=Fraction(10**6),
-                      time_unit="s", value_columns=VALUE_COLUMNS, value_unit="m")
+                      time_unit="s", value_columns=VALUE_COLUMNS, value_unit="m",
+                      metric=metric, public=Public(duration=True, points=True))
     return Domain(name="meters", kind="streams", notion="wevent", cap=Fraction(10**6), w=w,
                   time_unit="step", value_columns=("value",), value_unit="kW",
-                  value_range=(0.0, 1.0))
+                  value_range=(0.0, 1.0), metric=metric)
 
 
 def _ledger(tmp: Path, dom: Domain) -> Path:
-    from schemas.policy import Policy
-
     path = tmp / "ledger" / "ledger.duckdb"
     led = Ledger.init(path, actor="privacy-tests")
     led.apply_policy(Policy(domains={dom.name: dom}))
@@ -174,15 +177,26 @@ def curve_frame(curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]) ->
     return pd.concat(parts, ignore_index=True)
 
 
-def release_curves(tmp: Path, spec: CurveSpec,
+def release_curves(tmp: Path, mechanism: str, notion: str, amount: str,
+                   options: dict[str, Any],
                    curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
                    *, ledger_path: Path | None = None,
                    release_id: str = RELEASE_ID) -> CurveRelease:
-    """Release `curves` with `spec` through the task layer; return outputs and ledger record."""
-    dom = _domain("curves", spec.notion)
+    """Release `curves` through the task layer as `flows.release.release_curves` does.
+
+    The domain has the mechanism's metric (from the registry) and public
+    durations and point counts; the spec is built, metric-checked and dry-run
+    like the flow's. Returns the outputs and the ledger's record.
+    """
+    dom = _domain("curves", notion, metric=registry.get(mechanism).metric)
+    _check_metric(dom, mechanism)
+    spec = CurveSpec(mechanism, amount if notion == "gp" else None,
+                     amount if notion == "cgp" else None, dict(options), framing=_framing(dom))
+    spec.check_runs(len(dom.value_columns))
     results, view = _run(tmp, dom, curve_frame(curves), spec, notion=spec.notion,
                          ledger_path=ledger_path, release_id=release_id)
     return CurveRelease(
+        spec=spec,
         segments=_table([r.output_paths["segments"] for r in results]),
         curves=_table([r.output_paths["curves"] for r in results]),
         values=_table([r.output_paths["values"] for r in results]),
@@ -191,15 +205,11 @@ def release_curves(tmp: Path, spec: CurveSpec,
     )
 
 
-def new_ledger(tmp: Path, notion: str) -> Path:
-    """A fresh ledger with the curve domain applied (to copy, for identical noise keys)."""
-    return _ledger(tmp, _domain("curves", notion))
-
-
 def release_streams(tmp: Path, spec: StreamSpec,
                     streams: dict[tuple[str, str], np.ndarray]) -> StreamRelease:
     """Release [0, 1] streams {(user_id, stream_id): values} with `spec` (steps 0..n-1)."""
-    dom = _domain("streams", "wevent", w=spec.w)
+    dom = _domain("streams", "wevent", w=spec.w, metric="wevent")
+    _check_metric(dom, spec.mechanism)
     frame = pd.concat([pd.DataFrame({"user_id": u, "stream_id": s, "t": np.arange(len(v)),
                                      "value": v}) for (u, s), v in streams.items()],
                       ignore_index=True)

@@ -18,19 +18,18 @@ import pytest
 from laws import ALPHA, ks_pvalue, norm_cdf, pl_values
 from release_path import release_curves
 
-from tasks.privatize import CurveSpec
-
 K = 12
 T = np.linspace(0.0, 44.0, 45)
+
+#: registry entries whose release path this module checks (test_registry_coverage.py)
+MECHANISMS_COVERED = ("baseline",)
 
 
 @pytest.mark.parametrize("notion,amount", [("gp", "3"), ("cgp", "2")])
 def test_baseline_point_noise_law(tmp_path, notion, amount):
     shape = np.c_[20 * np.sin(T / 5.0), T - 10.0]
     curves = {(f"u{u:03d}", f"c{c}"): (T, shape) for u in range(100) for c in range(3)}
-    spec = CurveSpec("baseline", amount if notion == "gp" else None,
-                     amount if notion == "cgp" else None, {"k": K})
-    rel = release_curves(tmp_path, spec, curves)
+    rel = release_curves(tmp_path, "baseline", notion, amount, {"k": K}, curves)
     u = []
     for user, curve in rel.curve_keys():
         seg = rel.segments_of(user, curve)

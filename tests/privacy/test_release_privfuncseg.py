@@ -43,13 +43,14 @@ from laws import (
 from release_path import release_curves
 from scipy import integrate, stats
 
-from tasks.privatize import CurveSpec
-
 LO, HI = 0.0, 100.0
 T = np.linspace(LO, HI, 257)
 M, N_OUT = 2, 2  # linear basis (m = 2), two value columns
 TOP = math.ceil(math.log2(T.size))  # the SVT's last level: ⌈log₂ N⌉ (N public), < max_level
 BETA_RS, K1 = 0.1 / 2, 4  # ReduceSeg's β (the mechanism's β/2) and depth k₁: defaults
+
+#: registry entries whose release path this module checks (test_registry_coverage.py)
+MECHANISMS_COVERED = ("privfuncseg",)
 
 
 def _shape(active_from: float, scale: float = 30.0) -> np.ndarray:
@@ -62,9 +63,8 @@ def _shape(active_from: float, scale: float = 30.0) -> np.ndarray:
 
 def _release(tmp_path, notion, amount, shape, options, users=100, per_user=4):
     curves = {(f"u{u:03d}", f"c{c}"): (T, shape) for u in range(users) for c in range(per_user)}
-    spec = CurveSpec("privfuncseg", amount if notion == "gp" else None,
-                     amount if notion == "cgp" else None, options)
-    return release_curves(tmp_path, spec, curves), spec
+    rel = release_curves(tmp_path, "privfuncseg", notion, amount, options, curves)
+    return rel, rel.spec
 
 
 @functools.cache

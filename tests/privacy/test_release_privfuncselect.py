@@ -25,14 +25,15 @@ import pytest
 from laws import ALPHA, chi2_homogeneity_pvalue, ks_pvalue, legendre_values, norm_cdf, projection
 from release_path import release_curves
 
-from tasks.privatize import CurveSpec
-
 MAX_TERMS = 33  # the mechanism's default: Legendre degrees 0..32
 USERS, PER_USER = 100, 4
 T = np.linspace(0.0, 50.0, 201)
 # x's Legendre coefficients in line-2 noise scales: separated degrees, so line 3's ranking
 # and line 5's SVT decide among a few well-defined candidates
 SHAPE_UNITS = [0.0, 4.0, 0, 0, 3.0, 0, 0, 2.0, 0, 0, 1.0, 0, 0, 0.5]
+
+#: registry entries whose release path this module checks (test_registry_coverage.py)
+MECHANISMS_COVERED = ("privfuncselect",)
 
 
 def _curve() -> np.ndarray:
@@ -89,9 +90,8 @@ def simulate(c, res2, notion, amounts, total, size, seed):
 def test_privfuncselect_selection_and_final_noise(tmp_path, notion, amount, users):
     shape = _curve()
     curves = {(f"u{u:03d}", f"c{c}"): (T, shape) for u in range(users) for c in range(PER_USER)}
-    spec = CurveSpec("privfuncselect", amount if notion == "gp" else None,
-                     amount if notion == "cgp" else None, {})
-    rel = release_curves(tmp_path, spec, curves)
+    rel = release_curves(tmp_path, "privfuncselect", notion, amount, {}, curves)
+    spec = rel.spec
     exact, res2 = projection(T, shape, [0.0, 50.0], MAX_TERMS - 1)
     exact = exact[0]
     released, u = Counter(), []

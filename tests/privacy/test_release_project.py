@@ -12,12 +12,14 @@ at α = 1e-6):
   joint draw over all segments;
 * GP direction uniform on the sphere: Σ u_i⁴ of u = Z/‖Z‖ against the law of
   normalised Gaussians (a cube-normalised direction gives p ≈ 1e-28 already at
-  D = 6 with 300 curves, p < 1e-70 at D = 18 with 600; simulated);
+  D = 6 with 300 curves, p < 1e-70 at D = 12 with 300; simulated);
 * CGP coordinates iid N(0, 1/(2ρ)) (catches √ρ for √(2ρ): KS distance ≈ 0.16
   over 10 800 coordinates).
 
 The monomial basis has Gram = L·Hilbert (far from I), so dropping the Σ^{1/2}
-transform moves dist₂ by factors 0.2-5: rejected outright.
+transform moves dist₂ by large factors: rejected outright. (A joint draw over
+several segments is checked by the PrivFuncSeg tests, whose final projection
+spans all segments.)
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from laws import (
 from release_path import release_curves
 from scipy import stats
 
-from tasks.privatize import CurveSpec
-
 USERS, PER_USER = 100, 6  # 600 curves, one ledger reservation each
 T = np.linspace(0.0, 50.0, 26)
-BREAKS = [0.0, 10.0, 30.0, 50.0]
+EDGES = [0.0, 50.0]  # one segment: absolute breakpoints are refused by the release's dry run
+
+#: registry entries whose release path this module checks (test_registry_coverage.py)
+MECHANISMS_COVERED = ("project_and_privatize",)
 
 
 def _shapes() -> list[np.ndarray]:
@@ -58,11 +61,6 @@ SHAPES = _shapes()
 
 def _curves(users: int = USERS) -> dict:
     return {(f"u{u:03d}", f"c{c}"): (T, SHAPES[c]) for u in range(users) for c in range(PER_USER)}
-
-
-def _spec(notion: str, amount: str, options: dict) -> CurveSpec:
-    return CurveSpec("project_and_privatize", amount if notion == "gp" else None,
-                     amount if notion == "cgp" else None, options)
 
 
 def _whitened_noise(rel, basis: str, degree: int, edges) -> tuple[np.ndarray, np.ndarray]:
@@ -97,15 +95,17 @@ def _check_law(notion: str, z: np.ndarray, amounts: np.ndarray) -> None:
 @pytest.mark.parametrize("notion", ["gp", "cgp"])
 @pytest.mark.parametrize("basis", ["legendre", "monomial"])
 def test_polynomial_bases_noise_law(tmp_path, notion, basis):
-    degree = 2
-    spec = _spec(notion, "0.9" if notion == "gp" else "0.35",
-                 {"basis": basis, "degree": degree, "breakpoints": BREAKS})
+    degree = 5
     # 600 curves (300 for monomials: each needs three small triangular solves per curve)
     users = USERS if basis == "legendre" else USERS // 2
-    rel = release_curves(tmp_path, spec, _curves(users))
+    rel = release_curves(tmp_path, "project_and_privatize", notion,
+                         "0.9" if notion == "gp" else "0.35",
+                         {"basis": basis, "degree": degree},
+                         _curves(users))
+    spec = rel.spec
     assert len(rel.curve_keys()) == users * PER_USER
-    z, amounts = _whitened_noise(rel, basis, degree, BREAKS)
-    assert z.shape[1] == 3 * (degree + 1) * 2  # one joint draw over 3 segments x 3 x 2
+    z, amounts = _whitened_noise(rel, basis, degree, EDGES)
+    assert z.shape[1] == (degree + 1) * 2  # one joint draw over 6 terms x 2 coordinates
     assert set(amounts) == {float(spec.amount)}  # the ledger settled what was reserved
     _check_law(notion, z, amounts)
 
@@ -125,9 +125,10 @@ def _sinc_projection(curve: int, centres: np.ndarray, h: float) -> np.ndarray:
 def test_sinc_basis_noise_law(tmp_path, notion):
     """The sinc functions are orthonormal on R: the coefficient noise is Z·scale directly."""
     h, n_terms, first = 5.0, 11, 0
-    spec = _spec(notion, "1.3" if notion == "gp" else "0.6",
-                 {"basis": "sinc", "n_terms": n_terms, "spacing": h, "first": first})
-    rel = release_curves(tmp_path, spec, _curves())
+    rel = release_curves(tmp_path, "project_and_privatize", notion,
+                         "1.3" if notion == "gp" else "0.6",
+                         {"basis": "sinc", "n_terms": n_terms, "spacing": h, "first": first},
+                         _curves())
     centres = (first + np.arange(n_terms)) * h
     exact = {c: _sinc_projection(c, centres, h) for c in range(PER_USER)}
     z, amounts = [], []
