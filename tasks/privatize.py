@@ -28,6 +28,7 @@ from mechanisms.curves.release import PublicFrame, dry_run, frame_for, on_frame
 from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
+from tasks.keyed_rng import release_generator
 from tasks.stage import contiguous_ranges
 from tasks.staging import (
     read_curve_chunk,
@@ -254,7 +255,7 @@ def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
     rms: list[float] = []
     diags: list[dict[str, Any]] = []
     for user in users:
-        rng = np.random.default_rng(seeds[user.user_id])
+        rng = release_generator(seeds[user.user_id])
         for curve in sorted(user.curves, key=lambda c: c.curve_id):
             frame = spec.framing.frame(curve.t)
             try:
@@ -365,7 +366,7 @@ def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: S
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     bounds: list[float] = []
     for user in users:
-        rng = np.random.default_rng(seeds[user.user_id])
+        rng = release_generator(seeds[user.user_id])
         for stream in sorted(user.streams, key=lambda s: s.stream_id):
             try:
                 y = run_stream(stream.values, epsilon_per_step=eps_step, rng=rng)

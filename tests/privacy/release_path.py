@@ -140,8 +140,8 @@ def _table(paths: list[str]) -> pd.DataFrame:
 
 
 def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSpec,
-         *, notion: str, ledger_path: Path | None = None,
-         release_id: str = RELEASE_ID) -> tuple[list[ChunkResult], LedgerView]:
+         *, notion: str, ledger_path: Path | None = None, release_id: str = RELEASE_ID,
+         runs: int = 1) -> tuple[list[ChunkResult], LedgerView]:
     ledger_path = ledger_path or _ledger(tmp, dom)
     staging = tmp / "staging"
     plan = stage_input_fn(frame, dom, str(staging), chunk_users=100)
@@ -155,16 +155,17 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
                                   input_fingerprint=plan.fingerprint, flow_run_id=None)
     assert not denied, denied
     seeds = write_chunk_seeds_fn(str(ledger_path), release_id, plan, admitted)
-    out = tmp / "out"
-    out.mkdir(exist_ok=True)
-    results = []
-    for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
-        if isinstance(spec, CurveSpec):
-            results.append(privatize_curve_chunk(chunk.index, chunk.path, seeds_path,
-                                                 dom.value_columns, spec, str(out)))
-        else:
-            results.append(privatize_stream_chunk(chunk.index, chunk.path, seeds_path, spec,
-                                                  str(out)))
+    for run in range(runs):  # runs > 1: the task retried on the same chunk and seeds
+        out = tmp / ("out" if run == 0 else f"out-retry-{run}")
+        out.mkdir(exist_ok=True)
+        results = []
+        for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
+            if isinstance(spec, CurveSpec):
+                results.append(privatize_curve_chunk(chunk.index, chunk.path, seeds_path,
+                                                     dom.value_columns, spec, str(out)))
+            else:
+                results.append(privatize_stream_chunk(chunk.index, chunk.path, seeds_path,
+                                                      spec, str(out)))
     settle_fn(str(ledger_path), release_id, dom.name, results)
     shutil.rmtree(staging, ignore_errors=True)
     return results, _read_entries(ledger_path, release_id)
@@ -180,13 +181,15 @@ def curve_frame(curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]) ->
 def release_curves(tmp: Path, mechanism: str, notion: str, amount: str,
                    options: dict[str, Any],
                    curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
-                   *, ledger_path: Path | None = None,
-                   release_id: str = RELEASE_ID) -> CurveRelease:
+                   *, ledger_path: Path | None = None, release_id: str = RELEASE_ID,
+                   runs: int = 1) -> CurveRelease:
     """Release `curves` through the task layer as `flows.release.release_curves` does.
 
     The domain has the mechanism's metric (from the registry) and public
     durations and point counts; the spec is built, metric-checked and dry-run
-    like the flow's. Returns the outputs and the ledger's record.
+    like the flow's. ``runs > 1`` runs the privatize task again on the same
+    chunks and seeds (a retry) into ``out-retry-N``. Returns the outputs of
+    the last run and the ledger's record.
     """
     dom = _domain("curves", notion, metric=registry.get(mechanism).metric)
     _check_metric(dom, mechanism)
@@ -194,7 +197,7 @@ def release_curves(tmp: Path, mechanism: str, notion: str, amount: str,
                      amount if notion == "cgp" else None, dict(options), framing=_framing(dom))
     spec.check_runs(len(dom.value_columns))
     results, view = _run(tmp, dom, curve_frame(curves), spec, notion=spec.notion,
-                         ledger_path=ledger_path, release_id=release_id)
+                         ledger_path=ledger_path, release_id=release_id, runs=runs)
     return CurveRelease(
         spec=spec,
         segments=_table([r.output_paths["segments"] for r in results]),

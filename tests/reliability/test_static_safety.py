@@ -189,12 +189,17 @@ def test_the_rng_checker_catches_unseeded_generators(tmp_path, monkeypatch):
 
 
 def test_release_noise_is_seeded_from_the_ledger_hmac():
-    # the only generators tasks/ create are seeded with a value read from the
-    # per-chunk seed file that Ledger.noise_seed (HMAC of the key) filled
+    # the only generators tasks/ create are the keyed ChaCha20 generators of
+    # tasks/keyed_rng.py, keyed with a value read from the per-chunk seed file
+    # that Ledger.noise_seed (HMAC of the key) filled
     uses = []
     for path in _py_files("tasks"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("default_rng"):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+                    ("default_rng", "release_generator", "ChaCha")):
                 uses.append((path.name, ast.unparse(node)))
     assert uses, "tasks/ must create the release generators"
-    assert all(u[1] != "np.random.default_rng()" for u in uses)
+    assert not [u for u in uses if "default_rng" in u[1]], uses
+    assert {u[1] for u in uses if u[0] == "privatize.py"} == {
+        "release_generator(seeds[user.user_id])"}
+    assert ("keyed_rng.py", "ChaCha(key=seed, counter=0, rounds=20)") in uses

@@ -1,0 +1,53 @@
+"""The noise generator of a release: ChaCha20 keyed by the ledger's 256-bit HMAC seed.
+
+A release draws each user's noise from ``np.random.Generator(ChaCha(key=seed))``
+where ``seed = HMAC-SHA256(noise key, (release_id, user_id))`` (`ledger.keys.noise_seed`).
+The bit stream is the ChaCha20 keystream (20 rounds; key = the seed's 32
+little-endian bytes, block counter and nonce starting at 0): the same bytes as
+RFC 8439's block function, checked against OpenSSL in
+tests/privacy/test_keyed_generator.py. numpy's distributions (normal, gamma,
+Laplace, uniform) consume it unchanged, so a rerun reproduces every draw
+byte for byte.
+
+Why not PCG64: PCG64 is a statistical generator, not a cryptographic one; its
+state can be reconstructed from enough of its outputs. A user (or anyone who
+knows one of a user's curves) sees that curve's noise exactly, and every later
+draw of the same generator would follow from it: the noise of the user's other
+curves in the release, whose values it was meant to hide. ChaCha20 is a stream
+cipher: outputs reveal nothing about other outputs without the key.
+
+This lives in `tasks/` (it adapts the ledger's seed to the mechanisms' injected
+``np.random.Generator``); `mechanisms/` stays numpy/scipy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from randomgen import ChaCha
+
+__all__ = ["SEED_BITS", "release_generator"]
+
+#: Bits of the HMAC-SHA256 noise seed, used whole as the ChaCha20 key.
+SEED_BITS = 256
+
+
+def release_generator(seed: int) -> np.random.Generator:
+    """The noise generator for one (release, user): ChaCha20 keyed by `seed`.
+
+    Privacy: every draw is a deterministic function of the secret key and the
+    (release, user) pair, so a retry or rerun reproduces it and no second,
+    uncharged draw can leave; without the key the draws are unpredictable
+    (ChaCha20 keystream). Costs nothing by itself.
+
+    Args:
+        seed: the 256-bit noise seed from `Ledger.noise_seed` (0 <= seed < 2^256).
+
+    Returns:
+        A numpy Generator over the ChaCha20 keystream of key `seed`.
+
+    Raises:
+        ValueError: `seed` is not an integer in [0, 2^256).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**SEED_BITS:
+        raise ValueError("a noise seed must be an integer in [0, 2^256)")
+    return np.random.Generator(ChaCha(key=seed, counter=0, rounds=20))
