@@ -102,7 +102,7 @@ class Mechanism:
 _SEG_OPTIONS = ("basis", "degree", "reduce", "continuous", "beta", "max_level", "k1", "margin",
                 "threshold")
 _PP_OPTIONS = ("basis", "degree", "n_terms", "spacing", "first", "breakpoints", "sample_spacing",
-               "kink_error", "edge_error", "ratios", "max_terms", "period")
+               "kink_error", "edge_error", "ratios", "max_terms", "period", "noise")
 
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("privfuncseg", "curves", ("gp", "cgp"), "l2",
