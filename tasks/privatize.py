@@ -95,6 +95,11 @@ class CurveSpec:
                 f"epsilon / rho must be in [1e-9, 1e9] (got {self.epsilon or self.rho})")
         if self.evaluate_on not in ("grid", "input"):
             raise MechanismParameterError("evaluate_on must be 'grid' or 'input'")
+        if "breakpoints" in self.options and self.framing.window is None:
+            raise MechanismParameterError(
+                "the breakpoints option places segment edges at fixed times: it needs a "
+                "domain with a fixed window (public.duration = false, window = T); with "
+                "public durations every curve has its own interval")
         if self.evaluate_on == "input" and not self.framing.sample_times_public:
             raise MechanismParameterError(
                 "evaluate_on='input' releases the input sample times as-is; the domain does "

@@ -3,6 +3,10 @@
 import os
 import tempfile
 
+# One BLAS thread per process: the mechanisms' small solves are many and short, and
+# on a loaded 2-core machine OpenBLAS's thread pool made them ~25x slower.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 _home = tempfile.mkdtemp(prefix="privpipe-test-prefect-")
 os.environ["PREFECT_HOME"] = _home
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
