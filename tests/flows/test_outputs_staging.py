@@ -382,3 +382,25 @@ def test_release_build_seals_publishes_once_and_checks_what_is_published(tmp_pat
         fh.write(b"other noise")
     with pytest.raises(OutputIntegrityError, match=r"rid-1/manifest\.json differs"):
         other.publish(other.seal({"release_id": "rid-1"}))
+
+
+def test_append_log_is_private_and_never_follows_a_symlink(tmp_path):
+    from tasks.safe_files import open_append
+
+    log = tmp_path / "server.log"
+    old = os.umask(0)
+    try:
+        with open_append(log) as fh:
+            fh.write(b"one\n")
+        with open_append(log) as fh:
+            fh.write(b"two\n")
+    finally:
+        os.umask(old)
+    assert log.read_bytes() == b"one\ntwo\n" and _mode(log) == 0o600
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "planted.log").symlink_to(victim)
+    with pytest.raises(OSError) as err:
+        open_append(tmp_path / "planted.log")
+    assert err.value.errno == errno.ELOOP
+    assert victim.read_bytes() == b"precious"
