@@ -33,6 +33,7 @@ from typing import IO
 
 from flows.settings import configure_prefect, configured_api_url, prefect_home
 from schemas.errors import BadInputError
+from tasks.safe_files import open_append
 
 _PR_SET_PDEATHSIG = 1
 _WATCH_SECONDS = 0.5
@@ -91,7 +92,7 @@ class TemporaryServer:
     def start(self) -> TemporaryServer:
         """Start the child process (returns at once; `wait_ready` waits for it)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = open_append(self.log_path)  # closed in stop(); never through a symlink
         argv = [sys.executable, "-m", "flows.prefect_server", str(os.getpid()), str(self.port)]
         if threading.current_thread() is threading.main_thread():
             # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends:

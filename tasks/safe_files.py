@@ -213,6 +213,25 @@ def write_file(path: str | Path, data: bytes, *, mode: int = RAW_FILE_MODE,
         fh.write(data)
 
 
+def open_append(path: str | Path, *, mode: int = RAW_FILE_MODE) -> BinaryIO:
+    """Open a log file for appending: created with exactly `mode`, never through a symlink.
+
+    For logs that grow across runs (e.g. the temporary Prefect server's); an
+    existing file keeps its mode.
+
+    Raises:
+        OSError: ELOOP when `path` is a symlink.
+    """
+    p = Path(path)
+    with disk_errors(p):
+        try:
+            fd = os.open(p, _OPEN_NEW | os.O_APPEND, mode)
+            os.fchmod(fd, mode)
+        except FileExistsError:
+            fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return os.fdopen(fd, "ab")
+
+
 def make_dirs(path: str | Path, *, mode: int = PRIVATE_DIR_MODE) -> Path:
     """Create `path` (and missing parents) and check it is a real directory, not a symlink.
 

@@ -3,6 +3,7 @@
 import errno
 import hashlib
 import io
+import json
 import os
 import signal
 import stat
@@ -340,3 +341,66 @@ def test_reaper_removes_the_staging_of_a_sigkilled_process(tmp_path):
     while path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not path.exists(), "the reaper did not remove the killed process's staging"
+
+
+# --------------------------------------------------------------------------- release dirs
+
+
+def test_release_build_seals_publishes_once_and_checks_what_is_published(tmp_path):
+    from schemas.errors import OutputIntegrityError, ParameterError
+    from tasks.release_dir import ReleaseBuild, check_published
+
+    out = tmp_path / "out"
+    out.mkdir()
+    build = ReleaseBuild(tmp_path / "staging", out, "rid-1")
+    for bad in ("../x", "/abs", "plots/../../x", ".hidden"):
+        with pytest.raises(ParameterError, match="not a safe name"):
+            build.file(bad)
+    with build.file("plots/map.png") as fh:
+        fh.write(b"png")
+    with build.file("values.parquet") as fh:
+        fh.write(b"pq")
+    manifest = build.seal({"release_id": "rid-1"})
+    assert manifest["sha256"] == {"plots/map.png": hashlib.sha256(b"png").hexdigest(),
+                                  "values.parquet": hashlib.sha256(b"pq").hexdigest()}
+    assert not (out / "rid-1").exists(), "nothing is visible before publish"
+    assert build.publish(manifest) == out / "rid-1"
+    check_published(out / "rid-1", manifest)
+    assert json.loads((out / "rid-1" / "manifest.json").read_text()) == manifest
+    # a second build of the same release finds the first published: kept, not replaced
+    again = ReleaseBuild(tmp_path / "staging2", out, "rid-1")
+    with again.file("values.parquet") as fh:
+        fh.write(b"pq")
+    with again.file("plots/map.png") as fh:
+        fh.write(b"png")
+    inode = (out / "rid-1" / "values.parquet").stat().st_ino
+    assert again.publish(again.seal({"release_id": "rid-1"})) == out / "rid-1"
+    assert (out / "rid-1" / "values.parquet").stat().st_ino == inode
+    # a different build of it is refused, naming the file
+    other = ReleaseBuild(tmp_path / "staging3", out, "rid-1")
+    with other.file("values.parquet") as fh:
+        fh.write(b"other noise")
+    with pytest.raises(OutputIntegrityError, match=r"rid-1/manifest\.json differs"):
+        other.publish(other.seal({"release_id": "rid-1"}))
+
+
+def test_append_log_is_private_and_never_follows_a_symlink(tmp_path):
+    from tasks.safe_files import open_append
+
+    log = tmp_path / "server.log"
+    old = os.umask(0)
+    try:
+        with open_append(log) as fh:
+            fh.write(b"one\n")
+        with open_append(log) as fh:
+            fh.write(b"two\n")
+    finally:
+        os.umask(old)
+    assert log.read_bytes() == b"one\ntwo\n" and _mode(log) == 0o600
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "planted.log").symlink_to(victim)
+    with pytest.raises(OSError) as err:
+        open_append(tmp_path / "planted.log")
+    assert err.value.errno == errno.ELOOP
+    assert victim.read_bytes() == b"precious"
