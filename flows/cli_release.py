@@ -184,8 +184,7 @@ def audit_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     near_cap: float = typer.Option(0.1, "--near-cap", help="Fraction of the cap that counts as "
                                    "near."),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format"),
-    verbose: bool = VerboseOpt,
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Compliance report: balances per domain, users near cap, denials, chain verification.
 
@@ -211,7 +210,7 @@ def evaluate_cmd(
                                         help="Comma-separated ε values for every data set "
                                              "(default: a grid per data set, in its units)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise (public data)."),
-    verbose: bool = VerboseOpt,
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Run the mechanisms on bundled public data; plot raw against private; error tables.
 
@@ -230,20 +229,32 @@ def evaluate_cmd(
 
     with _spinner("evaluating mechanisms on bundled data"):
         res = evaluate(out_dir=str(out), epsilons=eps, seed=seed)
-    print_rows(res["rows"], title="Mean normalised error (lower is better)")
+    print_rows(res["rows"], fmt, title="Mean normalised error (lower is better)")
     console.print(f"report: {res['report']}")
 
 
 @handle_errors
 def demo_cmd(
     out: Path = typer.Option(Path("out/demo"), "--out", help="Output directory."),
-    ledger: Path | None = LedgerOpt, task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+    ledger: Path | None = LedgerOpt, task_runner: str = RunnerOpt,
+    prepare_only: bool = typer.Option(False, "--prepare-only",
+                                      help="Only initialise the ledger with the bundled policy "
+                                           "and write the inputs to OUT/inputs (no release)."),
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Demo release on the bundled data into an embedded ledger, then an audit."""
+    ledger_path = _ledger_path(ledger)
+    if prepare_only:
+        from flows.demo import prepare_demo
+
+        inputs = prepare_demo(out, ledger_path)
+        print_rows([{"domain": d, "input": str(p)} for d, p in inputs.items()], fmt,
+                   title=f"demo inputs (ledger: {ledger_path})")
+        return
+    preflight.task_runner_spec(task_runner)
     _prepare(verbose)
     from flows.demo import run_demo
 
-    ledger_path = _ledger_path(ledger)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)
     with progress:
@@ -257,47 +268,47 @@ def demo_cmd(
         rows = run_demo(out, ledger_path, task_runner=task_runner, on_step=on_step)
         if "id" in current:
             progress.update(current["id"], completed=1, total=1)
-    print_rows(rows, title=f"privpipe demo (ledger: {ledger_path})",
-               columns=["step", "release_id", "released", "denied", "rejected"])
-    console.print("Reports:")
-    for r in rows:
-        console.print(f"  {r['step']}: {r['report']}", highlight=False, soft_wrap=True)
+    print_rows(rows, fmt, title=f"privpipe demo (ledger: {ledger_path})",
+               columns=["step", "release_id", "released", "denied", "rejected", "report"])
     console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
-                  "it reproduces the same outputs and charges nothing more.")
+                  "it reproduces the same outputs and charges nothing more.", highlight=False)
 
 
 @handle_errors
 def serve_cmd(
     config: Path = typer.Option(..., "--config", help="Schedules TOML (\\[\\[release]] tables)."),
     port: int = typer.Option(4200, "--port", help="Port of the loopback Prefect server started "
-                             "when PREFECT_API_URL is not set."),
-    check: bool = typer.Option(False, "--check", help="Validate the schedules and build the "
-                               "deployments, then exit without serving."),
-    verbose: bool = VerboseOpt,
+                             "when no Prefect API is configured."),
+    check: bool = typer.Option(False, "--check", help="Validate every schedule (keys, cron, "
+                               "parameters, files, ledger, domains) and exit: 0 valid, 2 "
+                               "listing every problem."),
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Serve the release flows on cron schedules (needs a real Prefect server).
 
-    Uses PREFECT_API_URL when set; otherwise starts `prefect server start` on
-    127.0.0.1:PORT. Runs until interrupted.
+    Uses the configured Prefect API (PREFECT_API_URL or the active profile);
+    otherwise starts a Prefect server (UI and scheduler) on 127.0.0.1:PORT that
+    stops with this command. Every schedule is checked first. Runs until interrupted.
     """
-    from flows.serve import build_deployments, ensure_server, load_schedules
+    from flows.serve import build_deployments, check_schedules, load_schedules
+    from flows.settings import configure_prefect
 
+    configure_prefect()
+    if verbose:
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
     schedules = load_schedules(config)
-    _prepare(verbose)
+    check_schedules(schedules, config)
     if check:
-        deployments = build_deployments(schedules)
-        print_rows([{"deployment": d.name, "flow": s.flow, "cron": s.cron,
-                     "timezone": s.timezone} for d, s in zip(deployments, schedules, strict=True)],
-                   title="Schedules (not served: --check)")
+        print_rows([{"deployment": s.name, "flow": s.flow, "cron": s.cron,
+                     "timezone": s.timezone} for s in schedules], fmt,
+                   title="Schedules: valid (not served: --check)")
         return
-    server = ensure_server(port)
-    try:
+    from flows.prefect_server import prefect_session
+
+    with prefect_session(serve_port=port) as url:
         from prefect import serve
 
         deployments = build_deployments(schedules)
-        console.print(f"serving {len(deployments)} deployment(s) against "
-                      f"{os.environ.get('PREFECT_API_URL')}; Ctrl-C to stop")
+        console.print(f"serving {len(deployments)} deployment(s) against {url}; Ctrl-C to stop",
+                      highlight=False)
         serve(*deployments)
-    finally:
-        if server is not None:
-            server.terminate()
