@@ -82,9 +82,10 @@ def release_rows(data: AuditData) -> list[dict[str, Any]]:
             "time (UTC)": utc_text(r["first_at"]), "release_id": r["release_id"],
             "domain": r["domain"], "state": r["state"], "actor": r["actors"],
             "mechanism": r["mechanism"] or "", "notion": r["notion"],
-            "requested": f"{amount}{per}" if amount else "",
+            "requested": f"{_f(Fraction(str(amount)))}{per}" if amount else "",
             "charged per user min / median / max": " / ".join(
-                _f(r[k]) for k in ("net_min", "net_median", "net_max")),
+                _f(r[k]) for k in ("net_min", "net_median", "net_max"))
+            if r["net_max"] is not None else "nothing (every request denied)",
             "users released / denied / rejected":
                 f"{counts.get('users_released', r['admitted'])} / "
                 f"{counts.get('users_denied', r['denied'])} / {counts.get('users_rejected', '–')}",
@@ -106,7 +107,7 @@ def _header(data: AuditData, audited_at: str) -> list[str]:
     v = data.verification
     head = data.head
     lines = ["# privpipe compliance audit", "",
-             f"- Ledger: `{cell(data.ledger_path)}`",
+             f"- Ledger: {cell(data.ledger_path)}",
              f"- Audited at: {audited_at}",
              f"- Ledger head: seq {head['seq']}, hash `{head['hash']}`"
              + (f", last entry at {utc_text(head['created_at'])}"
@@ -133,6 +134,8 @@ def _domain_section(data: AuditData, dom: dict[str, Any], fraction: float,
              f"{dom['kind']}, notion `{dom['notion']}`, cap "
              f"{'ρ' if dom['notion'] == 'cgp' else 'ε'} = {_f(dom['cap'])} {per} "
              f"({cell(unit)}).", ""]
+    if not any(b["domain"] == name for b in data.balances):
+        return [*lines, f"No release has charged domain `{name}` yet.", ""]
     s = data.spend.get(name)
     if s and s.releases:
         images[f"spend_{name}.png"] = plots.spend_over_time(plots.SpendSeries(

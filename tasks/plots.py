@@ -233,7 +233,9 @@ def denials_per_day(days: Sequence[str], users: Sequence[int], title: str) -> by
     """Bars: distinct users denied per day (UTC); only called when there are denials."""
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     x = np.arange(len(days))
-    ax.bar(x, users, color="tab:orange")
+    ax.bar(x, users, width=0.6, color="tab:orange")
+    pad = max(0.0, (6 - len(x)) / 2)  # a few days stay narrow bars
+    ax.set_xlim(-0.6 - pad, len(x) - 0.4 + pad)
     step = max(1, len(x) // 12)
     ax.set_xticks(x[::step], list(days)[::step], rotation=30, ha="right", fontsize=7)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -140,8 +140,9 @@ def users(ctx: ReleaseContext) -> list[str]:
                       ["in input", "released", "denied (budget)", "rejected (invalid input)",
                        "curves / streams", "points / samples"])]
     if not ctx.released:
-        lines += ["", "> **Nothing was released.** No user was admitted, no noise was drawn "
-                  "and no output file was written; nothing was charged.", ""]
+        lines += ["", "> **Nothing was released.** No user was admitted: no noise was drawn, "
+                  "no output data was written (the manifest records the release) and nothing "
+                  "was charged.", ""]
     return lines
 
 
