@@ -306,13 +306,13 @@ class Ledger:
         not listed.
         """
         _check_id(release_id, "release_id", allow_empty=True)
-        sign = "CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END"
 
         def tx(con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]], list[tuple]]:
             cur = con.execute(
                 "SELECT e.user_id, e.domain, e.stream_id, any_value(e.notion) AS notion, "
                 "count(*) FILTER (WHERE e.kind = 'reserve') AS items, "
-                f"CAST(sum({sign} * e.amount) AS VARCHAR) AS net_quanta, any_value(d.w) AS w "
+                "CAST(sum(CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END * e.amount) AS VARCHAR) "
+                "AS net_quanta, any_value(d.w) AS w "
                 "FROM entries e JOIN domains d ON d.domain = e.domain "
                 "WHERE e.release_id = ? AND e.kind IN ('reserve', 'refund', 'close') "
                 "AND e.user_id <> '' GROUP BY ALL ORDER BY e.domain, e.user_id, e.stream_id",
@@ -323,7 +323,8 @@ class Ledger:
                 return found, []
             return found, con.execute(
                 "SELECT e.user_id, e.domain, e.stream_id, s.run_start, s.run_stop, "
-                f"CAST({sign} * s.amount AS VARCHAR) FROM entries e "
+                "CAST(CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END * s.amount AS VARCHAR) "
+                "FROM entries e "
                 "JOIN step_runs s ON s.seq = e.seq WHERE e.release_id = ? "
                 "AND e.kind IN ('reserve', 'refund', 'close')", [release_id]).fetchall()
 

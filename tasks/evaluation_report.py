@@ -20,7 +20,7 @@ from tasks import plots
 from tasks.evaluation import Loaded, Outcome
 from tasks.guarantee import curves_reading, streams_reading
 from tasks.report_files import finish_dir, write_text
-from tasks.report_render import cell, md_table, publish_artifacts, render
+from tasks.report_render import cell, md_table, num, publish_artifacts, render
 from tasks.user_units import domain_record, lonlat_supported, stream_time, to_value_range
 
 
@@ -54,12 +54,12 @@ def error_rows(s: Suite) -> list[dict[str, Any]]:
         for r in out.rows:
             row = {f"{_symbol(s.dom)} ({units})": f"{amount:g}", "mechanism": r["mechanism"]}
             if s.dom.kind == "curves":
-                row[f"L2 error ({vu}·{s.dom.time_unit}^½)"] = f"{r['L2 error']:.4g}"
-                row[f"RMS error ({vu})"] = f"{r['RMS error']:.4g}"
-                row["normalised error"] = f"{r['normalised error']:.4g}"
+                row[f"L2 error ({vu}·{s.dom.time_unit}^½)"] = num(r["L2 error"])
+                row[f"RMS error ({vu})"] = num(r["RMS error"])
+                row["normalised error"] = num(r["normalised error"])
             else:
-                row[f"RMS error ({vu})"] = f"{r['RMS error']:.4g}"
-                row["cosine distance"] = f"{r['cosine distance']:.4g}"
+                row[f"RMS error ({vu})"] = num(r["RMS error"])
+                row["cosine distance"] = num(r["cosine distance"])
             rows.append(row)
     return rows
 
@@ -100,8 +100,7 @@ def _stream_plot(s: Suite, name: str, images: dict[str, bytes]) -> tuple[str, st
         plots.StreamView(x=x, samples=to_value_range(shown["reports"][:span], vr),
                          reconstruction=to_value_range(shown["SW + CPR"][:span], vr),
                          x_label=x_label, value_label=d.value_unit,
-                         title=f"{s.label}: raw against private (ε = {s.mid:g} per window; "
-                               f"{text})",
+                         title=f"{s.label}: raw against private (ε = {s.mid:g} per window)",
                          warning="" if period else "CPR: no significant period",
                          band=(float(vr[0]), float(vr[1]))),
         raw=to_value_range(shown["raw"][:span], vr),
@@ -124,7 +123,8 @@ def suite_section(s: Suite, images: dict[str, bytes]) -> list[str]:
     amount = Fraction(str(s.mid))
     if d.kind == "curves":
         durations = [float(t[-1] - t[0]) for _, _, t, _ in s.data.items]
-        reading = curves_reading(d.notion, amount, definition, float(np.median(durations)))
+        reading = curves_reading(d.notion, amount, definition, float(np.median(durations)),
+                                 "the median duration of the evaluated curves")
         shown = _curve_plot(s, f"{d.name}_raw_vs_private.png", images)
         caption = "The first evaluated curve"
     else:

@@ -49,7 +49,8 @@ def _sup_metric(definition: dict[str, Any]) -> bool:
 
 
 def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
-                   duration: float | None) -> str:
+                   duration: float | None,
+                   duration_is: str = "the median duration of this release, public") -> str:
     """One paragraph: what ε-GP (or ρ-CGP) per curve protects, for a curve of `duration`.
 
     Args:
@@ -58,6 +59,7 @@ def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
         definition: the domain's public definition (`tasks.user_units.domain_record`).
         duration: a public curve duration in the domain's time unit (e.g. the
             median of the release), or None when no curve was released.
+        duration_is: what `duration` is, for the text.
     """
     vu, tu = definition.get("value_unit", ""), definition.get("time_unit", "")
     a = float(amount)
@@ -67,8 +69,8 @@ def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
     # A shift of X value units over a curve of duration T is at distance X·√T (L2) or X (sup).
     root_t = 1.0 if sup or not duration else math.sqrt(duration)
     span = "" if sup or not duration else (
-        f" For a curve of {_duration_text(duration, tu)} (the median duration of this release,"
-        f" public), shifting it by X {vu} everywhere moves it d = X·√T = {num(root_t)}·X away.")
+        f" For a curve of {_duration_text(duration, tu)} ({duration_is}), shifting it by X "
+        f"{vu} everywhere moves it d = X·√T = {num(root_t)}·X away.")
     if notion == "gp":
         x_e = 1.0 / (a * root_t)
         return (f"**What ε = {format_fraction(amount)} per curve protects.** ε-geo-privacy "

@@ -95,13 +95,12 @@ def curves_over_time(tracks: Sequence[Track], columns: Sequence[str], value_unit
             ax.plot(tr.t, tr.xy[:, j], lw=0.8, color=f"C{j}",
                     label=col if raw is None else tr.label)
         ax.set_ylabel(f"{columns[0] if len(columns) == 1 else 'value'} ({value_unit})")
-        ax.set_title(tr.label if raw is None else title, fontsize=8, loc="left")
+        ax.set_title(tr.label, fontsize=8, loc="left")
         ax.set_xlabel(f"time from the curve's start ({time_unit})")
         _plain(ax)
         if len(columns) > 1 or raw is not None:
             ax.legend(fontsize=7, loc="upper right")
-    if raw is None:
-        fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=9)
     return _png(fig)
 
 

@@ -1,4 +1,4 @@
-"""A small HTML reader for report tests: headings, tables, images and text, as a reader sees them."""
+"""A small HTML reader for report tests: headings, tables, images and text, as people see them."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ import re
 import shutil
 import tomllib
 from fractions import Fraction
-from pathlib import Path
 
 import duckdb
 import pytest
