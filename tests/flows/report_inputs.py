@@ -34,7 +34,7 @@ POLICY = textwrap.dedent("""
     w = 4
     time_unit = "min"
     step = 30
-    value_range = [0.0, 10.0]
+    value_range = [-5.0, 15.0]   # a low end off zero: scaling must add it
     value_unit = "kW"
 """)
 
@@ -85,7 +85,7 @@ def meters_frame(seed: int = 11) -> pd.DataFrame:
     rows = []
     for u in range(3):
         steps = np.arange(240)
-        v = 5 + 4 * np.sin(2 * np.pi * steps / 12 + u) + rng.normal(0, 0.2, 240)
+        v = 5 + 9 * np.sin(2 * np.pi * steps / 12 + u) + rng.normal(0, 0.2, 240)
         rows.append(pd.DataFrame({"user_id": f"meter-{u}", "stream_id": "main",
-                                  "t": steps * 30.0, "value": np.clip(v, 0, 10)}))
+                                  "t": steps * 30.0, "value": np.clip(v, -5, 15)}))
     return pd.concat(rows, ignore_index=True)
