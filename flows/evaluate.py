@@ -16,6 +16,7 @@ import numpy as np
 from prefect import flow, task
 
 from data import loaders
+from flows.demo import DEMO_RELEASES
 from flows.settings import BUNDLED_POLICY
 from schemas.errors import ParameterError
 from schemas.policy import load_policy
@@ -29,12 +30,13 @@ DEFAULT_EPSILONS = {
     "ecg": [500.0, 2000.0, 10000.0],      # mV x seconds^(1/2)
     "power_taylor": [1.0, 3.0, 5.0],      # per window of w = 5 steps
 }
+_DEMO = {d["domain"]: d for d in DEMO_RELEASES}
 # (label, domain of the bundled policy, loader, mechanism, options): the demo's choices.
 BUNDLED = [
-    ("AIS trajectories, New York Harbor", "ais_tracks", "ais_raw", "privfuncseg",
-     {"basis": "linear"}),
-    ("ECG, MIT-BIH record 208", "ecg", "ecg_curves", "project_and_privatize",
-     {"basis": "sinc", "n_terms": 500, "spacing": 0.02, "first": 0}),
+    ("AIS trajectories, New York Harbor", "ais_tracks", "ais_raw",
+     _DEMO["ais_tracks"]["mechanism"], _DEMO["ais_tracks"]["options"]),
+    ("ECG, MIT-BIH record 208", "ecg", "ecg_curves", _DEMO["ecg"]["mechanism"],
+     _DEMO["ecg"]["options"]),
     ("Electricity demand, England & Wales", "power_taylor", "taylor_stream", "square_wave", {}),
 ]
 

@@ -28,8 +28,9 @@ import ingest
 from ingest import Rejection, UserCurves, UserStreams
 from mechanisms import curves as mc
 from mechanisms.metrics import cosine_distance, l2_distance
+from schemas.errors import ParameterError
 from schemas.policy import Domain
-from tasks.privatize import CurveSpec, _run_curve
+from tasks.privatize import CurveFraming, CurveSpec, _run_curve
 
 
 @dataclass
@@ -75,17 +76,29 @@ def _centred_norm(t: np.ndarray, v: np.ndarray) -> float:
     return l2_distance(t, v, np.broadcast_to(mean, v.shape))
 
 
+def framing(dom: Domain) -> CurveFraming:
+    """What the domain declares public about each curve, as a release frames it."""
+    if dom.public is None:
+        raise ParameterError(f"domain {dom.name!r} declares no public metadata "
+                             f"([domains.{dom.name}.public]); a release would refuse it")
+    return CurveFraming(window=dom.window, points_public=dom.public.points,
+                        grid_points=dom.grid_points,
+                        sample_times_public=dom.public.sample_times)
+
+
 def curve_errors(data: Loaded, dom: Domain, mechanism: str, options: dict[str, Any],
                  amount: float, rng: np.random.Generator) -> Outcome:
-    """Run `mechanism` and the point baseline on every curve at ε (or ρ) = `amount`."""
+    """Run `mechanism` (as a release runs it) and the point baseline at ε (or ρ) = `amount`."""
     kw = {"epsilon": str(amount)} if dom.notion == "gp" else {"rho": str(amount)}
-    spec = CurveSpec(mechanism, kw.get("epsilon"), kw.get("rho"), dict(options))
+    spec = CurveSpec(mechanism, kw.get("epsilon"), kw.get("rho"), dict(options),
+                     framing=framing(dom))
     exact_kw = {"epsilon" if dom.notion == "gp" else "rho": Fraction(str(amount))}
     errs: dict[str, list[tuple[float, float, float]]] = {mechanism: [], "baseline": []}
     out = Outcome()
     for i, (_, _, t, v) in enumerate(data.items):
         k = max(2, len(t) // 10)
-        priv = {mechanism: np.asarray(_run_curve(t, v, spec, rng).evaluate(t)).reshape(v.shape),
+        fitted = _run_curve(t, v, spec, spec.framing.frame(t), rng)
+        priv = {mechanism: np.asarray(fitted.evaluate(t)).reshape(v.shape),
                 "baseline": np.asarray(mc.baseline_points(
                     t, v, k, smooth=max(1, k // 20), rng=rng, **exact_kw).evaluate(t)
                 ).reshape(v.shape)}
@@ -97,7 +110,8 @@ def curve_errors(data: Loaded, dom: Domain, mechanism: str, options: dict[str, A
             out.shown = {"t": t, "raw": v, **priv}
     for name, e in errs.items():
         arr = np.asarray(e)
-        out.rows.append({"mechanism": name if name != "baseline" else "baseline (k=N/10)",
+        out.rows.append({"mechanism": name if name != "baseline" else
+                         "baseline (k=N/10, dist_∞)",
                          "L2 error": float(arr[:, 0].mean()), "RMS error": float(arr[:, 1].mean()),
                          "normalised error": float(arr[:, 2].mean())})
     return out

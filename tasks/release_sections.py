@@ -117,11 +117,16 @@ def guarantee(ctx: ReleaseContext) -> list[str]:
     if ctx.notion == "wevent":
         text = streams_reading(ctx.amount, ctx.definition)
     else:
-        text = curves_reading(ctx.notion, ctx.amount, ctx.definition, _median_duration(ctx))
+        window = ctx.definition.get("window") is not None
+        text = curves_reading(ctx.notion, ctx.amount, ctx.definition, _median_duration(ctx),
+                              "the domain's fixed window" if window else
+                              "the median duration of this release, public")
     return ["## What the guarantee means", "", text, ""]
 
 
 def _median_duration(ctx: ReleaseContext) -> float | None:
+    if ctx.definition.get("window") is not None:  # every curve lies on the domain's window
+        return float(ctx.definition["window"])
     path = ctx.file("curves")
     if path is None:
         return None
@@ -217,3 +222,16 @@ def budget(ctx: ReleaseContext) -> list[str]:
                        "accounts within 10% of the cap": near}],
                      ["accounts", "cap", "spent min / median / max",
                       "remaining min / median / max", "accounts within 10% of the cap"]), ""]
+
+
+def public_note(ctx: ReleaseContext) -> list[str]:
+    """The closing note: what the release published outside the noise (the policy's list)."""
+    pub = ctx.manifest.get("public_metadata")
+    if isinstance(pub, dict):
+        fields = ", ".join(cell(f) for f in pub.get("fields", []))
+        text = f"Released as-is, outside the noise (declared public by the domain): {fields}."
+        note = pub.get("note", "")
+        text += f" {cell(note[:1].upper() + note[1:])}." if note else ""
+    else:
+        text = cell(pub or "")
+    return [f"<p class='note'>{text}</p>", ""] if text else []

@@ -54,7 +54,7 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     lines: list[str] = []
     for section in sections:
         lines += section(ctx)
-    lines += [f"<p class='note'>{manifest.get('public_metadata', '')}.</p>", ""]
+    lines += sec.public_note(ctx)
     text = "\n".join(lines)
     out = Path(rdir)
     render(text, out, f"privpipe release {manifest['release_id']}", ctx.plots)

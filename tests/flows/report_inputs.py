@@ -11,6 +11,7 @@ import pandas as pd
 POLICY = textwrap.dedent("""
     [domains.geo]
     kind = "curves"
+    public = { duration = true, points = true }
     notion = "gp"
     cap = "4"
     time_unit = "s"
@@ -21,6 +22,9 @@ POLICY = textwrap.dedent("""
 
     [domains.plain]
     kind = "curves"
+    public = { duration = false, points = false }
+    window = 10.0
+    grid_points = 200
     notion = "gp"
     cap = "3"
     time_unit = "s"

@@ -29,7 +29,7 @@ def test_bundled_evaluation_labels_errors_in_each_domains_units(tmp_path, monkey
     ais = {r["mechanism"]: r for r in rows if r["domain"] == "ais_tracks"}
     # PrivFuncSeg is >10x better than the baseline at ε = 0.1 (benchmarks/curves)
     assert float(ais["privfuncseg"]["RMS error (m)"]) < float(
-        ais["baseline (k=N/10)"]["RMS error (m)"])
+        ais["baseline (k=N/10, dist_∞)"]["RMS error (m)"])
     page = parse(res["report"])
     assert "This page shows raw data." in page.text
     assert "Nothing was charged and no ledger was opened" in page.text
