@@ -13,6 +13,7 @@ value or user id of a rejection.
 
 from __future__ import annotations
 
+import html
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -214,8 +215,9 @@ def budget(ctx: ReleaseContext) -> list[str]:
         return " / ".join(f"{float(x):.4g}" for x in (v[0], statistics.median_low(v), v[-1]))
 
     return ["## Budget of the domain after this release", "",
-            f"All {len(spent)} accounts of domain `{ctx.manifest['domain']}` (every release so "
-            f"far), in {_symbol(ctx.notion)} ({cell(ctx.manifest['units'])}):", "",
+            f"All {len(spent)} account{'s' if len(spent) != 1 else ''} of domain "
+            f"`{ctx.manifest['domain']}` (every release so far), in {_symbol(ctx.notion)} "
+            f"({cell(ctx.manifest['units'])}):", "",
             md_table([{"accounts": len(spent), "cap": format_fraction(cap),
                        "spent min / median / max": mmm(spent),
                        "remaining min / median / max": mmm(remaining),
@@ -228,10 +230,10 @@ def public_note(ctx: ReleaseContext) -> list[str]:
     """The closing note: what the release published outside the noise (the policy's list)."""
     pub = ctx.manifest.get("public_metadata")
     if isinstance(pub, dict):
-        fields = ", ".join(cell(f) for f in pub.get("fields", []))
-        text = f"Released as-is, outside the noise (declared public by the domain): {fields}."
-        note = pub.get("note", "")
-        text += f" {cell(note[:1].upper() + note[1:])}." if note else ""
-    else:
-        text = cell(pub or "")
+        fields = ", ".join(html.escape(str(f)) for f in pub.get("fields", []))
+        text = (f"Public, released as-is outside the noise as the domain's policy declares: "
+                f"{fields}. Users rejected by validation or denied by the ledger are absent "
+                f"from the outputs.")
+    else:  # a manifest written before public metadata was declared per domain
+        text = html.escape(str(pub or ""))
     return [f"<p class='note'>{text}</p>", ""] if text else []
