@@ -64,6 +64,20 @@ def error_rows(s: Suite) -> list[dict[str, Any]]:
     return rows
 
 
+def summary_rows(s: Suite) -> list[dict[str, Any]]:
+    """One row per (ε, mechanism) with the same keys for every domain (CLI table, JSON)."""
+    vu, sym = s.dom.value_unit, _symbol(s.dom)
+    out = []
+    for amount, outcome in sorted(s.outcomes.items()):
+        for r in outcome.rows:
+            other = (f"normalised {num(r['normalised error'])}" if "normalised error" in r
+                     else f"cosine {num(r['cosine distance'])}")
+            out.append({"domain": s.dom.name, sym: f"{amount:g}", "mechanism": r["mechanism"],
+                        "RMS error": f"{num(r['RMS error'])} {vu}", "relative": other,
+                        "units": s.dom.units_label()})
+    return out
+
+
 def _curve_plot(s: Suite, name: str, images: dict[str, bytes]) -> str:
     shown, d = s.outcomes[s.mid].shown, s.dom
     t = shown["t"]
@@ -123,8 +137,10 @@ def suite_section(s: Suite, images: dict[str, bytes]) -> list[str]:
     amount = Fraction(str(s.mid))
     if d.kind == "curves":
         durations = [float(t[-1] - t[0]) for _, _, t, _ in s.data.items]
-        reading = curves_reading(d.notion, amount, definition, float(np.median(durations)),
-                                 "the median duration of the evaluated curves")
+        reading = (curves_reading(d.notion, amount, definition, float(d.window),
+                                  "the domain's fixed window") if d.window is not None else
+                   curves_reading(d.notion, amount, definition, float(np.median(durations)),
+                                  "the median duration of the evaluated curves"))
         shown = _curve_plot(s, f"{d.name}_raw_vs_private.png", images)
         caption = "The first evaluated curve"
     else:
@@ -157,7 +173,7 @@ def write_evaluation_report(out_dir: str | Path, suites: list[Suite]) -> dict[st
     rows: list[dict[str, Any]] = []
     for s in suites:
         lines += suite_section(s, images)
-        rows += [{"data": s.label, "domain": s.dom.name, **r} for r in error_rows(s)]
+        rows += summary_rows(s)
     text = "\n".join(lines)
     html = render(text, out, "privpipe evaluation (raw against private)", images)
     write_text(out / "evaluation.json",

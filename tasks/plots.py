@@ -63,10 +63,10 @@ def tracks_map(tracks: Sequence[Track], title: str, *, raw: Track | None = None)
     `raw` (evaluation only) is drawn in black under the private tracks.
     """
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
-    if raw is not None:
-        ax.plot(raw.xy[:, 0], raw.xy[:, 1], color="black", lw=1.8, label=raw.label)
+    if raw is not None:  # underneath, so private tracks stay visible where they agree
+        ax.plot(raw.xy[:, 0], raw.xy[:, 1], color="black", lw=2.0, alpha=0.45, label=raw.label)
     for i, tr in enumerate(tracks):
-        ax.plot(tr.xy[:, 0], tr.xy[:, 1], lw=0.9, color=f"C{i % 10}", label=tr.label)
+        ax.plot(tr.xy[:, 0], tr.xy[:, 1], lw=0.9, color=f"C{i % 10}", label=tr.label, zorder=3)
         ax.plot(tr.xy[:1, 0], tr.xy[:1, 1], "o", ms=3, color=f"C{i % 10}")
     lats = np.concatenate([tr.xy[:, 1] for tr in tracks] + ([raw.xy[:, 1]] if raw else []))
     mid = float(np.clip(np.nanmedian(lats), -85, 85)) if lats.size else 0.0
@@ -89,11 +89,11 @@ def curves_over_time(tracks: Sequence[Track], columns: Sequence[str], value_unit
     shown = list(tracks[:4])
     fig, axs = plt.subplots(len(shown), 1, figsize=(8, 1.9 * len(shown) + 0.7), squeeze=False)
     for ax, tr in zip(axs[:, 0], shown, strict=True):
-        if raw is not None:
-            ax.plot(raw.t, raw.xy[:, 0], color="black", lw=1.3, label=raw.label)
+        if raw is not None:  # underneath, so the private curve stays visible where they agree
+            ax.plot(raw.t, raw.xy[:, 0], color="black", lw=1.6, alpha=0.45, label=raw.label)
         for j, col in enumerate(columns):
             ax.plot(tr.t, tr.xy[:, j], lw=0.8, color=f"C{j}",
-                    label=col if raw is None else tr.label)
+                    label=col if raw is None else tr.label, zorder=3)
         ax.set_ylabel(f"{columns[0] if len(columns) == 1 else 'value'} ({value_unit})")
         ax.set_title(tr.label, fontsize=8, loc="left")
         ax.set_xlabel(f"time from the curve's start ({time_unit})")
