@@ -20,7 +20,7 @@ from typing import Any
 from ledger import format_fraction
 from tasks import plots
 from tasks.audit_data import AuditData, DomainSpend
-from tasks.report_files import finish_dir, write_text
+from tasks.report_files import finish_dir, save_text
 from tasks.report_render import cell, md_table, now_text, publish_artifacts, render, utc_text
 
 _SYMBOL = {"gp": "ε", "cgp": "ρ", "wevent": "ε per window"}
@@ -242,14 +242,14 @@ def write_audit_report(data: AuditData, out_dir: str | Path, near_cap_fraction: 
     text = "\n".join(lines)
     html = render(text, out, "privpipe compliance audit", images)
     for name, rows in tables.items():
-        write_text(out / f"{name}.csv", _csv(rows))
+        save_text(out / f"{name}.csv", _csv(rows))
     result = {"ok": bool(data.verification.ok), "entries": int(data.verification.entries_checked),
               "message": data.verification.message, "ledger": data.ledger_path,
               "audited_at": audited_at, "head": {k: str(v) for k, v in data.head.items()},
               "domains": summary, "near_cap": len(tables["accounts_near_cap"]),
               "denials": sum(r["denied_requests"] for r in data.denials),
               "users_denied": len(data.denials), "report": str(html), "tables": tables}
-    write_text(out / "audit.json", json.dumps(result, indent=2, sort_keys=True, default=str)
+    save_text(out / "audit.json", json.dumps(result, indent=2, sort_keys=True, default=str)
                + "\n")
     finish_dir(out)  # born private; now the operator's modes (docs/files.md)
     publish_artifacts("audit", text, out, summary)

@@ -19,7 +19,7 @@ from schemas.policy import Domain
 from tasks import plots
 from tasks.evaluation import Loaded, Outcome
 from tasks.guarantee import curves_reading, streams_reading
-from tasks.report_files import finish_dir, write_text
+from tasks.report_files import finish_dir, save_text
 from tasks.report_render import cell, md_table, num, publish_artifacts, render
 from tasks.user_units import domain_record, lonlat_supported, stream_time, to_value_range
 
@@ -176,7 +176,7 @@ def write_evaluation_report(out_dir: str | Path, suites: list[Suite]) -> dict[st
         rows += summary_rows(s)
     text = "\n".join(lines)
     html = render(text, out, "privpipe evaluation (raw against private)", images)
-    write_text(out / "evaluation.json",
+    save_text(out / "evaluation.json",
                json.dumps({"charged": "nothing", "ledger": "none opened", "rows": rows},
                           indent=2, sort_keys=True) + "\n")
     finish_dir(out)  # born private; now the operator's modes (docs/files.md)

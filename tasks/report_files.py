@@ -17,11 +17,11 @@ from typing import BinaryIO
 
 from tasks.safe_files import NewFile, make_dirs, set_output_modes, write_file
 
-__all__ = ["finish_dir", "open_for_write", "write_bytes", "write_text"]
+__all__ = ["finish_dir", "new_file", "save_bytes", "save_text"]
 
 
-class open_for_write:  # noqa: N801 - used like open()
-    """``with open_for_write(path) as fh:`` a new private file that appears at `path` on exit."""
+class new_file:  # noqa: N801 - used like open()
+    """``with new_file(path) as fh:`` a new private file that appears at `path` on exit."""
 
     def __init__(self, path: str | os.PathLike[str]):
         """Prepare the new file at `path` (its directory is created if needed)."""
@@ -36,16 +36,16 @@ class open_for_write:  # noqa: N801 - used like open()
         self._new.__exit__(exc_type, exc, tb)
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def save_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` as a new private file; return the path."""
     make_dirs(Path(path).parent)
     write_file(path, data)
     return Path(path)
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> Path:
+def save_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write UTF-8 `text` to `path` as a new private file; return the path."""
-    return write_bytes(path, text.encode("utf-8"))
+    return save_bytes(path, text.encode("utf-8"))
 
 
 def finish_dir(path: str | os.PathLike[str]) -> None:

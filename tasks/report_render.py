@@ -22,7 +22,7 @@ from typing import Any
 import markdown as md_lib
 
 from tasks.artifacts import artifact_key, embed_images
-from tasks.report_files import write_bytes, write_text
+from tasks.report_files import save_bytes, save_text
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 62em;
@@ -132,7 +132,7 @@ def now_text() -> str:
 def write_plots(rdir: Path, plots: dict[str, bytes]) -> None:
     """Write each PNG of `plots` (name -> bytes) to ``rdir/plots/NAME``."""
     for name, png in plots.items():
-        write_bytes(rdir / "plots" / name, png)
+        save_bytes(rdir / "plots" / name, png)
 
 
 def to_html(markdown_text: str, title: str, plots: dict[str, bytes]) -> str:
@@ -164,8 +164,8 @@ def render(markdown_text: str, rdir: Path, title: str, plots: dict[str, bytes],
            name: str = "report") -> Path:
     """Write ``NAME.md``, ``plots/*.png`` and the self-contained ``NAME.html`` in `rdir`."""
     write_plots(rdir, plots)
-    write_text(rdir / f"{name}.md", markdown_text)
-    return write_text(rdir / f"{name}.html", to_html(markdown_text, title, plots))
+    save_text(rdir / f"{name}.md", markdown_text)
+    return save_text(rdir / f"{name}.html", to_html(markdown_text, title, plots))
 
 
 def publish_artifacts(key: str, markdown_text: str, rdir: Path,

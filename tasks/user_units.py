@@ -42,7 +42,7 @@ from ingest.projection import unproject
 from mechanisms.cost import float_at_most
 from schemas.policy import Domain
 from tasks.outputs import parquet_writer
-from tasks.report_files import open_for_write, write_text
+from tasks.report_files import new_file, save_text
 
 #: Above this many points a release gets GeoParquet only (GeoJSON is ~40 bytes a point).
 GEOJSON_MAX_POINTS = 50_000
@@ -143,8 +143,8 @@ def _lonlat_tables(table: pa.Table, dom: Domain) -> tuple[pa.Table, pa.Table, li
 def _write_curves_lonlat(rdir: Path, dom: Domain, values: Path) -> dict[str, str]:
     total = pq.ParquetFile(values).metadata.num_rows
     features: list[dict] | None = [] if total <= GEOJSON_MAX_POINTS else None
-    with (open_for_write(rdir / "values_lonlat.parquet") as f_points,
-          open_for_write(rdir / "curves_lonlat.parquet") as f_lines):
+    with (new_file(rdir / "values_lonlat.parquet") as f_points,
+          new_file(rdir / "curves_lonlat.parquet") as f_lines):
         w_points = w_lines = None
         for table in _row_groups(values):
             points, lines, feats = _lonlat_tables(table, dom)
@@ -162,7 +162,7 @@ def _write_curves_lonlat(rdir: Path, dom: Domain, values: Path) -> dict[str, str
         w_lines.close()
     files = {"values_lonlat": "values_lonlat.parquet", "curves_lonlat": "curves_lonlat.parquet"}
     if features is not None:
-        write_text(rdir / "curves_lonlat.geojson",
+        save_text(rdir / "curves_lonlat.geojson",
                    json.dumps({"type": "FeatureCollection", "features": features},
                               separators=(",", ":")) + "\n")
         files["curves_geojson"] = "curves_lonlat.geojson"
@@ -176,7 +176,7 @@ def _write_stream_units(src: Path, out: Path, column: str, new: str,
     from mechanisms.streams.square_wave import square_wave_estimate
 
     unit = str(definition.get("value_unit", ""))
-    with open_for_write(out) as fh:
+    with new_file(out) as fh:
         writer = None
         for table in _row_groups(src):
             steps = table.column("step").to_numpy()
