@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from flows.outcome import ReleaseNotMadeError
 from flows.release import release_curves, release_streams
 from ingest.projection import project
 from ledger import Ledger
@@ -156,12 +157,13 @@ def test_report_alone_renders_with_every_image(geo, tmp_path):
 
 def test_a_wholly_denied_release_has_no_empty_sections(geo, setup):
     # After geo-1 every user has at most 4 - 1 = 3 left; 4 per curve is denied for all.
-    res = release_curves(input_path=str(inputs.write_geo_csv(setup["root"] / "geo2.csv",
-                                                             with_rejected=False)),
-                         domain="geo", epsilon="4", release_id="geo-denied",
-                         out_dir=str(setup["root"] / "out"), ledger_path=str(setup["ledger"]),
-                         policy_path=str(setup["policy"]))
-    page = parse(res["report"])
+    with pytest.raises(ReleaseNotMadeError) as denied:  # the run ends Failed("Denied")
+        release_curves(input_path=str(inputs.write_geo_csv(setup["root"] / "geo2.csv",
+                                                           with_rejected=False)),
+                       domain="geo", epsilon="4", release_id="geo-denied",
+                       out_dir=str(setup["root"] / "out"), ledger_path=str(setup["ledger"]),
+                       policy_path=str(setup["policy"]))
+    page = parse(denied.value.result["report"])
     assert page.heading_texts() == [
         "Release geo-denied", "Users",
         "Denied (the budget would be exceeded: nothing drawn, nothing released)",
