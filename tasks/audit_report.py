@@ -198,10 +198,26 @@ def _policy(data: AuditData) -> list[str]:
             md_table(rows, list(rows[0]) if rows else []), ""]
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
+#: Columns of the CSV files whose tables can be empty (an empty table keeps its header).
+CSV_COLUMNS = {
+    "accounts_near_cap": ["domain", "user_id", "stream_id", "spent", "cap", "remaining",
+                          "above cap"],
+    "denials_per_user": ["domain", "user_id", "denied_requests", "releases", "first_denied",
+                         "last_denied"],
+    "releases": ["time (UTC)", "release_id", "domain", "state", "actor", "mechanism", "notion",
+                 "requested", "charged per user min / median / max",
+                 "users released / denied / rejected", "entries"],
+    "spend_over_time": ["domain", "time (UTC)", "release_id", "charged min", "charged median",
+                        "charged max", "accounts", "spent median", "spent p90", "spent max",
+                        "cap"],
+}
+
+
+def _csv(rows: list[dict[str, Any]], columns: list[str] | None) -> str:
     buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    fields = columns or (list(rows[0]) if rows else [])
+    if fields:
+        w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     return buf.getvalue()
@@ -242,7 +258,7 @@ def write_audit_report(data: AuditData, out_dir: str | Path, near_cap_fraction: 
     text = "\n".join(lines)
     html = render(text, out, "privpipe compliance audit", images)
     for name, rows in tables.items():
-        save_text(out / f"{name}.csv", _csv(rows))
+        save_text(out / f"{name}.csv", _csv(rows, CSV_COLUMNS.get(name)))
     result = {"ok": bool(data.verification.ok), "entries": int(data.verification.entries_checked),
               "message": data.verification.message, "ledger": data.ledger_path,
               "audited_at": audited_at, "head": {k: str(v) for k, v in data.head.items()},

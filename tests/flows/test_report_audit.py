@@ -167,3 +167,17 @@ def test_a_tampered_ledger_is_reported_failed_and_exits_4(history, tmp_path):
     assert r.exit_code == 4
     page = parse(tmp_path / "o" / "audit" / "report.html")
     assert "FAILED" in page.text and "do not sign this audit" in page.text
+
+
+def test_an_empty_ledger_audits_to_headers_and_plain_sentences(tmp_path):
+    path = tmp_path / "ledger.duckdb"
+    Ledger.init(path).apply_policy(load_policy(inputs.write_policy(tmp_path / "policy.toml")))
+    res = audit(ledger_path=str(path), out_dir=str(tmp_path / "out"))
+    page = parse(res["report"])
+    assert page.images == [] and "No request was denied." in page.text
+    for dom in ("geo", "plain", "meters"):
+        assert f"No release has charged domain {dom} yet." in page.text
+    for name in ("releases", "denials_per_user", "accounts_near_cap", "spend_over_time"):
+        with open(tmp_path / "out" / "audit" / f"{name}.csv", newline="") as fh:
+            reader = csv.DictReader(fh)
+            assert reader.fieldnames and list(reader) == [], name
