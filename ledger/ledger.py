@@ -296,50 +296,9 @@ class Ledger:
         return self._transact(queries.denials)
 
     def release_charges(self, release_id: str) -> list[dict[str, Any]]:
-        """What one release charged each account: its net amount, exact.
-
-        One row per (user_id, domain, stream_id) the release reserved for: notion,
-        ``items`` (curves or streams reserved), ``net`` = reserved - refunded -
-        closed (ε, ρ, or for w-event the sum over all steps), and for w-event
-        ``window`` = the release's largest net sum over w consecutive steps (what
-        the user was charged per window). Denied requests charge nothing and are
-        not listed.
-        """
-        _check_id(release_id, "release_id", allow_empty=True)
-
-        def tx(con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]], list[tuple]]:
-            cur = con.execute(
-                "SELECT e.user_id, e.domain, e.stream_id, any_value(e.notion) AS notion, "
-                "count(*) FILTER (WHERE e.kind = 'reserve') AS items, "
-                "CAST(sum(CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END * e.amount) AS VARCHAR) "
-                "AS net_quanta, any_value(d.w) AS w "
-                "FROM entries e JOIN domains d ON d.domain = e.domain "
-                "WHERE e.release_id = ? AND e.kind IN ('reserve', 'refund', 'close') "
-                "AND e.user_id <> '' GROUP BY ALL ORDER BY e.domain, e.user_id, e.stream_id",
-                [release_id])
-            names = [d[0] for d in cur.description]
-            found = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-            if not any(r["notion"] == "wevent" for r in found):
-                return found, []
-            return found, con.execute(
-                "SELECT e.user_id, e.domain, e.stream_id, s.run_start, s.run_stop, "
-                "CAST(CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END * s.amount AS VARCHAR) "
-                "FROM entries e "
-                "JOIN step_runs s ON s.seq = e.seq WHERE e.release_id = ? "
-                "AND e.kind IN ('reserve', 'refund', 'close')", [release_id]).fetchall()
-
-        rows, run_rows = self._transact(tx)
-        runs: dict[tuple[str, str, str], list[Run]] = {}
-        for user, dom, stream, start, stop, q in run_rows:
-            runs.setdefault((user, dom, stream), []).append((int(start), int(stop), int(q)))
-        for r in rows:
-            r["net"] = from_units(int(r.pop("net_quanta")))
-            w = r.pop("w")
-            r["window"] = None
-            if r["notion"] == "wevent" and w:
-                acc = runs.get((r["user_id"], r["domain"], r["stream_id"]), [])
-                r["window"] = from_units(accounting.max_window(acc, int(w))[0])
-        return rows
+        """What one release charged each account, net of refunds (`queries.release_charges`)."""
+        check_id(release_id, "release_id", allow_empty=True)
+        return self._transact(lambda con: queries.release_charges(con, release_id))
 
     def export(self, path: str | os.PathLike[str], fmt: str = "csv", what: str = "entries") -> int:
         """Write a table for auditors to `path` as csv, parquet or json; returns the row count.
