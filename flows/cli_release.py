@@ -186,9 +186,11 @@ def audit_cmd(
                                    "near."),
     fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
-    """Compliance report: balances per domain, users near cap, denials, chain verification.
+    """Compliance audit: one self-contained HTML page (plus CSV/JSON tables) to sign.
 
-    Exit 4 when the ledger does not verify.
+    Chain verification, ledger head, budget spent over time, spend per account
+    against the cap, accounts near or above the cap, denials per user, releases,
+    policy. Writes OUT/audit/. Exit 4 when the ledger does not verify.
     """
     _prepare(verbose)
     from flows.audit import audit
@@ -196,7 +198,7 @@ def audit_cmd(
     with _spinner("auditing the ledger"):
         res = audit(ledger_path=str(_ledger_path(ledger)), out_dir=str(out),
                     near_cap_fraction=near_cap)
-    print_rows(res["domains"], fmt, title="Balances per domain")
+    print_rows(res["domains"], fmt, title="Domains")
     console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
                   f"({res['entries']} entries); report: {res['report']}")
     if not res["ok"]:
@@ -205,16 +207,29 @@ def audit_cmd(
 
 @handle_errors
 def evaluate_cmd(
-    out: Path = OutOpt,
+    input_path: Path | None = typer.Argument(
+        None, help="CSV, Parquet or DuckDB file of PUBLIC or SYNTHETIC curves or streams "
+                   "(default: the bundled public data sets)."),
+    domain: str | None = typer.Option(None, "--domain",
+                                      help="Policy domain of FILE (required with FILE)."),
+    policy: Path | None = PolicyOpt,
+    mechanism: str | None = typer.Option(None, "--mechanism",
+                                         help="Curves: privfuncseg (default) | "
+                                              "project_and_privatize | privfuncselect | "
+                                              "baseline. Streams: square_wave."),
+    options: str | None = typer.Option(None, "--options", help="Mechanism options as JSON."),
     epsilons: str | None = typer.Option(None, "--epsilons",
-                                        help="Comma-separated ε values for every data set "
-                                             "(default: a grid per data set, in its units)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise (public data)."),
-    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+                                        help="Comma-separated ε (ρ for cgp domains) in the "
+                                             "domain's units (default: a grid per bundled "
+                                             "domain, else cap/100, cap/10, cap)."),
+    n_curves: int = typer.Option(5, "--n-curves", help="Curves or streams evaluated."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise."),
+    out: Path = OutOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
-    """Run the mechanisms on bundled public data; plot raw against private; error tables.
+    """Raw against private on public or synthetic data: error tables, labelled plots.
 
-    Charges nothing: the data is public. This is the only report that shows raw data.
+    Never opens a ledger and charges nothing. This is the only report that
+    shows raw data: do not run it on private data.
     """
     eps: list[float] | None = None
     if epsilons is not None:
@@ -224,13 +239,17 @@ def evaluate_cmd(
             raise ParameterError("--epsilons must be comma-separated numbers") from None
         if not eps or any(not e > 0 or e == float("inf") for e in eps):
             raise ParameterError("--epsilons must be positive finite numbers")
+    opts = preflight.parse_options(options)
     _prepare(verbose)
     from flows.evaluate import evaluate
 
-    with _spinner("evaluating mechanisms on bundled data"):
-        res = evaluate(out_dir=str(out), epsilons=eps, seed=seed)
-    print_rows(res["rows"], fmt, title="Mean normalised error (lower is better)")
-    console.print(f"report: {res['report']}")
+    with _spinner("evaluating (no ledger, nothing charged)"):
+        res = evaluate(out_dir=str(out), input_path=None if input_path is None
+                       else str(input_path), domain=domain,
+                       policy_path=None if policy is None else str(policy), mechanism=mechanism,
+                       options=opts, epsilons=eps, seed=seed, n_curves=n_curves)
+    print_rows(res["rows"], fmt, title="Mean errors in the domain's units (lower is better)")
+    console.print(f"nothing charged, no ledger opened; report: {res['report']}")
 
 
 @handle_errors

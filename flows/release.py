@@ -46,6 +46,7 @@ from tasks.release_dir import ReleaseBuild, published_release
 from tasks.report import write_release_report
 from tasks.stage import StagePlan, stage_input
 from tasks.staging_dir import StagingDir
+from tasks.user_units import domain_record, write_user_unit_outputs
 
 
 def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters: dict[str, Any],
@@ -161,7 +162,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         base_manifest = {"release_id": rid, "flow": flow_name, "domain": dom.name,
                          "units": dom.units_label(), "value_unit": dom.value_unit,
                          "time_unit": dom.time_unit, "parameters": parameters,
-                         "input_fingerprint": plan.fingerprint, "input": str(input_path)}
+                         "input_fingerprint": plan.fingerprint, "input": str(input_path),
+                         "policy": domain_record(dom)}
         if not ledger.release(rid):
             ledger.record_release(rid, base_manifest, "reserved")
         if isinstance(spec, CurveSpec):
@@ -271,6 +273,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             files[name] = f"{name}.parquet"
             fault_point("between_merges")
 
+        files.update(write_user_unit_outputs(rdir, dom, files, parameters))
         fault_point("after_outputs")
         first_seq, last_seq = ledger.entry_range(rid) or (None, None)
         bounds = [b for r in results for b in r.error_bounds]

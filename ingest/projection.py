@@ -54,3 +54,44 @@ def project(
         return EARTH_RADIUS_M * lam, EARTH_RADIUS_M * np.log(np.tan(np.pi / 4 + phi / 2))
     phi0 = np.radians(np.asarray(ref_lat, np.float64))
     return EARTH_RADIUS_M * lam * np.cos(phi0), EARTH_RADIUS_M * phi
+
+
+def unproject(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    projection: str = "equirectangular",
+    ref_lat: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Planar metres back to lon/lat degrees: the inverse of `project`.
+
+    Post-processing of released coordinates with the domain's public
+    projection, so it costs no budget and changes no guarantee. Only a fixed,
+    public standard parallel can be inverted: a data-dependent one (a curve's
+    mean latitude) was never released.
+
+    Args:
+        x: east coordinates in metres.
+        y: north coordinates in metres.
+        projection: ``"equirectangular"`` or ``"mercator"``.
+        ref_lat: the equirectangular standard parallel in degrees (required
+            for equirectangular; ignored for Mercator).
+
+    Returns:
+        (lon, lat) float64 arrays in degrees. Noisy outputs can fall outside
+        [-180, 180] x [-90, 90]; they are returned as computed, not wrapped.
+
+    Raises:
+        ValueError: unknown projection, or equirectangular without `ref_lat`.
+    """
+    if projection not in PROJECTIONS:
+        raise ValueError(f"projection must be one of {', '.join(PROJECTIONS)}")
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    if projection == "mercator":
+        lat = np.degrees(2.0 * np.arctan(np.exp(ys / EARTH_RADIUS_M)) - np.pi / 2)
+        return np.degrees(xs / EARTH_RADIUS_M), lat
+    if ref_lat is None:
+        raise ValueError("only a fixed, public ref_lat can be inverted (equirectangular)")
+    scale = EARTH_RADIUS_M * np.cos(np.radians(float(ref_lat)))
+    return np.degrees(xs / scale), np.degrees(ys / EARTH_RADIUS_M)

@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from ledger.accounting import Run, max_window
 from ledger.amounts import UNITS_PER_EPSILON, from_units
 from schemas.errors import ParameterError
 
@@ -78,6 +79,43 @@ def denials(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     for r in out:
         r["requested"] = from_units(int(r.pop("amount")))
     return out
+
+
+def release_charges(con: duckdb.DuckDBPyConnection, release_id: str) -> list[dict[str, Any]]:
+    """What one release charged each account: its net amount, exact.
+
+    One row per (user_id, domain, stream_id) the release reserved for: notion,
+    ``items`` (curves or streams reserved), ``net`` = reserved - refunded -
+    closed (ε, ρ, or for w-event the sum over all steps), and for w-event
+    ``window`` = the release's largest net sum over w consecutive steps (what
+    the user was charged per window). Denied requests charge nothing and are
+    not listed.
+    """
+    rows = _dicts(con.execute(
+        "SELECT e.user_id, e.domain, e.stream_id, any_value(e.notion) AS notion, "
+        "count(*) FILTER (WHERE e.kind = 'reserve') AS items, "
+        "CAST(sum(CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END * e.amount) AS VARCHAR) "
+        "AS net_quanta, any_value(d.w) AS w "
+        "FROM entries e JOIN domains d ON d.domain = e.domain "
+        "WHERE e.release_id = ? AND e.kind IN ('reserve', 'refund', 'close') "
+        "AND e.user_id <> '' GROUP BY ALL ORDER BY e.domain, e.user_id, e.stream_id",
+        [release_id]))
+    runs: dict[tuple[str, str, str], list[Run]] = {}
+    if any(r["notion"] == "wevent" for r in rows):
+        for user, dom, stream, start, stop, q in con.execute(
+                "SELECT e.user_id, e.domain, e.stream_id, s.run_start, s.run_stop, "
+                "CAST(CASE e.kind WHEN 'reserve' THEN 1 ELSE -1 END * s.amount AS VARCHAR) "
+                "FROM entries e JOIN step_runs s ON s.seq = e.seq WHERE e.release_id = ? "
+                "AND e.kind IN ('reserve', 'refund', 'close')", [release_id]).fetchall():
+            runs.setdefault((user, dom, stream), []).append((int(start), int(stop), int(q)))
+    for r in rows:
+        r["net"] = from_units(int(r.pop("net_quanta")))
+        w = r.pop("w")
+        r["window"] = None
+        if r["notion"] == "wevent" and w:
+            acc = runs.get((r["user_id"], r["domain"], r["stream_id"]), [])
+            r["window"] = from_units(max_window(acc, int(w))[0])
+    return rows
 
 
 EXPORTS = {

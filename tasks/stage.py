@@ -74,6 +74,7 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
             rejected.append({
                 "user_id": item.user_id,
                 "reasons": [p.describe(show_values=False) for p in item.problems],
+                "rules": sorted({p.rule for p in item.problems}),
             })
             continue
         fingerprints[item.user_id] = item.fingerprint

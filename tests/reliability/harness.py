@@ -24,6 +24,7 @@ release would be replayed there, and could hide a double charge.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -194,10 +195,24 @@ def output_users(rdir: Path) -> set[str]:
     return users
 
 
+#: The release report states when it was written and the ledger's state after the
+#: release, so two runs of one release differ there by design; the manifest still seals
+#: its digest, and everything else (outputs, plots, the rest of the manifest) must match.
+TIMESTAMPED = ("report.md", "report.html")
+
+
 def digest(rdir: Path) -> dict[str, str]:
-    """SHA-256 of every Parquet output and of manifest.json of a release directory."""
-    files = sorted(rdir.glob("*.parquet")) + [rdir / "manifest.json"]
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.exists()}
+    """SHA-256 of every Parquet output and of manifest.json (minus the report's digests)."""
+    out = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+           for p in sorted(rdir.glob("*.parquet"))}
+    path = rdir / "manifest.json"
+    if path.exists():
+        manifest = json.loads(path.read_bytes())
+        for name in TIMESTAMPED:
+            manifest.get("sha256", {}).pop(name, None)
+        text = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+        out[path.name] = hashlib.sha256(text.encode()).hexdigest()
+    return out
 
 
 # --------------------------------------------------------------------------- subprocesses

@@ -1,0 +1,191 @@
+"""The figures of a compliance audit, computed from one export of the ledger.
+
+The audit reads the ledger through its public API only: `Ledger.export` of
+the hash-chained entries (one consistent snapshot, queried here with an
+in-memory DuckDB), `balances`, `domains`, `releases`, `release` (manifests)
+and `release_charges` (w-event windows). Every amount is exact (integer
+quanta -> Fraction) until it is formatted. Nothing here reads release
+outputs or raw data, and nothing is written to the ledger.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ledger import Ledger, VerifyReport, from_units
+
+
+@dataclass
+class DomainSpend:
+    """One domain's releases in time order, with account balances after each."""
+
+    releases: list[str] = field(default_factory=list)
+    times: list[str] = field(default_factory=list)
+    max_after: list[Fraction] = field(default_factory=list)
+    p90_after: list[Fraction] = field(default_factory=list)
+    median_after: list[Fraction] = field(default_factory=list)
+    accounts_after: list[int] = field(default_factory=list)
+    cap: list[Fraction] = field(default_factory=list)
+    charge_min: list[Fraction] = field(default_factory=list)
+    charge_median: list[Fraction] = field(default_factory=list)
+    charge_max: list[Fraction] = field(default_factory=list)
+
+
+@dataclass
+class AuditData:
+    """Everything the audit report shows."""
+
+    ledger_path: str
+    verification: VerifyReport
+    head: dict[str, Any]
+    domains: list[dict[str, Any]]
+    balances: list[dict[str, Any]]
+    releases: list[dict[str, Any]]
+    spend: dict[str, DomainSpend]
+    denials: list[dict[str, Any]]          # one row per (domain, user)
+    denials_per_day: dict[str, list[tuple[str, int]]]
+    entries: int
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None
+          ) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _head(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    rows = _rows(con, "SELECT seq, hash, created_at FROM e ORDER BY seq DESC LIMIT 1")
+    if not rows:
+        return {"seq": 0, "hash": "0" * 64, "created_at": None}
+    return rows[0]
+
+
+def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[dict[str, Any]]:
+    """One row per (release, domain) of the entries, with its manifest's public facts."""
+    rows = _rows(con, """
+        WITH per_user AS (
+            SELECT release_id, domain, user_id, stream_id,
+                   sum(CASE kind WHEN 'reserve' THEN 1 WHEN 'refund' THEN -1
+                       WHEN 'close' THEN -1 ELSE 0 END * CAST(amount_quanta AS HUGEINT)) AS net,
+                   bool_or(kind = 'reserve') AS admitted
+            FROM e WHERE user_id <> '' AND kind <> 'deny' GROUP BY ALL),
+        per_rel AS (
+            SELECT release_id, domain, min(created_at) AS first_at, max(seq) AS last_seq,
+                   min(seq) AS first_seq, string_agg(DISTINCT actor, ', ') AS actors,
+                   any_value(mechanism) FILTER (WHERE mechanism IS NOT NULL) AS mechanism,
+                   any_value(notion) AS notion,
+                   max(CAST(cap_quanta AS HUGEINT)) AS cap_q,
+                   count(DISTINCT user_id) FILTER (WHERE kind = 'reserve') AS admitted,
+                   count(DISTINCT user_id) FILTER (WHERE kind = 'deny') AS denied
+            FROM e WHERE user_id <> '' GROUP BY ALL)
+        SELECT r.*, CAST(min(p.net) AS VARCHAR) AS net_min,
+               CAST(quantile_disc(p.net, 0.5) AS VARCHAR) AS net_median,
+               CAST(max(p.net) AS VARCHAR) AS net_max
+        FROM per_rel r LEFT JOIN per_user p
+          ON p.release_id = r.release_id AND p.domain = r.domain AND p.admitted
+        GROUP BY ALL ORDER BY r.last_seq""")
+    for r in rows:
+        rec = ledger.release(r["release_id"]) or {}
+        r["state"] = rec.get("state", "no manifest (ledger charge)")
+        r["manifest"] = rec.get("manifest") or {}
+        cap_q = r.pop("cap_q")
+        r["cap"] = None if cap_q is None else from_units(int(cap_q))
+        for k in ("net_min", "net_median", "net_max"):
+            r[k] = None if r[k] is None else from_units(int(r[k]))
+        if r["notion"] == "wevent":
+            windows = sorted(c["window"] for c in ledger.release_charges(r["release_id"])
+                             if c["domain"] == r["domain"])
+            if windows:
+                r["net_min"], r["net_max"] = windows[0], windows[-1]
+                r["net_median"] = windows[(len(windows) - 1) // 2]
+    return rows
+
+
+def _balances_after(con: duckdb.DuckDBPyConnection, domain: str, checkpoints: list[int]
+                    ) -> list[list[int]]:
+    """Every account's balance (exact quanta) after each checkpoint seq, from ``balance_after``.
+
+    ``balance_after`` is the account's spent after each entry (for w-event, its
+    largest window sum), so an account's balance after seq s is that of its
+    last entry at or before s.
+    """
+    rows = con.execute(
+        "SELECT seq, user_id || chr(0) || stream_id, balance_after_quanta FROM e "
+        "WHERE domain = ? AND user_id <> '' AND balance_after_quanta IS NOT NULL ORDER BY seq",
+        [domain]).fetchall()
+    seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    current: dict[str, int] = {}
+    out, done = [], 0
+    for cp in checkpoints:
+        upto = int(np.searchsorted(seqs, cp, side="right"))
+        for _, acc, bal in rows[done:upto]:
+            current[acc] = int(bal)
+        done = max(done, upto)
+        out.append(sorted(current.values()))
+    return out
+
+
+def _spend(con: duckdb.DuckDBPyConnection, releases: list[dict[str, Any]]
+           ) -> dict[str, DomainSpend]:
+    spend: dict[str, DomainSpend] = {}
+    for dom in sorted({r["domain"] for r in releases}):
+        rels = [r for r in releases if r["domain"] == dom]
+        after = _balances_after(con, dom, [int(r["last_seq"]) for r in rels])
+        s = spend[dom] = DomainSpend()
+        for r, q in zip(rels, after, strict=True):
+            q = q or [0]
+            s.releases.append(r["release_id"])
+            s.times.append(r["first_at"])
+            s.max_after.append(from_units(q[-1]))
+            s.p90_after.append(from_units(q[int(np.ceil(0.9 * len(q))) - 1]))
+            s.median_after.append(from_units(q[(len(q) - 1) // 2]))
+            s.accounts_after.append(len(q))
+            s.cap.append(r["cap"] or Fraction(0))
+            s.charge_min.append(r["net_min"] or Fraction(0))
+            s.charge_median.append(r["net_median"] or Fraction(0))
+            s.charge_max.append(r["net_max"] or Fraction(0))
+    return spend
+
+
+def _denials(con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]],
+                                                      dict[str, list[tuple[str, int]]]]:
+    per_user = _rows(con, """
+        SELECT domain, user_id, count(*) AS denied_requests,
+               count(DISTINCT release_id) AS releases, min(created_at) AS first_denied,
+               max(created_at) AS last_denied
+        FROM e WHERE kind = 'deny' GROUP BY ALL ORDER BY domain, denied_requests DESC, user_id""")
+    per_day: dict[str, list[tuple[str, int]]] = {}
+    for r in _rows(con, "SELECT domain, strftime(date_trunc('day', created_at), '%Y-%m-%d') AS "
+                        "day, count(DISTINCT user_id) AS users FROM e WHERE kind = 'deny' "
+                        "GROUP BY ALL ORDER BY domain, day"):
+        per_day.setdefault(r["domain"], []).append((r["day"], int(r["users"])))
+    return per_user, per_day
+
+
+def collect(ledger_path: str) -> AuditData:
+    """Export the ledger once, verify it, and compute every figure of the audit."""
+    ledger = Ledger(ledger_path)
+    with tempfile.TemporaryDirectory(prefix="privpipe-audit-") as tmp:
+        path = Path(tmp) / "entries.parquet"
+        n = ledger.export(path, fmt="parquet", what="entries")
+        con = duckdb.connect()
+        try:
+            con.execute("CREATE TABLE e AS SELECT * FROM read_parquet(?)", [str(path)])
+            head = _head(con)
+            releases = _release_rows(con, ledger)
+            spend = _spend(con, releases)
+            denials, per_day = _denials(con)
+        finally:
+            con.close()
+    return AuditData(
+        ledger_path=str(Path(ledger_path).resolve()), verification=ledger.verify(), head=head,
+        domains=ledger.domains(), balances=ledger.balances(),
+        releases=releases, spend=spend, denials=denials, denials_per_day=per_day, entries=n)

@@ -1,0 +1,239 @@
+"""The sections of a release report, one function each.
+
+A section takes the `ReleaseContext` and returns its Markdown lines, or an
+empty list when it has nothing to say (a report never shows an empty
+heading). Plots are added to ``ctx.plots`` (name -> PNG) and referenced as
+``plots/NAME``. `CURVE_SECTIONS` and `STREAM_SECTIONS` list them in order; a
+new section is one function appended to the list.
+
+Everything here reads released outputs, public parameters and ledger
+figures only. Rejected users appear as counts per rule: no row, column,
+value or user id of a rejection.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from ledger import format_fraction
+from tasks.guarantee import curves_reading, streams_reading
+from tasks.report_render import cell, md_table, utc_text
+
+
+@dataclass
+class ReleaseContext:
+    """Everything a release report may show (no raw data)."""
+
+    rdir: Path
+    manifest: dict[str, Any]
+    denied: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    charges: list[dict[str, Any]]       # Ledger.release_charges
+    balances: list[dict[str, Any]]      # Ledger.balances(domain)
+    record: dict[str, Any] | None       # Ledger.release(release_id)
+    written_at: str
+    head: dict[str, Any] | None = None  # the ledger head after the release
+    plots: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        """The domain's public definition recorded in the manifest (empty if absent)."""
+        return (self.manifest.get("policy") or {}).get("definition") or {}
+
+    @property
+    def notion(self) -> str:
+        """``gp``, ``cgp`` or ``wevent``."""
+        return str(self.manifest["parameters"].get("notion"))
+
+    @property
+    def amount(self) -> Fraction:
+        """ε or ρ per curve, or ε per window."""
+        p = self.manifest["parameters"]
+        return Fraction(str(p.get("amount") or p.get("epsilon")))
+
+    @property
+    def released(self) -> int:
+        """Users who got an output."""
+        return int(self.manifest["counts"]["users_released"])
+
+    def file(self, name: str) -> Path | None:
+        """Path of output `name` of this release, or None if it was not written."""
+        rel = (self.manifest.get("files") or {}).get(name)
+        return self.rdir / rel if rel else None
+
+
+Section = Callable[[ReleaseContext], list[str]]
+
+
+def _symbol(notion: str) -> str:
+    return "ρ" if notion == "cgp" else "ε"
+
+
+def header(ctx: ReleaseContext) -> list[str]:
+    """Title and the facts a reader checks first: when, what, under which policy."""
+    m, rec = ctx.manifest, ctx.record or {}
+    per = (f" per window of w = {m['parameters'].get('w')} steps (ε/w per sample)"
+           if ctx.notion == "wevent" else " per curve")
+    entries = m.get("ledger_entries") or {}
+    policy = m.get("policy") or {}
+    desc = ctx.definition.get("description")
+    lines = [f"# Release {cell(m['release_id'])}", "",
+             f"- Domain: `{m['domain']}`" + (f" ({cell(desc)})" if desc else "")
+             + f"; metric: {cell(m['units'])}",
+             f"- Mechanism: `{m['mechanism']}`; notion `{ctx.notion}`; "
+             f"{_symbol(ctx.notion)} = {format_fraction(ctx.amount)}{per}",
+             f"- Reserved at {utc_text(rec.get('created_at'))}; settled at "
+             f"{utc_text(rec.get('updated_at'))}; this report written {ctx.written_at}",
+             f"- Policy digest: `{policy.get('digest', 'not recorded')}`",
+             f"- Input fingerprint: `{m['input_fingerprint']}`",
+             f"- Ledger entries of this release: seq {entries.get('first_seq')}–"
+             f"{entries.get('last_seq')}"]
+    if ctx.head:
+        lines.append(f"- Ledger head after this release: seq {ctx.head['seq']}, hash "
+                     f"`{ctx.head['hash']}`" + (f", signature `{ctx.head['signature']}` (key "
+                                               f"`{ctx.head['fingerprint']}`)"
+                                               if ctx.head.get("signature") else ""))
+    lines.append(f"- Parameters: `{_compact(m['parameters'])}`")
+    return [*lines, ""]
+
+
+def _compact(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def guarantee(ctx: ReleaseContext) -> list[str]:
+    """The plain-language reading of the guarantee (only when something was released)."""
+    if not ctx.released:
+        return []
+    if ctx.notion == "wevent":
+        text = streams_reading(ctx.amount, ctx.definition)
+    else:
+        window = ctx.definition.get("window") is not None
+        text = curves_reading(ctx.notion, ctx.amount, ctx.definition, _median_duration(ctx),
+                              "the domain's fixed window" if window else
+                              "the median duration of this release, public")
+    return ["## What the guarantee means", "", text, ""]
+
+
+def _median_duration(ctx: ReleaseContext) -> float | None:
+    if ctx.definition.get("window") is not None:  # every curve lies on the domain's window
+        return float(ctx.definition["window"])
+    path = ctx.file("curves")
+    if path is None:
+        return None
+    durations = pq.read_table(path, columns=["duration"]).column("duration").to_numpy()
+    return float(np.median(durations)) if durations.size else None
+
+
+def users(ctx: ReleaseContext) -> list[str]:
+    """Counts: released, denied, rejected, items and points."""
+    c = ctx.manifest["counts"]
+    lines = ["## Users", "",
+             md_table([{"in input": c.get("users_in_input"), "released": c["users_released"],
+                        "denied (budget)": c["users_denied"],
+                        "rejected (invalid input)": c["users_rejected"],
+                        "curves / streams": c["items"], "points / samples": c["points"]}],
+                      ["in input", "released", "denied (budget)", "rejected (invalid input)",
+                       "curves / streams", "points / samples"])]
+    if not ctx.released:
+        lines += ["", "> **Nothing was released.** No user was admitted: no noise was drawn, "
+                  "no output data was written (the manifest records the release) and nothing "
+                  "was charged.", ""]
+    return lines
+
+
+def charges(ctx: ReleaseContext) -> list[str]:
+    """What each user was charged by this release, from the ledger (exact)."""
+    if not ctx.charges:
+        return []
+    wevent = ctx.notion == "wevent"
+    per_user: dict[str, Fraction] = {}
+    for r in ctx.charges:
+        before = per_user.get(r["user_id"], Fraction(0))
+        # w-event accounts are per stream: a user's charge is its most charged stream's.
+        per_user[r["user_id"]] = max(before, r["window"]) if wevent else before + r["net"]
+    values = sorted(per_user.values())
+    what = ("largest charge over any window of w steps, per user (the most of any of its "
+            "streams)" if wevent else "net charge per user (all its curves, after refunds)")
+    unit = ctx.manifest["units"]
+    lines = ["## What each user was charged by this release", "",
+             f"From the ledger: {what}, in {_symbol(ctx.notion)} ({cell(unit)}).", "",
+             md_table([{"users charged": len(values), "min": format_fraction(values[0]),
+                        "median": format_fraction(Fraction(statistics.median_low(values))),
+                        "max": format_fraction(values[-1])}],
+                      ["users charged", "min", "median", "max"])]
+    counts = Counter(values)
+    if len(counts) <= 12:
+        lines += ["", "Users by charge:", "",
+                  md_table([{f"charged {_symbol(ctx.notion)}": format_fraction(v),
+                             "users": n} for v, n in sorted(counts.items())],
+                           [f"charged {_symbol(ctx.notion)}", "users"])]
+    return [*lines, ""]
+
+
+def denied(ctx: ReleaseContext) -> list[str]:
+    """Denied users: the ledger's reason (requested and remaining budget)."""
+    if not ctx.denied:
+        return []
+    return ["## Denied (the budget would be exceeded: nothing drawn, nothing released)", "",
+            md_table(ctx.denied, ["user_id", "reason"], 30), ""]
+
+
+def rejected(ctx: ReleaseContext) -> list[str]:
+    """Rejected users as counts per validation rule (no rows, columns, values or ids)."""
+    if not ctx.rejected:
+        return []
+    per_rule = Counter(rule for r in ctx.rejected for rule in r.get("rules", ["unknown"]))
+    rows = [{"rule": rule, "users rejected": n} for rule, n in sorted(per_rule.items())]
+    return ["## Rejected (invalid input: nothing charged)", "",
+            f"{len(ctx.rejected)} user(s) rejected as a whole; a user can break several rules. "
+            f"`privpipe validate FILE --domain {ctx.manifest['domain']}` locates each problem "
+            "(file, row, column) for the operator.", "",
+            md_table(rows, ["rule", "users rejected"]), ""]
+
+
+def budget(ctx: ReleaseContext) -> list[str]:
+    """Spent and remaining budget across the domain's accounts after this release."""
+    if not ctx.balances:
+        return []
+    spent = sorted(Fraction(r["spent"]) for r in ctx.balances)
+    remaining = sorted(Fraction(r["remaining"]) for r in ctx.balances)
+    cap = max(Fraction(r["cap"]) for r in ctx.balances)
+    near = sum(1 for r in ctx.balances if Fraction(r["remaining"]) <= cap / 10)
+
+    def mmm(v: list[Fraction]) -> str:
+        return " / ".join(f"{float(x):.4g}" for x in (v[0], statistics.median_low(v), v[-1]))
+
+    return ["## Budget of the domain after this release", "",
+            f"All {len(spent)} account{'s' if len(spent) != 1 else ''} of domain "
+            f"`{ctx.manifest['domain']}` (every release so far), in {_symbol(ctx.notion)} "
+            f"({cell(ctx.manifest['units'])}):", "",
+            md_table([{"accounts": len(spent), "cap": format_fraction(cap),
+                       "spent min / median / max": mmm(spent),
+                       "remaining min / median / max": mmm(remaining),
+                       "accounts within 10% of the cap": near}],
+                     ["accounts", "cap", "spent min / median / max",
+                      "remaining min / median / max", "accounts within 10% of the cap"]), ""]
+
+
+def public_note(ctx: ReleaseContext) -> list[str]:
+    """The closing note: what the release published outside the noise (the policy's list)."""
+    pub = ctx.manifest.get("public_metadata")
+    if isinstance(pub, dict):
+        fields = ", ".join(html.escape(str(f)) for f in pub.get("fields", []))
+        text = (f"Public, released as-is outside the noise as the domain's policy declares: "
+                f"{fields}. Users rejected by validation or denied by the ledger are absent "
+                f"from the outputs.")
+    else:  # a manifest written before public metadata was declared per domain
+        text = html.escape(str(pub or ""))
+    return [f"<p class='note'>{text}</p>", ""] if text else []

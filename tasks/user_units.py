@@ -1,0 +1,229 @@
+"""Release outputs in the user's own units: lon/lat geometry, streams in the declared range.
+
+Curve domains with a projection release x/y metres (the metric of the
+guarantee); this module maps them back to WGS84 longitude/latitude with the
+inverse of the domain's public projection (`ingest.projection.unproject`).
+Stream releases are randomized on [0, 1]-normalised values; this module maps
+the private reports and the CPR reconstruction back to the declared value
+range (``low + v * (high - low)``) and the steps to the domain's time unit.
+Both are post-processing of released outputs with public parameters: they
+cost no budget and read no raw data.
+
+Files (next to the release's own outputs, each one Parquet row group per
+input row group, so memory is bounded by a chunk):
+
+- ``values_lonlat.parquet``: user_id, curve_id, t, lon, lat (degrees).
+- ``curves_lonlat.parquet``: GeoParquet 1.1, one WKB LineString (lon, lat,
+  OGC:CRS84) per curve, with user_id, curve_id, points, duration.
+- ``curves_lonlat.geojson``: the same lines as GeoJSON, for small releases
+  (at most `GEOJSON_MAX_POINTS` points).
+- ``samples_units.parquet``: user_id, stream_id, step, t (when a step has a
+  duration) and value: the unbiased Square Wave estimate of each sample, in
+  the domain's value unit (noisy: it often falls outside the declared range).
+- ``reconstruction_units.parquet``: the CPR reconstruction as value_hat, in
+  the domain's value unit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.projection import unproject
+from mechanisms.cost import float_at_most
+from schemas.policy import Domain
+from tasks.outputs import parquet_writer
+from tasks.report_files import new_file, save_text
+
+#: Above this many points a release gets GeoParquet only (GeoJSON is ~40 bytes a point).
+GEOJSON_MAX_POINTS = 50_000
+
+_GEO_META = {"version": "1.1.0", "primary_column": "geometry",
+             "columns": {"geometry": {"encoding": "WKB", "geometry_types": ["LineString"]}}}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Fraction):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def domain_record(dom: Domain) -> dict[str, Any]:
+    """The domain's public definition as recorded in a manifest, with its SHA-256 digest.
+
+    The digest is over the canonical JSON of every field of the domain (cap,
+    notion, units, w, projection, reference latitude, value range, ...), so two
+    releases with the same digest ran under exactly the same policy domain.
+    """
+    fields = {k: _plain(v) for k, v in dataclasses.asdict(dom).items()}
+    fields["units_label"] = dom.units_label()
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return {"definition": fields, "digest": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
+def lonlat_supported(projection: str | None, ref_lat: float | None) -> bool:
+    """Whether released metres can be mapped back to lon/lat with public parameters only."""
+    return projection == "mercator" or (projection == "equirectangular" and ref_lat is not None)
+
+
+def stream_time(steps: np.ndarray, definition: dict[str, Any]) -> np.ndarray | None:
+    """Each step's time in the domain's time unit (None when the unit is ``step``)."""
+    step = definition.get("step")
+    if definition.get("time_unit") == "step" or step is None:
+        return None
+    return np.asarray(steps, dtype=np.float64) * float(step)
+
+
+def to_value_range(v: np.ndarray, value_range: Any) -> np.ndarray:
+    """[0, 1]-normalised values back to the declared range [low, high]."""
+    lo, hi = float(value_range[0]), float(value_range[1])
+    return lo + np.asarray(v, dtype=np.float64) * (hi - lo)
+
+
+def _row_groups(path: Path) -> Iterator[pa.Table]:
+    pf = pq.ParquetFile(path)
+    for i in range(pf.metadata.num_row_groups):
+        yield pf.read_row_group(i)
+
+
+def _runs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Start and stop row of each (user_id, curve_id) run of a row group."""
+    users = np.asarray(table.column("user_id").to_pylist(), dtype=object)
+    items = np.asarray(table.column(table.column_names[1]).to_pylist(), dtype=object)
+    n = len(users)
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (users[1:] != users[:-1]) | (items[1:] != items[:-1])
+    starts = np.flatnonzero(new)
+    return starts, np.append(starts[1:], n)
+
+
+def _wkb_linestring(lon: np.ndarray, lat: np.ndarray) -> bytes:
+    head = np.array([1], np.uint8).tobytes() + np.array([2, len(lon)], "<u4").tobytes()
+    return head + np.column_stack([lon, lat]).astype("<f8").tobytes()
+
+
+def _lonlat_tables(table: pa.Table, dom: Domain) -> tuple[pa.Table, pa.Table, list[dict]]:
+    x_col, y_col = dom.value_columns
+    lon, lat = unproject(table.column(x_col).to_numpy(), table.column(y_col).to_numpy(),
+                         projection=dom.projection or "", ref_lat=dom.ref_lat)
+    points = pa.table({"user_id": table.column("user_id"), "curve_id": table.column("curve_id"),
+                       "t": table.column("t"), "lon": pa.array(lon), "lat": pa.array(lat)})
+    starts, stops = _runs(table)
+    t = table.column("t").to_numpy()
+    users = table.column("user_id").take(pa.array(starts))
+    curves = table.column("curve_id").take(pa.array(starts))
+    wkb = [_wkb_linestring(lon[a:b], lat[a:b]) for a, b in zip(starts, stops, strict=True)]
+    lines = pa.table({"user_id": users, "curve_id": curves,
+                      "points": pa.array((stops - starts).astype(np.int64)),
+                      "duration": pa.array(t[stops - 1] - t[starts]),
+                      "geometry": pa.array(wkb, pa.binary())})
+    features = [{"type": "Feature",
+                 "properties": {"user_id": u, "curve_id": c, "duration": float(t[b - 1] - t[a])},
+                 "geometry": {"type": "LineString",
+                              "coordinates": np.column_stack([lon[a:b], lat[a:b]]).tolist()}}
+                for u, c, a, b in zip(users.to_pylist(), curves.to_pylist(), starts, stops,
+                                      strict=True)]
+    return points, lines, features
+
+
+def _write_curves_lonlat(rdir: Path, dom: Domain, values: Path) -> dict[str, str]:
+    total = pq.ParquetFile(values).metadata.num_rows
+    features: list[dict] | None = [] if total <= GEOJSON_MAX_POINTS else None
+    with (new_file(rdir / "values_lonlat.parquet") as f_points,
+          new_file(rdir / "curves_lonlat.parquet") as f_lines):
+        w_points = w_lines = None
+        for table in _row_groups(values):
+            points, lines, feats = _lonlat_tables(table, dom)
+            if w_points is None:
+                w_points = parquet_writer(f_points, points.schema)
+                geo = {b"geo": json.dumps(_GEO_META, sort_keys=True).encode()}
+                w_lines = parquet_writer(f_lines, lines.schema.with_metadata(geo))
+            w_points.write_table(points)
+            w_lines.write_table(lines)
+            if features is not None:
+                features.extend(feats)
+        if w_points is None:
+            raise ValueError(f"{values} has no row group: nothing to map to lon/lat")
+        w_points.close()
+        w_lines.close()
+    files = {"values_lonlat": "values_lonlat.parquet", "curves_lonlat": "curves_lonlat.parquet"}
+    if features is not None:
+        save_text(rdir / "curves_lonlat.geojson",
+                   json.dumps({"type": "FeatureCollection", "features": features},
+                              separators=(",", ":")) + "\n")
+        files["curves_geojson"] = "curves_lonlat.geojson"
+    return files
+
+
+def _write_stream_units(src: Path, out: Path, column: str, new: str,
+                        definition: dict[str, Any], epsilon_per_step: Fraction | None) -> None:
+    """Scale one stream output to the declared range (reports first de-biased if ε₀ given)."""
+    # Imported here: the stream core pulls in scipy.signal, which curve releases never need.
+    from mechanisms.streams.square_wave import square_wave_estimate
+
+    unit = str(definition.get("value_unit", ""))
+    with new_file(out) as fh:
+        writer = None
+        for table in _row_groups(src):
+            steps = table.column("step").to_numpy()
+            cols: dict[str, Any] = {"user_id": table.column("user_id"),
+                                    "stream_id": table.column("stream_id"),
+                                    "step": table.column("step")}
+            t = stream_time(steps, definition)
+            if t is not None:
+                cols["t"] = pa.array(t)
+            v = table.column(column).to_numpy()
+            if epsilon_per_step is not None:
+                v = square_wave_estimate(v, epsilon_per_step=float_at_most(epsilon_per_step))
+            cols[new] = pa.array(to_value_range(v, definition["value_range"]))
+            part = pa.table(cols)
+            fields = [f.with_metadata({"unit": unit}) if f.name == new else f
+                      for f in part.schema]
+            part = part.cast(pa.schema(fields))
+            if writer is None:
+                writer = parquet_writer(fh, part.schema)
+            writer.write_table(part)
+        if writer is None:
+            raise ValueError(f"{src} has no row group: nothing to scale")
+        writer.close()
+
+
+def write_user_unit_outputs(rdir: str | Path, dom: Domain, files: dict[str, str],
+                            parameters: dict[str, Any]) -> dict[str, str]:
+    """Write the release's outputs in the user's units; return {output name: file name}.
+
+    Curves of a projected domain get lon/lat files; streams get the unbiased
+    estimate of each private report (``square_wave_estimate`` with the
+    release's public ε/w) and the reconstruction, in the declared value range.
+    Nothing for other domains or for outputs the release did not write (e.g.
+    every user denied). Post-processing only: no budget.
+    """
+    out = Path(rdir)
+    written: dict[str, str] = {}
+    if dom.kind == "curves" and "values" in files and lonlat_supported(dom.projection,
+                                                                         dom.ref_lat):
+        written.update(_write_curves_lonlat(out, dom, out / files["values"]))
+    if dom.kind == "streams" and dom.value_range is not None:
+        definition = domain_record(dom)["definition"]
+        e0 = Fraction(str(parameters["epsilon"])) / int(parameters["w"])
+        for name, column, new, eps in (("samples", "y", "value", e0),
+                                       ("reconstruction", "value_hat", "value_hat", None)):
+            if name in files:
+                _write_stream_units(out / files[name], out / f"{name}_units.parquet", column,
+                                    new, definition, eps)
+                written[f"{name}_units"] = f"{name}_units.parquet"
+    return written

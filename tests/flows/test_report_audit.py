@@ -1,0 +1,183 @@
+"""The compliance audit report, read as a compliance officer would (parsed HTML, CSV, JSON).
+
+The ledger is written through its own API with a known history; every number
+the report shows is checked against that history (theory), not the report code.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import tomllib
+from fractions import Fraction
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows.audit import audit
+from flows.cli import app
+from ledger import Ledger, Request, Settlement
+from mechanisms.cost import Cost, CostItem
+from schemas.policy import load_policy, parse_policy
+from tests.flows import report_inputs as inputs
+from tests.flows.html_report import embedded_pngs, parse
+
+ACTOR = "ops-alice@harbor"
+HOSTILE = "<img src=x onerror=alert(1)>|**bold**_`tick`"
+
+
+def _charge(led: Ledger, rid: str, per_user: dict[str, int], eps: Fraction) -> list[str]:
+    """Reserve and settle `per_user[u]` curves of `eps` each; return the denied users."""
+    reqs = [Request(u, "geo", step=f"curve:{i}", amount=eps)
+            for u, n in per_user.items() for i in range(n)]
+    res = led.reserve(rid, reqs, mechanism="privfuncseg", parameters={"amount": str(eps)})
+    led.settle(rid, [Settlement(d.user_id, "geo", d.step, Cost("gp", eps, (
+        CostItem("all", "gp", eps),))) for d in res.admitted])
+    led.record_release(rid, {"parameters": {"notion": "gp", "amount": str(eps)},
+                             "counts": {"users_released": len({d.user_id for d in res.admitted}),
+                                        "users_denied": len({d.user_id for d in res.denied}),
+                                        "users_rejected": 0}}, "settled")
+    return sorted({d.user_id for d in res.denied})
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """r1: u1 2x1/2, u2 1x1/2; r2: u1 2x1, u2 1x1, u3 1x1; r3: u1 2x1 (denied), u2 1x1,
+    and the hostile id asks 5 (denied); then the cap is lowered from 4 to 2."""
+    root = tmp_path_factory.mktemp("audit")
+    policy = inputs.write_policy(root / "policy.toml")
+    path = root / "ledger.duckdb"
+    Ledger.init(path).apply_policy(load_policy(policy))
+    led = Ledger(path, actor=ACTOR)
+    assert _charge(led, "r1", {"u1": 2, "u2": 1}, Fraction(1, 2)) == []
+    assert _charge(led, "r2", {"u1": 2, "u2": 1, "u3": 1}, Fraction(1)) == []
+    assert _charge(led, "r3", {"u1": 2, "u2": 1}, Fraction(1)) == ["u1"]
+    assert _charge(led, "r4", {HOSTILE: 1}, Fraction(5)) == [HOSTILE]
+    lowered = inputs.POLICY.replace('cap = "4"', 'cap = "2"', 1)
+    led.apply_policy(parse_policy(tomllib.loads(lowered), "lowered"))
+    out = root / "out"
+    res = audit(ledger_path=str(path), out_dir=str(out))
+    return {"path": path, "out": out / "audit", "res": res, "page": parse(res["report"])}
+
+
+def test_header_names_the_ledger_its_head_and_the_audit_time(history):
+    text = history["page"].text
+    assert f"Ledger: {history['path'].resolve()}" in text
+    assert re.search(r"Audited at: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(local time ", text)
+    con = duckdb.connect(str(history["path"]), read_only=True)
+    seq, digest = con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+    con.close()
+    assert f"Ledger head: seq {seq}, hash {digest}" in text
+    assert re.search(rf"VERIFIED\s*: {seq} entries checked", text)
+
+
+def test_every_section_a_compliance_officer_signs_is_there(history):
+    heads = history["page"].heading_texts()
+    for h in ("Hash chain and balances", "Domains", "Domain geo", "Budget spent over time",
+              "Spend per account against the cap", "Accounts within 10% of the cap",
+              "Denials over time", "Denials per user", "Releases",
+              "Policy in force (the ledger's domains)", "Files"):
+        assert h in heads, h
+    assert "No release has charged domain meters yet." in history["page"].text
+
+
+def test_budget_over_time_is_per_account_after_each_release(history):
+    rows = history["page"].table_after("Budget spent over time")
+    got = [(r["release_id"], Fraction(r["charged min"]), Fraction(r["charged median"]),
+            Fraction(r["charged max"]), int(r["accounts"]), float(r["spent median"]),
+            float(r["spent max"]), Fraction(r["cap"])) for r in rows]
+    half = Fraction(1, 2)
+    # r4 charged nobody (its only request was denied): no admitted charge, balances unchanged
+    assert got == [("r1", half, half, 1, 2, 0.5, 1.0, 4),
+                   ("r2", 1, 1, 2, 3, 1.5, 3.0, 4),
+                   ("r3", 1, 1, 1, 3, 2.5, 3.0, 4),
+                   ("r4", 0, 0, 0, 4, 1.0, 3.0, 4)]  # the denied user's account holds 0
+
+
+def test_lowered_cap_shows_accounts_above_it(history):
+    page = history["page"]
+    [geo] = [r for r in page.table_after("Domains") if r["domain"] == "geo"]
+    assert geo["cap"] == "2" and geo["accounts above cap"] == "2"
+    near = page.table_after("Accounts within 10% of the cap")
+    assert {(r["user_id"], r["above cap"]) for r in near} == {("u1", "yes"), ("u2", "yes")}
+    assert "the cap was lowered after they were charged" in page.text
+
+
+def test_denials_are_counted_per_user_not_per_curve(history):
+    rows = history["page"].table_after("Denials per user")
+    by_user = {r["user_id"]: r for r in rows}
+    assert by_user["u1"]["denied_requests"] == "2" and by_user["u1"]["releases"] == "1"
+    assert set(by_user) == {"u1", HOSTILE}
+
+
+def test_hostile_ids_are_shown_verbatim_never_interpreted(history):
+    page = history["page"]
+    # the id's <img>, **, _ and ` stay text: the cell holds exactly the id, no element is made
+    cells = {r["user_id"] for r in page.table_after("Denials per user")}
+    assert HOSTILE in cells
+    assert all(img["src"].startswith("data:image/png") for img in page.images)
+    assert page.tags.count("img") == len(page.images) == 3
+
+
+def test_releases_table_has_time_actor_mechanism_and_user_counts(history):
+    rows = {r["release_id"]: r for r in history["page"].table_after("Releases")}
+    assert set(rows) == {"r1", "r2", "r3", "r4"}
+    r3 = rows["r3"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r3["time (UTC)"])
+    assert r3["actor"] == ACTOR and r3["mechanism"] == "privfuncseg" and r3["notion"] == "gp"
+    assert r3["requested"] == "1 per curve"
+    assert r3["users released / denied / rejected"] == "1 / 1 / 0"
+    assert r3["charged per user min / median / max"] == "1 / 1 / 1"
+
+
+def test_tables_are_also_csv_and_json(history):
+    out = history["out"]
+    with open(out / "releases.csv", newline="") as fh:
+        csv_rows = list(csv.DictReader(fh))
+    assert [r["release_id"] for r in csv_rows] == ["r1", "r2", "r3", "r4"]
+    with open(out / "denials_per_user.csv", newline="") as fh:
+        assert {r["user_id"] for r in csv.DictReader(fh)} == {"u1", HOSTILE}
+    data = json.loads((out / "audit.json").read_text())
+    assert data["ok"] is True and data["users_denied"] == 2 and data["denials"] == 3
+    assert data["ledger"] == str(history["path"].resolve())
+    assert len(data["tables"]["spend_over_time"]) == 4
+
+
+def test_audit_page_alone_renders_every_image(history, tmp_path):
+    lone = tmp_path / "inbox" / "audit.html"
+    lone.parent.mkdir()
+    shutil.copy(history["res"]["report"], lone)
+    page = parse(lone)
+    # geo: budget over time, spend per account, denials per day; meters: nothing charged
+    assert len(embedded_pngs(page)) == 3
+    assert 'src="plots/' not in lone.read_text()
+
+
+def test_a_tampered_ledger_is_reported_failed_and_exits_4(history, tmp_path):
+    path = tmp_path / "ledger.duckdb"
+    shutil.copy(history["path"], path)
+    shutil.copy(str(history["path"]) + ".key", str(path) + ".key")
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE entries SET amount = amount / 2 WHERE seq = 1")
+    con.close()
+    r = CliRunner().invoke(app, ["audit", "--ledger", str(path), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 4
+    page = parse(tmp_path / "o" / "audit" / "report.html")
+    assert "FAILED" in page.text and "do not sign this audit" in page.text
+
+
+def test_an_empty_ledger_audits_to_headers_and_plain_sentences(tmp_path):
+    path = tmp_path / "ledger.duckdb"
+    Ledger.init(path).apply_policy(load_policy(inputs.write_policy(tmp_path / "policy.toml")))
+    res = audit(ledger_path=str(path), out_dir=str(tmp_path / "out"))
+    page = parse(res["report"])
+    assert page.images == [] and "No request was denied." in page.text
+    for dom in ("geo", "plain", "meters"):
+        assert f"No release has charged domain {dom} yet." in page.text
+    for name in ("releases", "denials_per_user", "accounts_near_cap", "spend_over_time"):
+        with open(tmp_path / "out" / "audit" / f"{name}.csv", newline="") as fh:
+            reader = csv.DictReader(fh)
+            assert reader.fieldnames and list(reader) == [], name
