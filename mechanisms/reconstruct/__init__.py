@@ -4,6 +4,7 @@ Spec: ``specs/MECHANISMS.md`` §2.3-§2.5 and §5. Paper: CPR (arXiv 2605.02724)
 """
 
 from mechanisms.reconstruct.cpr import (
+    DETECT_ON,
     FALLBACK_KINDS,
     PADDING_MODES,
     SHRINKAGE,
@@ -29,6 +30,14 @@ from mechanisms.reconstruct.period import (
     fold_anova,
     repeatability,
 )
+from mechanisms.reconstruct.population import (
+    PopulationDistribution,
+    PopulationMean,
+    grid_quantiles,
+    phase_mean,
+    population_distribution,
+    population_mean,
+)
 from mechanisms.reconstruct.shrink import (
     SMOOTHER_WINDOWS,
     savgol_trace,
@@ -38,6 +47,7 @@ from mechanisms.reconstruct.shrink import (
 )
 
 __all__ = [
+    "DETECT_ON",
     "FALLBACK_KINDS",
     "PADDING_MODES",
     "SHRINKAGE",
@@ -47,13 +57,19 @@ __all__ = [
     "CPRResult",
     "EMResult",
     "PeriodDetection",
+    "PopulationDistribution",
+    "PopulationMean",
     "cpr",
     "detect_period",
     "detect_period_details",
     "em_grid",
     "fold_anova",
+    "grid_quantiles",
     "kde_mode",
     "phase_groups",
+    "phase_mean",
+    "population_distribution",
+    "population_mean",
     "pseudo_samples",
     "repeatability",
     "savgol_trace",
