@@ -34,7 +34,6 @@ from mechanisms.reconstruct.population import (
     PopulationDistribution,
     PopulationMean,
     grid_quantiles,
-    phase_mean,
     population_distribution,
     population_mean,
 )
@@ -67,7 +66,6 @@ __all__ = [
     "grid_quantiles",
     "kde_mode",
     "phase_groups",
-    "phase_mean",
     "population_distribution",
     "population_mean",
     "pseudo_samples",

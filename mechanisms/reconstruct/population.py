@@ -3,9 +3,9 @@
 From one release's reports of a set of users (all of them, or a chosen group)
 this computes what an analyst of the population wants:
 
-- `population_mean`: the per-step mean over users with a confidence band;
-- `phase_mean`: the per-phase mean (steps folded by a public period, e.g.
-  48 half-hours: the average daily profile across households) with a band;
+- `population_mean`: the per-step mean over users with a confidence band, or
+  with a public `period` the per-phase mean (steps folded by the period, e.g.
+  48 half-hours: the average daily profile across households);
 - `population_distribution`: the per-step (or per-phase) distribution of the
   values, estimated by Square Wave's EM with EMS smoothing on a grid
   (Li et al. SIGMOD'20, Sec. 5; spec §2.2 "Canonical EMS"), with quantiles.
@@ -23,9 +23,11 @@ the users' true values in that cell, and (v₀ + γ(x̂ − ½)²)/(1 + γ) is a
 unbiased estimate of each report's variance (`shrink.sw_noise_variance`).
 The band is mean ± z·√(Σ v̂)/count: a normal (CLT) interval for the mean of
 the released users' own values (a finite population: only the randomizer is
-random), pointwise at `confidence` or, with ``simultaneous=True``, Bonferroni
-over all cells. Reports are given as a (users, steps) array with NaN where a
-user has no report at a step (missing days).
+random), pointwise at `confidence` or, with `family_size`, Bonferroni
+over a family of cells. Reports are given in long form, one entry per
+report with its absolute step (a user missing at a step has no entry), so
+any subset of users or steps can be processed, and cells are independent:
+splitting the steps (or phases) into chunks gives the same result.
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ __all__ = [
     "PopulationMean",
     "PopulationDistribution",
     "population_mean",
-    "phase_mean",
     "population_distribution",
     "grid_quantiles",
 ]
@@ -65,8 +66,9 @@ class PopulationMean:
         upper: (C,) upper end of the band, clipped to [0, 1].
         std_error: (C,) estimated standard error of `mean`.
         reports: (C,) number of reports in each cell.
-        confidence: the band's (pointwise or simultaneous) level.
-        simultaneous: whether the band holds for all cells at once.
+        confidence: the band's level (per cell, or for the whole family).
+        family_size: the number of cells the band holds for at once
+            (Bonferroni), or 1 for a pointwise band.
     """
 
     cells: np.ndarray
@@ -76,7 +78,7 @@ class PopulationMean:
     std_error: np.ndarray
     reports: np.ndarray
     confidence: float
-    simultaneous: bool
+    family_size: int
 
 
 @dataclass(frozen=True)
@@ -102,133 +104,78 @@ class PopulationDistribution:
     reports: np.ndarray
 
 
-def _check_reports(y: object, epsilon_per_step: float) -> np.ndarray:
+def _check_reports(y: object, steps: object, epsilon_per_step: float,
+                   period: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(reports, cell of each report): its step, or its phase step mod `period`."""
     b, _, _ = square_wave_params(epsilon_per_step)
     arr = np.asarray(y, dtype=np.float64)
-    if arr.ndim != 2 or arr.size == 0:
-        raise MechanismParameterError("reports must be a non-empty (users, steps) array")
-    present = ~np.isnan(arr)
-    vals = arr[present]
-    if vals.size == 0:
-        raise MechanismParameterError("there are no reports (all entries are NaN)")
-    if not np.all(np.isfinite(vals)):
-        raise MechanismParameterError("reports must be finite (NaN marks a missing report)")
-    if vals.min() < -b - 1e-9 or vals.max() > 1 + b + 1e-9:
+    st = np.asarray(steps)
+    if arr.ndim != 1 or arr.size == 0 or st.shape != arr.shape:
+        raise MechanismParameterError("reports and steps must be equal non-empty 1-D arrays")
+    if not np.issubdtype(st.dtype, np.integer) or st.min() < 0:
+        raise MechanismParameterError("steps must be integers >= 0")
+    if not np.all(np.isfinite(arr)):
+        raise MechanismParameterError("reports must be finite")
+    if arr.min() < -b - 1e-9 or arr.max() > 1 + b + 1e-9:
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step")
-    return arr
+    if period is None:
+        return arr, st.astype(np.int64)
+    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 1:
+        raise MechanismParameterError(f"period must be a positive integer, got {period!r}")
+    return arr, st.astype(np.int64) % int(period)
 
 
-def _check_level(confidence: float) -> None:
-    if not 0 < confidence < 1:
-        raise MechanismParameterError("confidence must be in (0, 1)")
-
-
-def _cell_means(xhat: np.ndarray, var: np.ndarray, cell: np.ndarray, n_cells: int,
-                confidence: float, simultaneous: bool, cells: np.ndarray) -> PopulationMean:
-    """Means and bands of the present reports grouped by `cell` (flat arrays)."""
-    count = np.bincount(cell, minlength=n_cells).astype(np.float64)
-    keep = count > 0
-    total = np.bincount(cell, weights=xhat, minlength=n_cells)
-    var_sum = np.bincount(cell, weights=var, minlength=n_cells)
-    mean = total[keep] / count[keep]
-    se = np.sqrt(var_sum[keep]) / count[keep]
-    alpha = 1.0 - confidence
-    if simultaneous:
-        alpha /= max(int(keep.sum()), 1)
-    z = float(stats.norm.isf(alpha / 2.0))
-    return PopulationMean(
-        cells=cells[keep], mean=mean,
-        lower=np.clip(mean - z * se, 0.0, 1.0), upper=np.clip(mean + z * se, 0.0, 1.0),
-        std_error=se, reports=count[keep].astype(np.int64), confidence=float(confidence),
-        simultaneous=bool(simultaneous))
-
-
-def _debiased(arr: np.ndarray, epsilon_per_step: float) -> tuple[np.ndarray, np.ndarray,
-                                                                  np.ndarray]:
-    """Present entries: (flat mask, x̂, unbiased variance estimate of each x̂)."""
-    present = ~np.isnan(arr)
-    xhat = square_wave_estimate(arr[present], epsilon_per_step=epsilon_per_step)
+def _debiased(y: np.ndarray, epsilon_per_step: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x̂, unbiased estimate of the variance of each x̂)."""
+    xhat = square_wave_estimate(y, epsilon_per_step=epsilon_per_step)
     v0 = float(square_wave_estimate_variance(0.5, epsilon_per_step=epsilon_per_step))
     gamma = 4.0 * (float(square_wave_estimate_variance(0.0, epsilon_per_step=epsilon_per_step))
                    - v0)
-    var = (v0 + gamma * (xhat - 0.5) ** 2) / (1.0 + gamma)
-    return present, xhat, var
+    return xhat, (v0 + gamma * (xhat - 0.5) ** 2) / (1.0 + gamma)
 
 
-def _steps_of(arr: np.ndarray, steps: object | None) -> np.ndarray:
-    if steps is None:
-        return np.arange(arr.shape[1], dtype=np.int64)
-    st = np.asarray(steps)
-    if st.shape != (arr.shape[1],) or not np.issubdtype(st.dtype, np.integer):
-        raise MechanismParameterError("steps must be integers, one per column of the reports")
-    if np.any(st < 0) or np.any(np.diff(st) <= 0):
-        raise MechanismParameterError("steps must be increasing and >= 0")
-    return st.astype(np.int64)
+def population_mean(y: object, *, steps: object, epsilon_per_step: float,
+                    period: int | None = None, confidence: float = 0.95,
+                    family_size: int | None = None) -> PopulationMean:
+    """Per-step (or per-phase) mean of the users' values, with a confidence band.
 
+    Cells are the absolute steps, or with `period` the phases ``step mod
+    period`` (e.g. the average daily profile across households); the target
+    is the mean of the users' true values over all reports of the cell.
 
-def population_mean(y: object, *, epsilon_per_step: float, steps: object | None = None,
-                    confidence: float = 0.95, simultaneous: bool = False) -> PopulationMean:
-    """Per-step mean of the users' values, with a confidence band.
-
-    Privacy: post-processing of released ε₀-LDP Square Wave reports; costs
-    nothing. Cost: O(users × steps).
+    Privacy: post-processing of released ε₀-LDP Square Wave reports and public
+    parameters (ε₀, steps, period); costs nothing. Cost: O(reports).
 
     Args:
-        y: (users, steps) reports, NaN where a user has no report.
+        y: (N,) reports of any users and steps (one entry per report).
+        steps: (N,) absolute step of each report.
         epsilon_per_step: the ε₀ of the reports.
-        steps: (steps,) absolute step index of each column (default 0..).
+        period: fold the steps by this public period (phases) if given.
         confidence: level of the band (0.95).
-        simultaneous: Bonferroni over the steps instead of pointwise.
+        family_size: hold the band for this many cells at once (Bonferroni:
+            level 1 − (1 − confidence)/family_size per cell); None: pointwise.
 
     Returns:
-        `PopulationMean` over the steps that have at least one report.
+        `PopulationMean` over the cells that have a report, in cell order.
     """
-    _check_level(confidence)
-    arr = _check_reports(y, epsilon_per_step)
-    st = _steps_of(arr, steps)
-    present, xhat, var = _debiased(arr, epsilon_per_step)
-    col = np.nonzero(present)[1]
-    return _cell_means(xhat, var, col, arr.shape[1], confidence, simultaneous, st)
-
-
-def _check_period(period: object) -> int:
-    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 1:
-        raise MechanismParameterError(f"period must be a positive integer, got {period!r}")
-    return int(period)
-
-
-def phase_mean(y: object, *, epsilon_per_step: float, period: int, steps: object | None = None,
-               confidence: float = 0.95, simultaneous: bool = False) -> PopulationMean:
-    """Per-phase mean (steps folded by `period`, phase = step mod period), with a band.
-
-    The target is the mean of the users' true values over all (user, step)
-    reports of the phase, e.g. the average daily load profile across
-    households for period 48 on half-hourly steps.
-
-    Privacy: post-processing of released ε₀-LDP reports and the public
-    period; costs nothing. Cost: O(users × steps).
-
-    Args:
-        y: (users, steps) reports, NaN where missing.
-        epsilon_per_step: the ε₀ of the reports.
-        period: P >= 1 (public, e.g. steps per day).
-        steps: absolute step index of each column (default 0..): the phase
-            of a step is ``step mod period``.
-        confidence: level of the band.
-        simultaneous: Bonferroni over the phases.
-
-    Returns:
-        `PopulationMean` over the phases that have a report.
-    """
-    _check_level(confidence)
-    p = _check_period(period)
-    arr = _check_reports(y, epsilon_per_step)
-    st = _steps_of(arr, steps)
-    present, xhat, var = _debiased(arr, epsilon_per_step)
-    phase = (st % p)[np.nonzero(present)[1]]
-    return _cell_means(xhat, var, phase, p, confidence, simultaneous,
-                       np.arange(p, dtype=np.int64))
+    if not 0 < confidence < 1:
+        raise MechanismParameterError("confidence must be in (0, 1)")
+    fam = 1 if family_size is None else family_size
+    if isinstance(fam, bool) or not isinstance(fam, (int, np.integer)) or fam < 1:
+        raise MechanismParameterError("family_size must be a positive integer")
+    arr, cell = _check_reports(y, steps, epsilon_per_step, period)
+    xhat, var = _debiased(arr, epsilon_per_step)
+    cells, idx = np.unique(cell, return_inverse=True)
+    count = np.bincount(idx, minlength=cells.size).astype(np.float64)
+    mean = np.bincount(idx, weights=xhat, minlength=cells.size) / count
+    se = np.sqrt(np.bincount(idx, weights=var, minlength=cells.size)) / count
+    z = float(stats.norm.isf((1.0 - confidence) / (2.0 * int(fam))))
+    return PopulationMean(
+        cells=cells, mean=mean,
+        lower=np.clip(mean - z * se, 0.0, 1.0), upper=np.clip(mean + z * se, 0.0, 1.0),
+        std_error=se, reports=count.astype(np.int64), confidence=float(confidence),
+        family_size=int(fam))
 
 
 def grid_quantiles(pi: np.ndarray, levels: object) -> np.ndarray:
@@ -265,42 +212,27 @@ def grid_quantiles(pi: np.ndarray, levels: object) -> np.ndarray:
 _REPORTS_PER_EM = 2_000_000
 
 
-def _chunks(count: np.ndarray, size: int) -> list[np.ndarray]:
-    """Consecutive non-empty cells in groups of about `size` reports."""
-    out: list[np.ndarray] = []
-    cur: list[int] = []
-    total = 0
-    for c in np.flatnonzero(count > 0):
-        cur.append(int(c))
-        total += int(count[c])
-        if total >= size:
-            out.append(np.array(cur))
-            cur, total = [], 0
-    if cur:
-        out.append(np.array(cur))
-    return out
-
-
-def population_distribution(y: object, *, epsilon_per_step: float, steps: object | None = None,
+def population_distribution(y: object, *, steps: object, epsilon_per_step: float,
                             period: int | None = None, grid_size: int = 64,
                             smoothing: bool = True,
                             quantile_levels: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9),
                             max_iter: int = 1000) -> PopulationDistribution:
     """Per-step (or per-phase) distribution of the users' values by SW's EM/EMS.
 
-    All reports of a cell (one step, or all steps of one phase when `period`
-    is given) are one EM group; EMS smoothing (binomial (1, 2, 1)/4 after each
-    M-step) is on by default, as recommended for SW (Li et al. SIGMOD'20).
+    All reports of a cell (one step, or one phase ``step mod period``) are one
+    EM group (`sw_em` with ragged groups); EMS smoothing (binomial
+    (1, 2, 1)/4 after each M-step) is on by default, as recommended for SW
+    (Li et al. SIGMOD'20, Sec. 5).
 
     Privacy: post-processing of released ε₀-LDP reports and public
     parameters; costs nothing. Cost: one pass over the reports, then
-    O(iterations × cells × grid_size) (reports of a cell with the same grid
-    interval are merged), in chunks of cells of about 2·10⁶ reports.
+    O(iterations × cells × grid_size) (reports of a cell that share a grid
+    interval are merged first).
 
     Args:
-        y: (users, steps) reports, NaN where missing.
+        y: (N,) reports (one entry per report).
+        steps: (N,) absolute step of each report.
         epsilon_per_step: the ε₀ of the reports.
-        steps: absolute step index of each column (default 0..).
         period: fold the steps by this public period (phases) if given.
         grid_size: B, grid cells on [0, 1] (64).
         smoothing: EMS smoothing.
@@ -308,31 +240,16 @@ def population_distribution(y: object, *, epsilon_per_step: float, steps: object
         max_iter: EM iteration cap.
 
     Returns:
-        `PopulationDistribution` over the cells that have a report.
+        `PopulationDistribution` over the cells that have a report, in cell order.
     """
     lv = np.asarray(quantile_levels, dtype=np.float64)
-    if np.any((lv < 0) | (lv > 1)):
+    if lv.ndim != 1 or np.any((lv < 0) | (lv > 1)):
         raise MechanismParameterError("quantile levels must be in [0, 1]")
-    arr = _check_reports(y, epsilon_per_step)
-    st = _steps_of(arr, steps)
-    col_cell = st if period is None else st % _check_period(period)
-    cells, col_index = np.unique(col_cell, return_inverse=True)
-    per_col = (~np.isnan(arr)).sum(axis=0)
-    count = np.bincount(col_index, weights=per_col, minlength=cells.size).astype(np.int64)
-    pis = []
-    for chunk in _chunks(count, _REPORTS_PER_EM):
-        local = np.full(cells.size, -1, dtype=np.int64)
-        local[chunk] = np.arange(chunk.size)
-        cols = np.flatnonzero(local[col_index] >= 0)
-        sub = arr[:, cols]
-        present = ~np.isnan(sub)
-        gid = np.broadcast_to(local[col_index[cols]], sub.shape)[present]
-        fit = sw_em(sub[present], epsilon_per_step=epsilon_per_step, grid_size=grid_size,
-                    smoothing=smoothing, max_iter=max_iter, groups=gid)
-        pis.append((chunk, fit.pi, fit.grid))
-    keep = np.concatenate([c for c, _, _ in pis])
-    pi = np.concatenate([x for _, x, _ in pis])
-    grid = pis[0][2]
+    arr, cell = _check_reports(y, steps, epsilon_per_step, period)
+    cells, idx = np.unique(cell, return_inverse=True)
+    fit = sw_em(arr, epsilon_per_step=epsilon_per_step, grid_size=grid_size,
+                smoothing=smoothing, max_iter=max_iter, groups=idx)
     return PopulationDistribution(
-        cells=cells[keep].astype(np.int64), grid=grid, pi=pi, quantile_levels=lv,
-        quantiles=grid_quantiles(pi, lv), mean=pi @ grid, reports=count[keep])
+        cells=cells, grid=fit.grid, pi=fit.pi, quantile_levels=lv,
+        quantiles=grid_quantiles(fit.pi, lv), mean=fit.pi @ fit.grid,
+        reports=np.bincount(idx, minlength=cells.size).astype(np.int64))

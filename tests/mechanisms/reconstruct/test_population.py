@@ -7,13 +7,18 @@ from mechanisms.errors import MechanismParameterError
 from mechanisms.reconstruct import sw_em
 from mechanisms.reconstruct.population import (
     grid_quantiles,
-    phase_mean,
     population_distribution,
     population_mean,
 )
 from mechanisms.streams import square_wave, square_wave_params
 
 E0 = 1.0  # ε = 5 per window of w = 5
+
+
+def _long(y, first_step=0):
+    """Long form of a (users, steps) report array with NaN for missing: (reports, steps)."""
+    present = ~np.isnan(y)
+    return y[present], np.nonzero(present)[1].astype(np.int64) + first_step
 
 
 def _population(seed, users=400, steps=24, missing=0.1):
@@ -39,7 +44,8 @@ def test_step_mean_is_unbiased_and_its_band_covers_the_truth():
     for seed in range(trials):
         x, y, present = _population(seed)
         truth = _true_step_means(x, present)
-        res = population_mean(y, epsilon_per_step=E0)
+        rep, st = _long(y)
+        res = population_mean(rep, steps=st, epsilon_per_step=E0)
         errors.append(res.mean - truth)
         hit = (res.lower <= truth) & (truth <= res.upper)
         inside_pointwise.append(hit)
@@ -62,7 +68,8 @@ def test_phase_mean_band_covers_the_daily_profile_over_days():
     trials, hits = 150, []
     for seed in range(trials):
         x, y, present = _population(1000 + seed, users=150, steps=96)
-        res = phase_mean(y, epsilon_per_step=E0, period=24, steps=np.arange(96) + 48)
+        rep, st = _long(y, first_step=48)
+        res = population_mean(rep, steps=st, epsilon_per_step=E0, period=24)
         phase = (np.arange(96) + 48) % 24
         truth = np.array([x[:, phase == p][present[:, phase == p]].mean() for p in range(24)])
         assert np.array_equal(res.cells, np.arange(24))
@@ -78,8 +85,10 @@ def test_simultaneous_band_covers_every_step_at_once():
     for seed in range(120):
         x, y, present = _population(5000 + seed, users=200)
         truth = _true_step_means(x, present)
-        res = population_mean(y, epsilon_per_step=E0, confidence=0.9, simultaneous=True)
-        assert res.simultaneous
+        rep, st = _long(y)
+        res = population_mean(rep, steps=st, epsilon_per_step=E0, confidence=0.9,
+                              family_size=24)
+        assert res.family_size == 24
         hits.append(bool(np.all((res.lower <= truth) & (truth <= res.upper))))
     assert np.mean(hits) >= 0.85  # nominal >= 90 % (Bonferroni is conservative)
 
@@ -87,12 +96,18 @@ def test_simultaneous_band_covers_every_step_at_once():
 def test_band_shrinks_with_the_number_of_users_and_steps_without_reports_drop_out():
     _, y, _ = _population(3, users=100)
     _, y4, _ = _population(3, users=400)
-    se1 = population_mean(y, epsilon_per_step=E0).std_error.mean()
-    se4 = population_mean(y4, epsilon_per_step=E0).std_error.mean()
+    rep1, st1 = _long(y)
+    rep4, st4 = _long(y4)
+    se1 = population_mean(rep1, steps=st1, epsilon_per_step=E0).std_error.mean()
+    se4 = population_mean(rep4, steps=st4, epsilon_per_step=E0).std_error.mean()
     assert se4 == pytest.approx(se1 / 2, rel=0.15)
     y[:, 4] = np.nan
-    res = population_mean(y, epsilon_per_step=E0, steps=np.arange(24) + 100)
+    rep, st = _long(y, first_step=100)
+    res = population_mean(rep, steps=st, epsilon_per_step=E0)
     assert 104 not in res.cells and res.cells.size == 23
+    # cells are independent: the first half of the steps alone gives the same rows
+    half = population_mean(rep[st < 112], steps=st[st < 112], epsilon_per_step=E0)
+    np.testing.assert_array_equal(half.mean, res.mean[: half.cells.size])
 
 
 def test_distribution_matches_the_population_quantiles():
@@ -100,13 +115,15 @@ def test_distribution_matches_the_population_quantiles():
     x = np.concatenate([rng.beta(2, 6, (3000, 3)), rng.beta(6, 2, (3000, 3))], axis=1)
     y = square_wave(x, epsilon_per_step=2.0, rng=rng)
     y[rng.random(y.shape) < 0.2] = np.nan
-    res = population_distribution(y, epsilon_per_step=2.0, quantile_levels=(0.25, 0.5, 0.75))
+    rep, st = _long(y)
+    res = population_distribution(rep, steps=st, epsilon_per_step=2.0,
+                                  quantile_levels=(0.25, 0.5, 0.75))
     truth = np.quantile(x, [0.25, 0.5, 0.75], axis=0).T
     assert np.abs(res.quantiles - truth).max() < 0.06
     assert np.allclose(res.pi.sum(axis=1), 1.0)
     assert np.abs(res.mean - x.mean(axis=0)).max() < 0.03
     # folded by a period of 3 the two halves become 3 phases of 2 steps each
-    ph = population_distribution(y, epsilon_per_step=2.0, period=3)
+    ph = population_distribution(rep, steps=st, epsilon_per_step=2.0, period=3)
     assert np.array_equal(ph.cells, [0, 1, 2])
     assert ph.reports.sum() == np.sum(~np.isnan(y))
 
@@ -131,20 +148,26 @@ def test_grid_quantiles_of_a_uniform_and_a_point_mass():
 
 def test_bad_inputs_are_refused_before_anything_is_computed():
     b = square_wave_params(E0)[0]
+    st = np.arange(4)
     with pytest.raises(MechanismParameterError):
-        population_mean(np.full((3, 4), np.nan), epsilon_per_step=E0)
+        population_mean(np.array([0.1, np.nan, 0.2, 0.3]), steps=st, epsilon_per_step=E0)
     with pytest.raises(MechanismParameterError):
-        population_mean(np.full((3, 4), 1 + b + 0.1), epsilon_per_step=E0)
+        population_mean(np.full(4, 1 + b + 0.1), steps=st, epsilon_per_step=E0)
     with pytest.raises(MechanismParameterError):
-        population_mean(np.zeros(4), epsilon_per_step=E0)
+        population_mean(np.zeros((2, 4)), steps=st, epsilon_per_step=E0)
     with pytest.raises(MechanismParameterError):
-        population_mean(np.zeros((2, 4)), epsilon_per_step=E0, confidence=1.0)
+        population_mean(np.zeros(4), steps=st[:3], epsilon_per_step=E0)
     with pytest.raises(MechanismParameterError):
-        phase_mean(np.zeros((2, 4)), epsilon_per_step=E0, period=0)
+        population_mean(np.zeros(4), steps=st - 1, epsilon_per_step=E0)
     with pytest.raises(MechanismParameterError):
-        population_mean(np.zeros((2, 4)), epsilon_per_step=E0, steps=[0, 2, 1, 3])
+        population_mean(np.zeros(4), steps=st, epsilon_per_step=E0, confidence=1.0)
     with pytest.raises(MechanismParameterError):
-        population_distribution(np.zeros((2, 4)), epsilon_per_step=E0, quantile_levels=(1.5,))
+        population_mean(np.zeros(4), steps=st, epsilon_per_step=E0, family_size=0)
+    with pytest.raises(MechanismParameterError):
+        population_mean(np.zeros(4), steps=st, epsilon_per_step=E0, period=0)
+    with pytest.raises(MechanismParameterError):
+        population_distribution(np.zeros(4), steps=st, epsilon_per_step=E0,
+                                quantile_levels=(1.5,))
 
 
 def test_mean_stays_unbiased_at_the_edge_of_the_range():
@@ -152,7 +175,7 @@ def test_mean_stays_unbiased_at_the_edge_of_the_range():
     rng = np.random.default_rng(21)
     x = rng.uniform(0.0, 0.04, (60, 200))
     y = square_wave(x, epsilon_per_step=E0, rng=rng)
-    res = population_mean(y, epsilon_per_step=E0)
+    res = population_mean(y.ravel(), steps=np.tile(np.arange(200), 60), epsilon_per_step=E0)
     err = res.mean - x.mean(axis=0)
     assert abs(err.mean()) < 3 * err.std() / np.sqrt(err.size)
     assert res.mean.min() < 0.0  # not clipped: the band is, the estimate is not
