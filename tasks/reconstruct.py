@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from prefect import task
 
-from mechanisms.reconstruct import cpr
+from mechanisms.reconstruct import cpr_on_steps, longest_run
 from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
 
 #: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.
@@ -28,8 +28,10 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
                         options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run CPR on every (user, stream) of a privatized samples file.
 
-    Streams with gaps in their steps are not evenly sampled, so CPR is skipped
-    for them and the reason is recorded. Returns one public summary per stream:
+    A stream with gaps in its steps (missing days) is reconstructed from its
+    longest gap-free run and the template placed by absolute phase
+    (`cpr_on_steps`); a stream with fewer than 8 reports in that run is
+    skipped and the reason recorded. Returns one public summary per stream:
     the period (None unless CPR found a significant one) and the path CPR took.
     """
     table = read_arrow(samples_path)
@@ -49,14 +51,16 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
         st = steps[i:j]
         summary: dict[str, Any] = {"user_id": users[k], "stream_id": streams[k],
                                    "samples": int(j - i)}
-        if j - i < 8 or np.any(np.diff(st) != 1):
-            summary.update(period=None, status="skipped: fewer than 8 samples or gaps in steps")
+        if _longest_run(st) < 8:
+            summary.update(period=None, status="skipped: fewer than 8 consecutive samples")
         else:
-            res = cpr(y[i:j], epsilon_per_step=epsilon_per_step, **(options or {}))
+            res = cpr_on_steps(y[i:j], st, epsilon_per_step=epsilon_per_step, **(options or {}))
             path = (res.diagnostics or {}).get("path", "periodic")
             periodic = path == "periodic" and bool(res.period)
+            gaps = int(res.diagnostics.get("gaps", 0))
             summary.update(period=int(res.period) if periodic else None,
-                           status=_STATUS.get(path, path))
+                           status=_STATUS.get(path, path)
+                           + (f" (longest gap-free run; {gaps} gaps)" if gaps else ""))
             out_u.append(users[k])
             out_s.append(streams[k])
             out_n.append(j - i)
@@ -70,6 +74,13 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
         "value_hat": pa.array(np.concatenate(out_v) if out_v else np.empty(0)),
     }), Path(out_path))
     return summaries
+
+
+def _longest_run(steps: np.ndarray) -> int:
+    if steps.size == 0:
+        return 0
+    a, b = longest_run(steps)
+    return b - a
 
 
 reconstruct_streams = task(reconstruct_samples, name="reconstruct-streams", retries=1,

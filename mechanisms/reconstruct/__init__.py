@@ -22,6 +22,7 @@ from mechanisms.reconstruct.em import (
     silverman_bandwidth,
     sw_em,
 )
+from mechanisms.reconstruct.gapped import cpr_on_steps, longest_run
 from mechanisms.reconstruct.period import (
     PERIOD_METHODS,
     PeriodDetection,
@@ -59,12 +60,14 @@ __all__ = [
     "PopulationDistribution",
     "PopulationMean",
     "cpr",
+    "cpr_on_steps",
     "detect_period",
     "detect_period_details",
     "em_grid",
     "fold_anova",
     "grid_quantiles",
     "kde_mode",
+    "longest_run",
     "phase_groups",
     "population_distribution",
     "population_mean",

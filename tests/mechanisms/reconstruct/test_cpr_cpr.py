@@ -174,3 +174,35 @@ def test_detect_on_is_validated_and_recorded():
     assert 0.0 <= res.diagnostics["level"] <= 1.0
     with pytest.raises(MechanismParameterError):
         cpr(y, epsilon_per_step=1.0, detect_on="raw")
+
+
+def test_gapped_stream_keeps_the_absolute_phase_across_missing_days():
+    from mechanisms.reconstruct import cpr_on_steps, longest_run
+
+    cycle = np.array([0.1, 0.3, 0.9, 0.6, 0.2, 0.5, 0.8, 0.4])
+    steps = np.arange(1600)
+    keep = (steps < 700) | (steps >= 733)  # a gap of 33 steps (not a multiple of 8)
+    st = steps[keep]
+    x = cycle[st % 8]
+    y = release_stream(x, epsilon=30, w=5, rng=np.random.default_rng(8)).y
+    assert longest_run(st) == (700, st.size)  # the second run is the longer one
+    res = cpr_on_steps(y, st, epsilon_per_step=6.0)
+    assert res.period == 8 and res.diagnostics["gaps"] == 1
+    assert res.diagnostics["gap_free_run"] == [733, 1599]
+    np.testing.assert_allclose(res.reconstruction, x, atol=0.05)  # both sides of the gap
+    # no gap: exactly CPR
+    full = release_stream(cycle[steps % 8], epsilon=30, w=5, rng=np.random.default_rng(8)).y
+    np.testing.assert_array_equal(cpr_on_steps(full, steps, epsilon_per_step=6.0).reconstruction,
+                                  cpr(full, epsilon_per_step=6.0).reconstruction)
+    with pytest.raises(MechanismParameterError):
+        cpr_on_steps(y, st[::-1], epsilon_per_step=6.0)
+
+
+def test_gapped_stream_without_a_period_is_the_level_outside_the_run():
+    from mechanisms.reconstruct import cpr_on_steps
+
+    st = np.concatenate([np.arange(0, 300), np.arange(400, 1000)])
+    y = release_stream(np.full(st.size, 0.3), epsilon=5, w=5, rng=np.random.default_rng(1)).y
+    res = cpr_on_steps(y, st, epsilon_per_step=1.0)
+    assert res.diagnostics["path"] == "constant"
+    assert np.ptp(res.reconstruction) == 0.0 and abs(res.reconstruction[0] - 0.3) < 0.1
