@@ -10,6 +10,7 @@ absolute half-hour steps from a common start). The daily shapes are real: the
   timer: period 24), some alternate two day shapes (shift work: period 96);
 - **level and amplitude**: log-normal base load and daily swing;
 - **noise**: Gaussian, with a per-household standard deviation;
+- **clock**: a per-household shift of up to ±2 hours;
 - **missing days**: whole days absent from the table (a meter that did not
   report), so their steps are missing.
 
@@ -68,7 +69,7 @@ def _draw(n: int, seed: int, first: int) -> dict[str, np.ndarray]:
         "base": rng.lognormal(np.log(0.25), 0.5, n),
         "swing": rng.lognormal(np.log(0.8), 0.5, n),
         "noise": rng.uniform(0.02, 0.15, n),
-        "offset": rng.integers(0, STEPS_PER_DAY, n),
+        "offset": rng.integers(-4, 5, n),
         "rng": rng,
     }
 
@@ -108,7 +109,7 @@ def households(n_households: int, n_days: int, *, seed: int, first_household: in
     rng = d["rng"]
     steps = n_days * STEPS_PER_DAY
     cyc = _cycles(d)
-    # phase offset: households do not all wake up at the same half-hour
+    # phase offset: households do not all wake up at the same half-hour (±2 h)
     idx = (np.arange(steps)[None, :] + d["offset"][:, None]) % cyc.shape[1]
     pattern = np.take_along_axis(cyc, idx, axis=1)
     load = d["base"][:, None] + d["swing"][:, None] * pattern

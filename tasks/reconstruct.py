@@ -15,6 +15,7 @@ from prefect import task
 
 from mechanisms.reconstruct import cpr_on_steps, longest_run
 from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
+from tasks.stream_history import history_reports, merge_history
 
 #: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.
 _STATUS = {
@@ -24,15 +25,35 @@ _STATUS = {
 }
 
 
-def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
-                        options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run CPR on every (user, stream) of a privatized samples file.
+def _one(st: np.ndarray, y: np.ndarray, epsilon_per_step: float,
+         options: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray | None]:
+    """(public summary, reconstruction or None) of one stream's reports."""
+    if _longest_run(st) < 8:
+        return {"period": None, "status": "skipped: fewer than 8 consecutive samples"}, None
+    res = cpr_on_steps(y, st, epsilon_per_step=epsilon_per_step, **options)
+    path = (res.diagnostics or {}).get("path", "periodic")
+    periodic = path == "periodic" and bool(res.period)
+    gaps = int(res.diagnostics.get("gaps", 0))
+    return {"period": int(res.period) if periodic else None,
+            "status": _STATUS.get(path, path)
+            + (f" (longest gap-free run; {gaps} gaps)" if gaps else "")}, res.reconstruction
 
-    A stream with gaps in its steps (missing days) is reconstructed from its
-    longest gap-free run and the template placed by absolute phase
-    (`cpr_on_steps`); a stream with fewer than 8 reports in that run is
-    skipped and the reason recorded. Returns one public summary per stream:
-    the period (None unless CPR found a significant one) and the path CPR took.
+
+def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
+                        options: dict[str, Any] | None = None,
+                        history: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run CPR on every (user, stream) of a privatized samples file and its history.
+
+    `history` lists the samples files of earlier releases of the same
+    streams with the same Square Wave law (`tasks.stream_history`): each
+    stream is reconstructed from all its reports released so far (earlier
+    ones win on a repeated step), and the reconstruction covers that whole
+    history. A stream with gaps in its steps (missing days) is reconstructed
+    from its longest gap-free run and the template placed by absolute phase
+    (`cpr_on_steps`); a stream with fewer than 8 consecutive reports is
+    skipped and the reason recorded. Post-processing of released reports only.
+    Returns one public summary per stream: the period (None unless CPR found a
+    significant one), the path CPR took, and how many reports it used.
     """
     table = read_arrow(samples_path)
     ucol, scol = table.column("user_id"), table.column("stream_id")
@@ -42,31 +63,28 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
     bounds = np.append(starts, len(steps)).tolist()
     users = ucol.take(pa.array(starts)).to_pylist()
     streams = scol.take(pa.array(starts)).to_pylist()
+    old = history_reports(list(history or []), users)
+    earlier = {key: (g["step"].to_numpy(), g["y"].to_numpy())
+               for key, g in old.groupby(["user_id", "stream_id"], sort=False)}
+    empty = (np.empty(0, np.int64), np.empty(0))
     out_u: list[str] = []
     out_s: list[str] = []
     out_n: list[int] = []
     out_step, out_v = [], []
     summaries: list[dict[str, Any]] = []
     for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        st = steps[i:j]
-        summary: dict[str, Any] = {"user_id": users[k], "stream_id": streams[k],
-                                   "samples": int(j - i)}
-        if _longest_run(st) < 8:
-            summary.update(period=None, status="skipped: fewer than 8 consecutive samples")
-        else:
-            res = cpr_on_steps(y[i:j], st, epsilon_per_step=epsilon_per_step, **(options or {}))
-            path = (res.diagnostics or {}).get("path", "periodic")
-            periodic = path == "periodic" and bool(res.period)
-            gaps = int(res.diagnostics.get("gaps", 0))
-            summary.update(period=int(res.period) if periodic else None,
-                           status=_STATUS.get(path, path)
-                           + (f" (longest gap-free run; {gaps} gaps)" if gaps else ""))
+        st, yy, conflicts = merge_history(steps[i:j], y[i:j],
+                                          *earlier.get((users[k], streams[k]), empty))
+        summary, rec = _one(st, yy, epsilon_per_step, dict(options or {}))
+        summaries.append({"user_id": users[k], "stream_id": streams[k], "samples": int(j - i),
+                          "history_samples": int(st.size - (j - i)),
+                          "conflicting_steps": conflicts, **summary})
+        if rec is not None:
             out_u.append(users[k])
             out_s.append(streams[k])
-            out_n.append(j - i)
+            out_n.append(st.size)
             out_step.append(st)
-            out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
-        summaries.append(summary)
+            out_v.append(np.asarray(rec, dtype=np.float64))
     write_arrow(pa.table({
         "user_id": repeat_ids(out_u, out_n),
         "stream_id": repeat_ids(out_s, out_n),

@@ -173,6 +173,10 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
         per = manifest["periods"]
         lines += ["", "## Reconstruction (CPR, post-processing)", "",
                   md_table(per, ["user_id", "stream_id", "samples", "period", "status"], 20)]
+    if notion == "wevent":
+        from tasks.stream_post import report_lines
+
+        lines += report_lines(manifest)
     lines += ["", "## Plots (private outputs only)", ""]
     for title, name in plot_files:
         lines += [f"### {title}", "", f"![{title}](plots/{name})", ""]
