@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from prefect import task
 
-from mechanisms.reconstruct import cpr_on_steps, longest_run
+from mechanisms.reconstruct import cpr_many
 from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
 from tasks.stream_history import history_reports, merge_history
 
@@ -25,18 +25,16 @@ _STATUS = {
 }
 
 
-def _one(st: np.ndarray, y: np.ndarray, epsilon_per_step: float,
-         options: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray | None]:
-    """(public summary, reconstruction or None) of one stream's reports."""
-    if _longest_run(st) < 8:
-        return {"period": None, "status": "skipped: fewer than 8 consecutive samples"}, None
-    res = cpr_on_steps(y, st, epsilon_per_step=epsilon_per_step, **options)
+def _summary(res: Any) -> dict[str, Any]:
+    """The public summary of one stream's CPR result (None: too few reports)."""
+    if res is None:
+        return {"period": None, "status": "skipped: fewer than 8 consecutive samples"}
     path = (res.diagnostics or {}).get("path", "periodic")
     periodic = path == "periodic" and bool(res.period)
     gaps = int(res.diagnostics.get("gaps", 0))
     return {"period": int(res.period) if periodic else None,
             "status": _STATUS.get(path, path)
-            + (f" (longest gap-free run; {gaps} gaps)" if gaps else "")}, res.reconstruction
+            + (f" (longest gap-free run; {gaps} gaps)" if gaps else "")}
 
 
 def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
@@ -72,19 +70,21 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
     out_n: list[int] = []
     out_step, out_v = [], []
     summaries: list[dict[str, Any]] = []
-    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        st, yy, conflicts = merge_history(steps[i:j], y[i:j],
-                                          *earlier.get((users[k], streams[k]), empty))
-        summary, rec = _one(st, yy, epsilon_per_step, dict(options or {}))
-        summaries.append({"user_id": users[k], "stream_id": streams[k], "samples": int(j - i),
-                          "history_samples": int(st.size - (j - i)),
-                          "conflicting_steps": conflicts, **summary})
-        if rec is not None:
+    merged = [merge_history(steps[i:j], y[i:j], *earlier.get((users[k], streams[k]), empty))
+              for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))]
+    results = cpr_many([(yy, st) for st, yy, _ in merged], epsilon_per_step=epsilon_per_step,
+                       **(options or {}))
+    for k, ((st, _, conflicts), res) in enumerate(zip(merged, results, strict=True)):
+        n_new = bounds[k + 1] - bounds[k]
+        summaries.append({"user_id": users[k], "stream_id": streams[k], "samples": int(n_new),
+                          "history_samples": int(st.size - n_new),
+                          "conflicting_steps": conflicts, **_summary(res)})
+        if res is not None:
             out_u.append(users[k])
             out_s.append(streams[k])
             out_n.append(st.size)
             out_step.append(st)
-            out_v.append(np.asarray(rec, dtype=np.float64))
+            out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
     write_arrow(pa.table({
         "user_id": repeat_ids(out_u, out_n),
         "stream_id": repeat_ids(out_s, out_n),
@@ -92,13 +92,6 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
         "value_hat": pa.array(np.concatenate(out_v) if out_v else np.empty(0)),
     }), Path(out_path))
     return summaries
-
-
-def _longest_run(steps: np.ndarray) -> int:
-    if steps.size == 0:
-        return 0
-    a, b = longest_run(steps)
-    return b - a
 
 
 reconstruct_streams = task(reconstruct_samples, name="reconstruct-streams", retries=1,

@@ -11,6 +11,7 @@ from mechanisms.reconstruct.cpr import (
     CPRResult,
     cpr,
     phase_groups,
+    pooled_fits,
     tile_template,
 )
 from mechanisms.reconstruct.em import (
@@ -22,7 +23,7 @@ from mechanisms.reconstruct.em import (
     silverman_bandwidth,
     sw_em,
 )
-from mechanisms.reconstruct.gapped import cpr_on_steps, longest_run
+from mechanisms.reconstruct.gapped import cpr_many, cpr_on_steps, longest_run
 from mechanisms.reconstruct.period import (
     PERIOD_METHODS,
     PeriodDetection,
@@ -60,6 +61,7 @@ __all__ = [
     "PopulationDistribution",
     "PopulationMean",
     "cpr",
+    "cpr_many",
     "cpr_on_steps",
     "detect_period",
     "detect_period_details",
@@ -69,6 +71,7 @@ __all__ = [
     "kde_mode",
     "longest_run",
     "phase_groups",
+    "pooled_fits",
     "population_distribution",
     "population_mean",
     "pseudo_samples",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mechanisms.errors import MechanismParameterError
-from mechanisms.reconstruct.em import PSEUDO_SAMPLES, kde_mode, pseudo_samples, sw_em
+from mechanisms.reconstruct.em import PSEUDO_SAMPLES, EMResult, kde_mode, pseudo_samples, sw_em
 from mechanisms.reconstruct.period import _jsonable, detect_period_details, fold_anova
 from mechanisms.reconstruct.shrink import shrink_periodic, sure_smooth, sw_noise_variance
 from mechanisms.streams.square_wave import square_wave_estimate, square_wave_params
@@ -36,6 +36,7 @@ __all__ = [
     "CPRResult",
     "cpr",
     "phase_groups",
+    "pooled_fits",
     "tile_template",
     "PADDING_MODES",
     "SHRINKAGE",
@@ -74,6 +75,42 @@ class CPRResult:
     template: np.ndarray
     reconstruction: np.ndarray
     diagnostics: dict = field(default_factory=dict)
+
+
+def pooled_fits(streams: list[np.ndarray], *, epsilon_per_step: float, grid_size: int = 100,
+                max_iter: int = 1000, tol: float = 1e-6, loglik_tol: float = 1e-3,
+                ems_smoothing: bool = False) -> list[EMResult]:
+    """The pooled EM fit of each stream, all streams in one batched EM (for `cpr`'s `pooled`).
+
+    Each stream is one group of `sw_em` with ragged groups; a group stops by
+    its own rules, so each fit is that of the stream alone. Post-processing
+    of ε₀-LDP reports: no cost. Cost: one EM over all streams, O(iterations ×
+    streams × grid_size) after one pass over the reports.
+
+    Args:
+        streams: 1-D report arrays (SW at `epsilon_per_step`).
+        epsilon_per_step: their ε₀.
+        grid_size: EM grid size B (as given to `cpr`).
+        max_iter: EM iteration cap.
+        tol: EM L1 stopping threshold.
+        loglik_tol: EM log-likelihood gain threshold.
+        ems_smoothing: EMS smoothing.
+
+    Returns:
+        One one-group `EMResult` per stream.
+    """
+    if not streams:
+        return []
+    sizes = np.array([len(s) for s in streams])
+    if sizes.min() < 1:
+        raise MechanismParameterError("every stream needs at least one report")
+    fit = sw_em(np.concatenate([np.asarray(s, dtype=np.float64) for s in streams]),
+                epsilon_per_step=epsilon_per_step, grid_size=grid_size, max_iter=max_iter,
+                tol=tol, loglik_tol=loglik_tol, smoothing=ems_smoothing,
+                groups=np.repeat(np.arange(sizes.size), sizes))
+    return [EMResult(pi=fit.pi[i : i + 1], grid=fit.grid, iterations=fit.iterations[i : i + 1],
+                     loglik=fit.loglik[i : i + 1], converged=fit.converged[i : i + 1])
+            for i in range(sizes.size)]
 
 
 def phase_groups(y: np.ndarray, period: int, *, padding: str = "reflect") -> tuple[np.ndarray, int]:
@@ -208,6 +245,7 @@ def cpr(
     significance: float = 1e-3,
     significance_correction: str = "bonferroni",
     detect_on: str = "pseudo_samples",
+    pooled: EMResult | None = None,
     rng: np.random.Generator | None = None,
     **detector_options: object,
 ) -> CPRResult:
@@ -264,6 +302,9 @@ def cpr(
             on the repeated electricity segments at ε = 4, w = 5; the test
             stays calibrated because the transform is the same for every
             step); ``"reports"``: the raw reports (the paper).
+        pooled: the EM fit of these very reports pooled into one group with
+            these EM options, if already computed (`pooled_fits` fits many
+            streams in one batched EM); None computes it here.
         rng: generator, needed only for ``pseudo_samples_kind="sample"``.
         **detector_options: options of `detect_period_details` (e.g.
             ``method="paper"``).
@@ -290,7 +331,12 @@ def cpr(
     }
     # the pooled input distribution: the stream level (its mean, the MLE under
     # the [0, 1] support) and the denoised detection series
-    fit_all = sw_em(arr[None, :], **em_opts)
+    if pooled is None:
+        fit_all = sw_em(arr[None, :], **em_opts)
+    elif pooled.pi.shape != (1, grid_size):
+        raise MechanismParameterError("pooled must be the one-group fit of these reports")
+    else:
+        fit_all = pooled
     level = float(np.clip(fit_all.pi[0] @ fit_all.grid, 0.0, 1.0))
     z_all = pseudo_samples(arr[None, :], fit_all, epsilon_per_step=epsilon_per_step)[0]
     diag["em_iterations_pooled"] = int(fit_all.iterations[0])
