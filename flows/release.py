@@ -58,6 +58,15 @@ def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters
     return f"{prefix}-{domain}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
+def _sha256(path: Path) -> str:
+    """Digest of a release output (the manifest, MAC'd in the ledger, vouches for the file)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _domain(policy_path: str | None, name: str, kind: str) -> Domain:
     policy = load_policy(policy_path or BUNDLED_POLICY)
     dom = policy.domain(name)
@@ -243,6 +252,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
         history: list[dict[str, Any]] = []
+        history_skipped: list[dict[str, Any]] = []
         if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
             # Imported here: CPR (scipy.signal) is not needed by curve releases.
             from tasks.reconstruct import reconstruct_streams
@@ -250,7 +260,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
 
             # Post-processing of the private samples and of what earlier releases of
             # these streams published, chunk by chunk (bounded memory).
-            history = earlier_releases(ledger_path, dom.name, parameters, str(out_root), rid)
+            history = earlier_releases(ledger_path, dom.name, parameters, str(out_root), rid,
+                                       skipped=history_skipped)
             recon = [reconstruct_streams.submit(
                 r.output_paths["samples"], float_at_most(spec.epsilon_per_step),
                 str(staging / f"reconstruction-{r.index:05d}.arrow"),
@@ -288,6 +299,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                        "users_rejected": len(plan.rejected), "items": plan.items,
                        "points": plan.points, **counts},
             "files": files,
+            "file_sha256": {name: _sha256(rdir / f) for name, f in files.items()},
             "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
             "error_bound": {"beta": getattr(spec, "beta", None),
                             "max": max(bounds) if bounds else None,
@@ -305,7 +317,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
 
             manifest.update(stream_post(
                 str(rdir), epsilon_per_step=float_at_most(spec.epsilon_per_step),
-                history=history, value_range=dom.value_range, value_unit=dom.value_unit,
+                history=history, history_skipped=history_skipped,
+                value_range=dom.value_range, value_unit=dom.value_unit,
                 population_period=population_period, users_released=len(admitted)))
         write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path,
                              publish_dir=str(build.target))

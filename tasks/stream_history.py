@@ -15,6 +15,7 @@ and the reconstruction counts any step whose reports differ.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +30,29 @@ from ledger import Ledger
 _SAME_LAW = ("mechanism", "epsilon", "w", "notion")
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
-                     out_root: str, release_id: str) -> list[dict[str, Any]]:
+                     out_root: str, release_id: str,
+                     skipped: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Settled earlier stream releases of `domain` with the same law, oldest first.
 
+    A release's samples file is used only if it is there and matches the
+    SHA-256 its manifest (MAC'd in the ledger) records; the others are
+    appended to `skipped` with the reason.
+
     Returns:
-        One row per release: ``release_id``, ``samples`` (path) and ``created_at``;
-        releases whose samples file is missing are skipped.
+        One row per release: ``release_id``, ``samples`` (path) and ``created_at``.
     """
     led = Ledger(ledger_path)
     out: list[dict[str, Any]] = []
+    skipped = [] if skipped is None else skipped
     for row in led.releases():
         rid = row["release_id"]
         if rid == release_id or row["state"] != "settled":
@@ -50,7 +64,12 @@ def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
                 or any(str(params.get(k)) != str(parameters.get(k)) for k in _SAME_LAW)):
             continue
         path = Path(out_root) / rid / (man.get("files") or {}).get("samples", "samples.parquet")
-        if path.is_file():
+        if not path.is_file():
+            skipped.append({"release_id": rid, "reason": "its samples file is missing"})
+        elif _sha256(path) != (man.get("file_sha256") or {}).get("samples"):
+            skipped.append({"release_id": rid, "reason": "its samples file does not match the "
+                            "digest in its manifest (edited or replaced): not used"})
+        else:
             out.append({"release_id": rid, "samples": str(path),
                         "created_at": str(row["created_at"])})
     return out

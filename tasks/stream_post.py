@@ -22,6 +22,7 @@ MIN_USERS = 20
 
 def stream_post_processing(rdir: str, *, epsilon_per_step: float,
                            history: list[dict[str, Any]], value_range: tuple[float, float] | None,
+                           history_skipped: list[dict[str, Any]] | None = None,
                            value_unit: str, population_period: int | None,
                            min_users: int = MIN_USERS,
                            users_released: int = 0) -> dict[str, Any]:
@@ -33,11 +34,13 @@ def stream_post_processing(rdir: str, *, epsilon_per_step: float,
     """
     samples = str(Path(rdir) / "samples.parquet")
     out: dict[str, Any] = {}
-    if history:
+    if history or history_skipped:
         out["history"] = {
             "releases": [h["release_id"] for h in history],
+            "skipped": list(history_skipped or []),
             "progress": history_progress(samples, [h["samples"] for h in history],
-                                         epsilon_per_step, [h["release_id"] for h in history]),
+                                         epsilon_per_step, [h["release_id"] for h in history])
+            if history else [],
         }
     if users_released >= min_users:
         out["population"] = population_view_fn(
@@ -65,6 +68,9 @@ def report_lines(manifest: dict[str, Any]) -> list[str]:
                   "streams, the table replays the history: after each release, how many have "
                   "a significant period and how far that reconstruction is from today's.", "",
                   md_table(hist["progress"], progress_columns())]
+        if hist.get("skipped"):
+            lines += ["Earlier releases not used:", "",
+                      md_table(hist["skipped"], ["release_id", "reason"])]
     pop = manifest.get("population") or {}
     if pop.get("files"):
         unit = pop.get("value_unit") or "normalised units"

@@ -80,3 +80,23 @@ def test_next_day_reconstructs_the_whole_history(meters, policy_file, ledger_pat
     # across the boundary at exactly ε
     for b in Ledger(str(ledger_path)).balances(domain="meters"):
         assert Fraction(str(b["spent"])) == 1
+
+
+def test_an_edited_earlier_output_is_not_used(meters, policy_file, ledger_path, tmp_path):
+    # the attack: after day 1-2 was released, someone rewrites its samples file (here:
+    # every report set to the top of the range) to steer the next reconstruction
+    day12 = meters[meters["t"] < 96]
+    day34 = meters[(meters["t"] >= 96) & (meters["t"] < 192)]
+    first = _release(_csv(day12, tmp_path / "d12.csv"), policy_file, ledger_path, tmp_path)
+    path = Path(first["out"]) / "samples.parquet"
+    table = pq.read_table(path).to_pandas()
+    table["y"] = table["y"].max()
+    table.to_parquet(path, index=False)
+    second = _release(_csv(day34, tmp_path / "d34.csv"), policy_file, ledger_path, tmp_path)
+    hist = second["manifest"]["history"]
+    assert hist["releases"] == []
+    assert hist["skipped"][0]["release_id"] == first["release_id"]
+    assert "does not match the digest" in hist["skipped"][0]["reason"]
+    rec = pq.read_table(Path(second["out"]) / "reconstruction.parquet").to_pandas()
+    assert rec["step"].min() == 96  # only this release's own reports
+    assert "Earlier releases not used" in (Path(second["out"]) / "report.md").read_text()
