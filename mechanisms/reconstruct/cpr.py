@@ -172,6 +172,15 @@ def _check_options(padding: str, pseudo: str, significance: float, fallback_kind
         raise MechanismParameterError(f"detect_on must be one of {DETECT_ON}, got {detect_on!r}")
 
 
+def _as_json(diag: dict) -> dict:
+    """Diagnostics as strict JSON; the detector's part already is (not walked again)."""
+    det = diag.pop("detection", None)
+    out: dict = _jsonable(diag)  # type: ignore[assignment]
+    if det is not None:
+        out["detection"] = det
+    return out
+
+
 def _check_reports(y: object, b: float) -> np.ndarray:
     arr = np.asarray(y, dtype=np.float64)
     if arr.ndim != 1 or arr.size < 8:
@@ -223,7 +232,7 @@ def _fallback(arr: np.ndarray, t_hat: int, kind: str, level: float, z_all: np.nd
     diag["fallback"] = path
     diag["fallback_constant"] = path == "constant"
     template = np.full(t_hat, float(level))
-    return CPRResult(t_hat, template, rec, _jsonable(diag))  # type: ignore[arg-type]
+    return CPRResult(t_hat, template, rec, _as_json(diag))
 
 
 def cpr(
@@ -371,4 +380,4 @@ def cpr(
     diag["reports_per_phase"] = int(groups.shape[1])
     diag["em_iterations_max"] = int(fit.iterations.max())
     diag["em_all_converged"] = bool(fit.converged.all())
-    return CPRResult(t_hat, template, rec, _jsonable(diag))  # type: ignore[arg-type]
+    return CPRResult(t_hat, template, rec, _as_json(diag))
