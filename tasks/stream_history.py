@@ -41,11 +41,13 @@ def _sha256(path: Path) -> str:
 def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
                      out_root: str, release_id: str,
                      skipped: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Settled earlier stream releases of `domain` with the same law, oldest first.
+    """Settled stream releases of `domain` recorded before `release_id`, same law, oldest first.
 
-    A release's samples file is used only if it is there and matches the
-    SHA-256 its manifest (MAC'd in the ledger) records; the others are
-    appended to `skipped` with the reason.
+    Only releases recorded before this one count, so a rerun of an old
+    release reads the history it read the first time (same outputs). A
+    release's samples file is used only if it is there and matches the SHA-256
+    its manifest (MAC'd in the ledger) records; the others are appended to
+    `skipped` with the reason.
 
     Returns:
         One row per release: ``release_id``, ``samples`` (path) and ``created_at``.
@@ -53,9 +55,11 @@ def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
     led = Ledger(ledger_path)
     out: list[dict[str, Any]] = []
     skipped = [] if skipped is None else skipped
-    for row in led.releases():
+    for row in led.releases():  # in the order the releases were recorded
         rid = row["release_id"]
-        if rid == release_id or row["state"] != "settled":
+        if rid == release_id:
+            break  # only releases recorded before this one: a rerun sees the same history
+        if row["state"] != "settled":
             continue
         rec = led.release(rid) or {}
         man = rec.get("manifest") or {}

@@ -100,3 +100,17 @@ def test_an_edited_earlier_output_is_not_used(meters, policy_file, ledger_path, 
     rec = pq.read_table(Path(second["out"]) / "reconstruction.parquet").to_pandas()
     assert rec["step"].min() == 96  # only this release's own reports
     assert "Earlier releases not used" in (Path(second["out"]) / "report.md").read_text()
+
+
+def test_rerun_of_an_earlier_release_ignores_later_ones(meters, policy_file, ledger_path,
+                                                        tmp_path):
+    day12 = meters[meters["t"] < 96]
+    day34 = meters[(meters["t"] >= 96) & (meters["t"] < 192)]
+    d12 = _csv(day12, tmp_path / "d12.csv")
+    first = _release(d12, policy_file, ledger_path, tmp_path)
+    before = (Path(first["out"]) / "reconstruction.parquet").read_bytes()
+    _release(_csv(day34, tmp_path / "d34.csv"), policy_file, ledger_path, tmp_path)
+    again = _release(d12, policy_file, ledger_path, tmp_path)
+    assert again["release_id"] == first["release_id"]
+    assert "history" not in again["manifest"]
+    assert (Path(again["out"]) / "reconstruction.parquet").read_bytes() == before
