@@ -58,15 +58,6 @@ def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters
     return f"{prefix}-{domain}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def _sha256(path: Path) -> str:
-    """Digest of a release output (the manifest, MAC'd in the ledger, vouches for the file)."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _domain(policy_path: str | None, name: str, kind: str) -> Domain:
     policy = load_policy(policy_path or BUNDLED_POLICY)
     dom = policy.domain(name)
@@ -299,7 +290,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                        "users_rejected": len(plan.rejected), "items": plan.items,
                        "points": plan.points, **counts},
             "files": files,
-            "file_sha256": {name: _sha256(rdir / f) for name, f in files.items()},
             "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
             "error_bound": {"beta": getattr(spec, "beta", None),
                             "max": max(bounds) if bounds else None,

@@ -67,10 +67,11 @@ def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
         if (man.get("flow") != "release_streams" or man.get("domain") != domain
                 or any(str(params.get(k)) != str(parameters.get(k)) for k in _SAME_LAW)):
             continue
-        path = Path(out_root) / rid / (man.get("files") or {}).get("samples", "samples.parquet")
+        name = (man.get("files") or {}).get("samples", "samples.parquet")
+        path = Path(out_root) / rid / name
         if not path.is_file():
             skipped.append({"release_id": rid, "reason": "its samples file is missing"})
-        elif _sha256(path) != (man.get("file_sha256") or {}).get("samples"):
+        elif _sha256(path) != (man.get("sha256") or {}).get(name):
             skipped.append({"release_id": rid, "reason": "its samples file does not match the "
                             "digest in its manifest (edited or replaced): not used"})
         else:
