@@ -60,6 +60,16 @@ def report_lines(manifest: dict[str, Any]) -> list[str]:
     from tasks.stream_progress import progress_columns
 
     lines: list[str] = []
+    per = manifest.get("periods") or []
+    if per:
+        found: dict[int, int] = {}
+        for p in per:
+            if p.get("period") is not None:
+                found[int(p["period"])] = found.get(int(p["period"]), 0) + 1
+        lines += ["", f"CPR found a significant period in {sum(found.values())} of {len(per)} "
+                  "streams" + (": " + ", ".join(f"period {k} in {v}" for k, v in
+                                                sorted(found.items(), key=lambda kv: -kv[1]))
+                               if found else "") + "."]
     hist = manifest.get("history")
     if hist:
         lines += ["", "## Reconstruction from every release so far (post-processing)", "",
