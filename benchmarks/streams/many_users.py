@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> None:
         gen = time.perf_counter() - t0
         for mode in args.modes:
             r = run_release(args.work, inp, mode)
-            rows.append([f"{users:,}", f"{n_rows:,}", "CPR + population view" if mode == "cpr"
-                         else "no CPR (population view per step)", f"{r['wall']:.0f}", f"{r['cpu']:.0f}",
+            label = ("CPR + population view" if mode == "cpr"
+                     else "no CPR (population view per step)")
+            rows.append([f"{users:,}", f"{n_rows:,}", label, f"{r['wall']:.0f}", f"{r['cpu']:.0f}",
                          f"{r['rss_mb']:.0f}", f"{1000 * r['wall'] / users:.1f}",
                          f"{1000 * r['cpu'] / users:.1f}", f"{gen:.0f}"])
             print(" | ".join(rows[-1]), flush=True)
