@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from schemas.errors import PrivpipeError
+from tasks.safe_files import write_file
 
 
 class ContinuationError(PrivpipeError):
@@ -183,7 +184,7 @@ def write_plans(plans: dict[str, dict[str, StreamPlan]], path: Path) -> None:
     """The segment plans of one chunk's users (user -> stream -> segments), as JSON."""
     data = {u: {s: [[g.release_id, g.first_step, g.last_step, g.new] for g in p.segments]
                 for s, p in streams.items()} for u, streams in plans.items()}
-    path.write_text(json.dumps(data, sort_keys=True))
+    write_file(path, json.dumps(data, sort_keys=True).encode())
 
 
 def read_plans(path: str | Path) -> dict[str, dict[str, list[Segment]]]:

@@ -6,18 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.plots import plt  # the Agg backend and the deterministic rcParams of all reports
+from tasks.plots import _save, plt  # Agg, the deterministic rcParams, the one safe savefig
 
 #: at most this many steps are drawn in the per-step plot (the first ones)
 MAX_STEPS = 336
-
-
-def _save(fig: plt.Figure, path: Path) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-    return path.name
 
 
 def plot_population(tables: dict[str, pd.DataFrame], out_dir: Path, *, value_unit: str,

@@ -26,10 +26,13 @@ from typing import Any
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
 from prefect import task
 
 from mechanisms.reconstruct import population_distribution, population_mean
 from schemas.errors import ParameterError
+from tasks.safe_files import make_dirs, write_file
 
 #: rows read per chunk (every report of a chunk's steps or phases)
 CHUNK_ROWS = 2_000_000
@@ -73,6 +76,17 @@ def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step:
                                    **{f"q{int(100 * q)}": d.quantiles[:, i]
                                       for i, q in enumerate(QUANTILES)}}))
     return pd.concat(means, ignore_index=True), pd.concat(dists, ignore_index=True)
+
+
+def _csv_bytes(df: pd.DataFrame) -> bytes:
+    """The table as CSV (6 significant digits: far below the band widths)."""
+    rounded = df.copy()
+    for c in rounded.columns:
+        if rounded[c].dtype.kind == "f":
+            rounded[c] = [float(f"{v:.6g}") for v in rounded[c].to_numpy()]
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(pa.Table.from_pandas(rounded, preserve_index=False), sink)
+    return sink.getvalue().to_pybytes()
 
 
 def _in_units(df: pd.DataFrame, to_units: Any, cell: str) -> pd.DataFrame:
@@ -119,7 +133,7 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
         raise ParameterError("period must be >= 1")
     con, n_users, n_rows, n_steps = _open(samples_path, users, min_users)
     out = Path(out_dir)
-    (out / "population").mkdir(parents=True, exist_ok=True)
+    make_dirs(out / "population")
     to_units = _scale(value_range)
     files: dict[str, str] = {}
     tables: dict[str, pd.DataFrame] = {}
@@ -130,7 +144,7 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
             for kind, df in (("mean", mean), ("distribution", dist)):
                 name = f"population/{cell}_{kind}.csv"
                 tables[f"{cell}_{kind}"] = _in_units(df, to_units, cell)
-                tables[f"{cell}_{kind}"].to_csv(out / name, index=False, float_format="%.6g")
+                write_file(out / name, _csv_bytes(tables[f"{cell}_{kind}"]))
                 files[f"{cell}_{kind}"] = name
     finally:
         con.close()
