@@ -38,6 +38,10 @@ ITALY_FILE = DATA_DIR / "ItalyPowerDemand.npz"
 POLICY_FILE = DATA_DIR / "policy.toml"
 
 ECG_RECORD_SECONDS = 10
+#: the demo's household population (`data.households`): meters, days, seed
+DEMO_HOUSEHOLDS = 2000
+DEMO_DAYS = 7
+DEMO_SEED = 2026
 ECG_RECORDS = 30
 
 
@@ -154,13 +158,18 @@ def write_demo_inputs(out_dir: str | Path) -> dict[str, Path]:
 
     Returns:
         Domain name -> CSV path: ``ais_tracks`` (raw AIS with ISO 8601 UTC times
-        and lon/lat), ``ecg``, ``power_taylor``, ``power_italy``. Each passes
-        ``privpipe validate FILE --policy data/policy.toml --domain NAME``.
+        and lon/lat), ``ecg``, ``power_taylor``, ``power_italy``, ``households``
+        (`DEMO_HOUSEHOLDS` meters over `DEMO_DAYS` days, `data.households`). Each
+        passes ``privpipe validate FILE --policy data/policy.toml --domain NAME``.
     """
+    from data.households import households
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.csv"
-             for name in ("ais_tracks", "ecg", "power_taylor", "power_italy")}
+             for name in ("ais_tracks", "ecg", "power_taylor", "power_italy", "households")}
+    households(DEMO_HOUSEHOLDS, DEMO_DAYS, seed=DEMO_SEED).to_csv(
+        paths["households"], index=False, float_format="%.5g")
     ais = ais_raw()
     ais["t"] = ais["t"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     ais.to_csv(paths["ais_tracks"], index=False)

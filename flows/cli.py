@@ -10,6 +10,7 @@ import typer
 
 from flows.cli_common import err_console
 from flows.cli_ledger import ledger_app
+from flows.cli_population import population_cmd
 from flows.cli_release import (
     audit_cmd,
     demo_cmd,
@@ -40,6 +41,7 @@ app.command("audit")(audit_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("demo")(demo_cmd)
 app.command("serve")(serve_cmd)
+app.command("population")(population_cmd)
 
 
 def main() -> None:

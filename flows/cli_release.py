@@ -142,6 +142,9 @@ def release_streams_cmd(
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
+    population_period: int | None = typer.Option(
+        None, "--population-period", help="Public period in steps (e.g. 48 half-hours) of the "
+        "population view's per-phase tables; post-processing, charges nothing."),
     out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
     task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
@@ -161,7 +164,7 @@ def release_streams_cmd(
         "release_streams", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
         epsilon=epsilon, reconstruct=reconstruct, release_id=release_id, out_dir=str(out),
         ledger_path=str(ledger_path), policy_path=str(policy or BUNDLED_POLICY),
-        chunk_users=chunk_users, table=table)
+        chunk_users=chunk_users, table=table, population_period=population_period)
 
 
 class _spinner:

@@ -32,6 +32,9 @@ DEMO_RELEASES: list[dict[str, Any]] = [
      "input": "power_taylor", "domain": "power_taylor", "epsilon": "5"},
     {"label": "Electricity demand, Italy (Square Wave + CPR)", "kind": "streams",
      "input": "power_italy", "domain": "power_italy", "epsilon": "5"},
+    {"label": "Household meters, 2000 homes x 7 days (Square Wave + CPR + population view)",
+     "kind": "streams", "input": "households", "domain": "households", "epsilon": "5",
+     "population_period": 48},
 ]
 
 
@@ -74,7 +77,8 @@ def run_demo(out_dir: str | Path, ledger_path: str | Path, *,
                 options=spec["options"], **common)
         else:
             res = release_streams.with_options(task_runner=runner)(
-                epsilon=spec["epsilon"], **common)
+                epsilon=spec["epsilon"], population_period=spec.get("population_period"),
+                **common)
         counts = res["manifest"]["counts"]
         rows.append({"step": spec["label"], "release_id": res["release_id"],
                      "released": counts["users_released"], "denied": counts["users_denied"],

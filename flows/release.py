@@ -136,7 +136,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int, table: str | None,
              scheduled_date: str | None, in_flight: int = 8,
-             settle_batch: int = 2000) -> dict[str, Any]:
+             settle_batch: int = 2000, population_period: int | None = None) -> dict[str, Any]:
     flow_name = "release_curves" if kind == "curves" else "release_streams"
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
@@ -244,14 +244,21 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         settle_unsettled()
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
+        history: list[dict[str, Any]] = []
+        history_skipped: list[dict[str, Any]] = []
         if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
             # Imported here: CPR (scipy.signal) is not needed by curve releases.
             from tasks.reconstruct import reconstruct_streams
+            from tasks.stream_history import earlier_releases
 
-            # Post-processing of the private samples, chunk by chunk (bounded memory).
+            # Post-processing of the private samples and of what earlier releases of
+            # these streams published, chunk by chunk (bounded memory).
+            history = earlier_releases(ledger_path, dom.name, parameters, str(out_root), rid,
+                                       skipped=history_skipped)
             recon = [reconstruct_streams.submit(
                 r.output_paths["samples"], float_at_most(spec.epsilon_per_step),
-                str(staging / f"reconstruction-{r.index:05d}.arrow")) for r in results]
+                str(staging / f"reconstruction-{r.index:05d}.arrow"),
+                history=[h["samples"] for h in history]) for r in results]
             for r, fut in zip(results, recon, strict=True):
                 periods.extend(fut.result())
                 r.output_paths["reconstruction"] = str(
@@ -298,6 +305,14 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 "note": "released as-is, outside the noise, as the domain's policy declares; "
                         "users rejected by validation or denied by the ledger are absent"},
         }
+        if isinstance(spec, StreamSpec) and "samples" in files:
+            from tasks.stream_post import stream_post
+
+            manifest.update(stream_post(
+                str(rdir), epsilon_per_step=float_at_most(spec.epsilon_per_step),
+                history=history, history_skipped=history_skipped,
+                value_range=dom.value_range, value_unit=dom.value_unit,
+                population_period=population_period, users_released=len(admitted)))
         write_release_report(str(rdir), manifest, denied, plan.rejected, ledger_path,
                              publish_dir=str(build.target))
         fault_point("after_report")
@@ -395,11 +410,13 @@ def release_streams(
     chunk_users: int = 200,
     table: str | None = None,
     scheduled_date: str | None = None,
+    population_period: int | None = None,
 ) -> dict[str, Any]:
     """Release every user's streams of `domain` with Square Wave under ε-w-event LDP.
 
     Each sample costs ε/w (w from the policy), so any w consecutive steps of a
-    stream cost at most ε, across releases. CPR reconstruction is post-processing.
+    stream cost at most ε, across releases. CPR reconstruction (of every report
+    released so far for each stream) and the population view are post-processing.
     When no user is released, the run ends Failed (``Denied`` or ``Rejected``).
 
     Args:
@@ -417,6 +434,8 @@ def release_streams(
         chunk_users: users per mechanism task.
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
+        population_period: public period in steps (e.g. 48 half-hours) of the population
+            view's per-phase tables (post-processing; none: per-step tables only).
     """
     dom = _domain(policy_path, domain, "streams")
     if dom.w is None:
@@ -430,7 +449,10 @@ def release_streams(
         raise ParameterError("chunk_users must be >= 1")
     parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(exact(epsilon)),
                   "w": dom.w, "reconstruct": reconstruct}
+    if population_period is not None and population_period < 1:
+        raise ParameterError("population_period must be >= 1")
     return release_state(_release(
         "streams", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
         release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
-        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date))
+        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date,
+        population_period=population_period))

@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 from prefect import task
 
-from mechanisms.reconstruct import cpr
+from mechanisms.reconstruct import cpr_many
 from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
+from tasks.stream_history import history_reports, merge_history
 
 #: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.
 _STATUS = {
@@ -24,13 +25,33 @@ _STATUS = {
 }
 
 
-def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
-                        options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run CPR on every (user, stream) of a privatized samples file.
+def _summary(res: Any) -> dict[str, Any]:
+    """The public summary of one stream's CPR result (None: too few reports)."""
+    if res is None:
+        return {"period": None, "status": "skipped: fewer than 8 consecutive samples"}
+    path = (res.diagnostics or {}).get("path", "periodic")
+    periodic = path == "periodic" and bool(res.period)
+    gaps = int(res.diagnostics.get("gaps", 0))
+    return {"period": int(res.period) if periodic else None,
+            "status": _STATUS.get(path, path)
+            + (f" (longest gap-free run; {gaps} gaps)" if gaps else "")}
 
-    Streams with gaps in their steps are not evenly sampled, so CPR is skipped
-    for them and the reason is recorded. Returns one public summary per stream:
-    the period (None unless CPR found a significant one) and the path CPR took.
+
+def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
+                        options: dict[str, Any] | None = None,
+                        history: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run CPR on every (user, stream) of a privatized samples file and its history.
+
+    `history` lists the samples files of earlier releases of the same
+    streams with the same Square Wave law (`tasks.stream_history`): each
+    stream is reconstructed from all its reports released so far (earlier
+    ones win on a repeated step), and the reconstruction covers that whole
+    history. A stream with gaps in its steps (missing days) is reconstructed
+    from its longest gap-free run and the template placed by absolute phase
+    (`cpr_on_steps`); a stream with fewer than 8 consecutive reports is
+    skipped and the reason recorded. Post-processing of released reports only.
+    Returns one public summary per stream: the period (None unless CPR found a
+    significant one), the path CPR took, and how many reports it used.
     """
     table = read_arrow(samples_path)
     ucol, scol = table.column("user_id"), table.column("stream_id")
@@ -40,29 +61,30 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
     bounds = np.append(starts, len(steps)).tolist()
     users = ucol.take(pa.array(starts)).to_pylist()
     streams = scol.take(pa.array(starts)).to_pylist()
+    old = history_reports(list(history or []), users)
+    earlier = {key: (g["step"].to_numpy(), g["y"].to_numpy())
+               for key, g in old.groupby(["user_id", "stream_id"], sort=False)}
+    empty = (np.empty(0, np.int64), np.empty(0))
     out_u: list[str] = []
     out_s: list[str] = []
     out_n: list[int] = []
     out_step, out_v = [], []
     summaries: list[dict[str, Any]] = []
-    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        st = steps[i:j]
-        summary: dict[str, Any] = {"user_id": users[k], "stream_id": streams[k],
-                                   "samples": int(j - i)}
-        if j - i < 8 or np.any(np.diff(st) != 1):
-            summary.update(period=None, status="skipped: fewer than 8 samples or gaps in steps")
-        else:
-            res = cpr(y[i:j], epsilon_per_step=epsilon_per_step, **(options or {}))
-            path = (res.diagnostics or {}).get("path", "periodic")
-            periodic = path == "periodic" and bool(res.period)
-            summary.update(period=int(res.period) if periodic else None,
-                           status=_STATUS.get(path, path))
+    merged = [merge_history(steps[i:j], y[i:j], *earlier.get((users[k], streams[k]), empty))
+              for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))]
+    results = cpr_many([(yy, st) for st, yy, _ in merged], epsilon_per_step=epsilon_per_step,
+                       **(options or {}))
+    for k, ((st, _, conflicts), res) in enumerate(zip(merged, results, strict=True)):
+        n_new = bounds[k + 1] - bounds[k]
+        summaries.append({"user_id": users[k], "stream_id": streams[k], "samples": int(n_new),
+                          "history_samples": int(st.size - n_new),
+                          "conflicting_steps": conflicts, **_summary(res)})
+        if res is not None:
             out_u.append(users[k])
             out_s.append(streams[k])
-            out_n.append(j - i)
+            out_n.append(st.size)
             out_step.append(st)
             out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
-        summaries.append(summary)
     write_arrow(pa.table({
         "user_id": repeat_ids(out_u, out_n),
         "stream_id": repeat_ids(out_s, out_n),

@@ -23,9 +23,19 @@ from tasks.report_render import now_text, publish_artifacts, render
 CURVE_SECTIONS: tuple[Section, ...] = (
     sec.header, sec.guarantee, sec.users, sec.charges, sec.denied, sec.rejected, sec.budget,
     kinds.curve_error_bounds, kinds.curve_outputs, kinds.curve_plots)
+
+
+def stream_history(ctx: ReleaseContext) -> list[str]:
+    """The stream's history and population sections (`tasks.stream_post`; post-processing)."""
+    from tasks.stream_post import report_lines
+
+    return report_lines(ctx.manifest)
+
+
 STREAM_SECTIONS: tuple[Section, ...] = (
     sec.header, sec.guarantee, sec.users, sec.charges, sec.denied, sec.rejected, sec.budget,
-    kinds.stream_error_bounds, kinds.reconstruction, kinds.stream_outputs, kinds.stream_plots)
+    kinds.stream_error_bounds, kinds.reconstruction, stream_history, kinds.stream_outputs,
+    kinds.stream_plots)
 
 
 def release_context(rdir: str, manifest: dict[str, Any], denied: list[dict[str, Any]],

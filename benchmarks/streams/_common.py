@@ -73,6 +73,22 @@ def segments(
     return df["value"].to_numpy(dtype=np.float64), period
 
 
+def ecg_beat(seed: int, *, period: int = 40, repeats: int = 25) -> tuple[np.ndarray, int]:
+    """One real MIT-BIH 208 heartbeat, resampled to `period` steps, repeated with jitter."""
+    from data import quasi_periodic
+
+    df = quasi_periodic.ecg_beat_stream(repeats, period, seed=seed)
+    return df["value"].to_numpy(dtype=np.float64), period
+
+
+def ecg_rhythm(seed: int, *, period: int = 40, repeats: int = 25) -> tuple[np.ndarray, int]:
+    """`repeats` consecutive real heartbeats, each resampled to `period` steps, with jitter."""
+    from data import quasi_periodic
+
+    df = quasi_periodic.ecg_rhythm_stream(repeats, period, seed=seed)
+    return df["value"].to_numpy(dtype=np.float64), period
+
+
 def out_dir() -> Path:
     """benchmarks/results/streams, created on demand."""
     OUT.mkdir(parents=True, exist_ok=True)

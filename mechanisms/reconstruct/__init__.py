@@ -4,12 +4,14 @@ Spec: ``specs/MECHANISMS.md`` §2.3-§2.5 and §5. Paper: CPR (arXiv 2605.02724)
 """
 
 from mechanisms.reconstruct.cpr import (
+    DETECT_ON,
     FALLBACK_KINDS,
     PADDING_MODES,
     SHRINKAGE,
     CPRResult,
     cpr,
     phase_groups,
+    pooled_fits,
     tile_template,
 )
 from mechanisms.reconstruct.em import (
@@ -21,6 +23,7 @@ from mechanisms.reconstruct.em import (
     silverman_bandwidth,
     sw_em,
 )
+from mechanisms.reconstruct.gapped import cpr_many, cpr_on_steps, longest_run
 from mechanisms.reconstruct.period import (
     PERIOD_METHODS,
     PeriodDetection,
@@ -28,6 +31,13 @@ from mechanisms.reconstruct.period import (
     detect_period_details,
     fold_anova,
     repeatability,
+)
+from mechanisms.reconstruct.population import (
+    PopulationDistribution,
+    PopulationMean,
+    grid_quantiles,
+    population_distribution,
+    population_mean,
 )
 from mechanisms.reconstruct.shrink import (
     SMOOTHER_WINDOWS,
@@ -38,6 +48,7 @@ from mechanisms.reconstruct.shrink import (
 )
 
 __all__ = [
+    "DETECT_ON",
     "FALLBACK_KINDS",
     "PADDING_MODES",
     "SHRINKAGE",
@@ -47,13 +58,22 @@ __all__ = [
     "CPRResult",
     "EMResult",
     "PeriodDetection",
+    "PopulationDistribution",
+    "PopulationMean",
     "cpr",
+    "cpr_many",
+    "cpr_on_steps",
     "detect_period",
     "detect_period_details",
     "em_grid",
     "fold_anova",
+    "grid_quantiles",
     "kde_mode",
+    "longest_run",
     "phase_groups",
+    "pooled_fits",
+    "population_distribution",
+    "population_mean",
     "pseudo_samples",
     "repeatability",
     "savgol_trace",

@@ -81,6 +81,26 @@ def _as_groups(y: object) -> np.ndarray:
     return arr
 
 
+def _flat_groups(y: object, groups: object | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(flat reports, group index of each, number of groups)."""
+    if groups is None:
+        ys = _as_groups(y)
+        g, m = ys.shape
+        return ys.ravel(), np.repeat(np.arange(g, dtype=np.int64), m), g
+    flat = np.asarray(y, dtype=np.float64)
+    gid = np.asarray(groups)
+    if flat.ndim != 1 or flat.size == 0 or gid.shape != flat.shape:
+        raise MechanismParameterError("with groups, reports and groups must be equal 1-D arrays")
+    if not np.issubdtype(gid.dtype, np.integer) or gid.min() < 0:
+        raise MechanismParameterError("groups must be integers >= 0")
+    if not np.all(np.isfinite(flat)):
+        raise MechanismParameterError("reports must be finite")
+    g = int(gid.max()) + 1
+    if np.bincount(gid, minlength=g).min() == 0:
+        raise MechanismParameterError("every group 0..G-1 needs at least one report")
+    return flat, gid.astype(np.int64), g
+
+
 def _intervals(y: np.ndarray, grid: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
     """[lo, hi) grid index range with |y − v| <= b, for every report."""
     lo = np.searchsorted(grid, y - b, side="left")
@@ -110,6 +130,7 @@ def sw_em(
     tol: float = 1e-6,
     loglik_tol: float = 1e-3,
     smoothing: bool = False,
+    groups: object | None = None,
 ) -> EMResult:
     """Fit a grid distribution of the inputs behind SW reports, per group, by EM.
 
@@ -129,6 +150,9 @@ def sw_em(
         tol: L1 change threshold (1e-6).
         loglik_tol: log-likelihood gain threshold (1e-3).
         smoothing: EMS smoothing.
+        groups: for ragged groups (e.g. the users present at each step): `y`
+            is then a flat (N,) array of reports and `groups` the (N,) group
+            index 0..G−1 of each; every group needs at least one report.
 
     Returns:
         `EMResult`.
@@ -137,19 +161,17 @@ def sw_em(
     grid = em_grid(grid_size)
     if int(max_iter) < 1 or not (tol > 0 and loglik_tol > 0):
         raise MechanismParameterError("need max_iter >= 1, tol > 0, loglik_tol > 0")
-    ys = _as_groups(y)
-    if ys.min() < -b - 1e-9 or ys.max() > 1 + b + 1e-9:
+    flat, gid, g = _flat_groups(y, groups)
+    if flat.min() < -b - 1e-9 or flat.max() > 1 + b + 1e-9:
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step"
         )
-    g, m = ys.shape
     bsz = grid.size
     # The likelihood of a report depends only on its grid interval [lo, hi):
     # reports sharing (group, lo, hi) are merged with a count (exact, and at
     # most ~2B distinct intervals per group, so large groups cost O(B)).
-    lo, hi = _intervals(ys, grid, b)
-    key = (np.repeat(np.arange(g, dtype=np.int64), m) * (bsz + 1) + lo.ravel()) * (bsz + 1)
-    key += hi.ravel()
+    lo, hi = _intervals(flat, grid, b)
+    key = (gid * (bsz + 1) + lo) * (bsz + 1) + hi
     uniq, counts = np.unique(key, return_counts=True)
     hi_u = uniq % (bsz + 1)
     rest = uniq // (bsz + 1)
@@ -179,8 +201,8 @@ def sw_em(
         diff = np.bincount(idx_lo, weights=wts, minlength=size)
         diff -= np.bincount(idx_hi, weights=wts, minlength=size)
         ranged = np.cumsum(diff.reshape(g, bsz + 1), axis=1)[:, :bsz]
-        new = pi * (q * inv_sum[:, None] + (p - q) * ranged) / m
-        new /= new.sum(axis=1, keepdims=True)
+        new = pi * (q * inv_sum[:, None] + (p - q) * ranged)
+        new /= new.sum(axis=1, keepdims=True)  # (the M-step's 1/m_g is this normalisation)
         if smoothing:
             new = _smooth(new)
         change = np.abs(new - pi).sum(axis=1)

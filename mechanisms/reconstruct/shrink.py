@@ -29,6 +29,7 @@ reports themselves. With it:
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from scipy import signal, stats
@@ -39,6 +40,7 @@ from mechanisms.streams.square_wave import square_wave_estimate, square_wave_est
 __all__ = [
     "SMOOTHER_WINDOWS",
     "sw_noise_variance",
+    "savgol_smooth",
     "savgol_trace",
     "shrink_periodic",
     "sure_smooth",
@@ -69,6 +71,45 @@ def sw_noise_variance(y: object, *, epsilon_per_step: float) -> float:
     return min(max(est, v0), v_edge)
 
 
+@lru_cache(maxsize=64)
+def _savgol_operator(window: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(interior coefficients, first-window rows, last-window rows) of the SG smoother."""
+    half = window // 2
+    coeffs = signal.savgol_coeffs(window, order)
+    v = np.vander(np.arange(window, dtype=np.float64), order + 1, increasing=True)
+    hat = v @ np.linalg.pinv(v)  # projection onto polynomials of `order` on one window
+    return coeffs, hat[:half], hat[window - half:]
+
+
+def savgol_smooth(x: np.ndarray, window: int, order: int = 2) -> np.ndarray:
+    """Savitzky–Golay smooth of `x` as ``scipy.signal.savgol_filter(..., mode="interp")``.
+
+    Interior points are the convolution with the SG coefficients; each end's
+    ⌊window/2⌋ points are the polynomial fitted to the first (last) window,
+    evaluated there. The operator depends only on (window, order) and is
+    cached, so smoothing many short streams costs one convolution each.
+    Post-processing, no privacy cost.
+
+    Args:
+        x: 1-D series (len >= window).
+        window: odd window length.
+        order: polynomial order (< window).
+
+    Returns:
+        The smoothed series.
+    """
+    if window % 2 == 0 or order >= window or window > x.size:
+        raise MechanismParameterError("need an odd window, order < window <= n")
+    coeffs, left, right = _savgol_operator(int(window), int(order))
+    half = window // 2
+    out = np.empty_like(x, dtype=np.float64)
+    out[half: x.size - half] = np.convolve(x, coeffs, mode="valid")
+    out[:half] = left @ x[:window]
+    out[x.size - half:] = right @ x[x.size - window:]
+    return out
+
+
+@lru_cache(maxsize=1024)
 def savgol_trace(n: int, window: int, order: int = 2) -> float:
     """Exact trace of the n×n Savitzky–Golay smoothing matrix (``mode="interp"``).
 
@@ -191,7 +232,7 @@ def sure_smooth(
     best = (0.0, 0.0, None, None)
     table = {}
     for k in usable:
-        s = signal.savgol_filter(xc, k, order, mode="interp")
+        s = savgol_smooth(xc, k, order)
         ss = float(np.dot(s, s))
         if ss <= 0:
             continue

@@ -98,15 +98,15 @@ def test_unknown_and_missing_columns(table):
 
 def test_bundled_policy_covers_bundled_data():
     pol = load_policy(POLICY_FILE)
-    assert set(pol.domains) == {"ais_tracks", "ecg", "power_taylor", "power_italy"}
+    assert set(pol.domains) == {"ais_tracks", "ecg", "power_taylor", "power_italy", "households"}
     ais = pol.domain("ais_tracks")
     assert (ais.kind, ais.notion, ais.projection, ais.time_unit, ais.value_unit) == (
         "curves", "gp", "equirectangular", "s", "m")
     ecg = pol.domain("ecg")
     assert (ecg.kind, ecg.notion, ecg.value_unit, ecg.time_unit) == ("curves", "gp", "mV", "s")
-    for name in ("power_taylor", "power_italy"):
+    for name in ("power_taylor", "power_italy", "households"):
         d = pol.domain(name)
         assert (d.kind, d.notion, d.w, d.time_unit) == ("streams", "wevent", 5, "step")
         assert d.value_range is not None
     assert all(d.cap > 0 for d in pol.domains.values())
-    assert len(policy_table(pol)) == 4
+    assert len(policy_table(pol)) == 5

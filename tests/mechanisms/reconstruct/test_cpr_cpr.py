@@ -135,3 +135,74 @@ def test_cpr_eb_shrinkage_leaves_a_significant_template_nearly_unchanged():
     assert np.mean(np.abs(eb.reconstruction - raw.reconstruction)) < 0.03
     assert abs(correlation_distance(x, eb.reconstruction)
                - correlation_distance(x, raw.reconstruction)) < 0.01
+
+
+def _segment_release(seed, eps=4.0):
+    df = synthetic.periodic_stream(25, 40, seed=2000 + seed, jitter=0.01)
+    x = df["value"].to_numpy()
+    return x, release_stream(x, epsilon=eps, w=5, rng=np.random.default_rng(seed)).y
+
+
+@pytest.mark.slow
+def test_detection_on_pseudo_samples_is_more_powerful_and_stays_calibrated():
+    from mechanisms.reconstruct import fold_anova, pseudo_samples, sw_em
+
+    e0 = 0.8
+    gain, null_hits = [], 0
+    for seed in range(30):
+        x, y = _segment_release(seed)
+        fit = sw_em(y[None, :], epsilon_per_step=e0)
+        z = pseudo_samples(y[None, :], fit, epsilon_per_step=e0)[0]
+        gain.append(np.log10(fold_anova(z, 40)[2]) - np.log10(fold_anova(y, 40)[2]))
+        # the same transform of exchangeable reports: no period, p-values uniform
+        perm = np.random.default_rng(100 + seed).permutation(y.size)
+        null_hits += fold_anova(z[perm], 40)[2] < 0.1
+    assert np.median(gain) < -1.0  # at least 10x smaller p-values at the true period
+    assert null_hits <= 8  # 3 expected at the 10 % level (binomial 30, 0.1: P[> 8] < 1 %)
+    paths = {"pseudo_samples": 0, "reports": 0}
+    for seed in range(30):
+        _, y = _segment_release(seed)
+        for on in paths:
+            paths[on] += cpr(y, epsilon_per_step=e0, detect_on=on).diagnostics["path"] == "periodic"
+    assert paths["pseudo_samples"] >= paths["reports"] + 3
+
+
+def test_detect_on_is_validated_and_recorded():
+    _, y = _segment_release(0, eps=5.0)
+    res = cpr(y, epsilon_per_step=1.0)
+    assert res.diagnostics["detect_on"] == "pseudo_samples" and res.period == 40
+    assert 0.0 <= res.diagnostics["level"] <= 1.0
+    with pytest.raises(MechanismParameterError):
+        cpr(y, epsilon_per_step=1.0, detect_on="raw")
+
+
+def test_gapped_stream_keeps_the_absolute_phase_across_missing_days():
+    from mechanisms.reconstruct import cpr_on_steps, longest_run
+
+    cycle = np.array([0.1, 0.3, 0.9, 0.6, 0.2, 0.5, 0.8, 0.4])
+    steps = np.arange(1600)
+    keep = (steps < 700) | (steps >= 733)  # a gap of 33 steps (not a multiple of 8)
+    st = steps[keep]
+    x = cycle[st % 8]
+    y = release_stream(x, epsilon=30, w=5, rng=np.random.default_rng(8)).y
+    assert longest_run(st) == (700, st.size)  # the second run is the longer one
+    res = cpr_on_steps(y, st, epsilon_per_step=6.0)
+    assert res.period == 8 and res.diagnostics["gaps"] == 1
+    assert res.diagnostics["gap_free_run"] == [733, 1599]
+    np.testing.assert_allclose(res.reconstruction, x, atol=0.05)  # both sides of the gap
+    # no gap: exactly CPR
+    full = release_stream(cycle[steps % 8], epsilon=30, w=5, rng=np.random.default_rng(8)).y
+    np.testing.assert_array_equal(cpr_on_steps(full, steps, epsilon_per_step=6.0).reconstruction,
+                                  cpr(full, epsilon_per_step=6.0).reconstruction)
+    with pytest.raises(MechanismParameterError):
+        cpr_on_steps(y, st[::-1], epsilon_per_step=6.0)
+
+
+def test_gapped_stream_without_a_period_is_the_level_outside_the_run():
+    from mechanisms.reconstruct import cpr_on_steps
+
+    st = np.concatenate([np.arange(0, 300), np.arange(400, 1000)])
+    y = release_stream(np.full(st.size, 0.3), epsilon=5, w=5, rng=np.random.default_rng(1)).y
+    res = cpr_on_steps(y, st, epsilon_per_step=1.0)
+    assert res.diagnostics["path"] == "constant"
+    assert np.ptp(res.reconstruction) == 0.0 and abs(res.reconstruction[0] - 0.3) < 0.1

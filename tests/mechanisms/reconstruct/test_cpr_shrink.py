@@ -71,3 +71,16 @@ def test_shrink_periodic_keeps_a_real_template_and_kills_a_noise_template():
     rec0, info0 = shrink_periodic(xh0, np.tile(cycle, 300), 8, level=0.46)
     assert info0["lambda"] < 0.05
     assert np.max(np.abs(rec0 - 0.46)) < 0.05
+
+
+@pytest.mark.parametrize("window", [5, 11, 41, 321])
+def test_savgol_smooth_is_scipys_interp_mode(window):
+    from scipy import signal
+
+    from mechanisms.reconstruct.shrink import savgol_smooth
+
+    x = np.random.default_rng(window).normal(size=500)
+    np.testing.assert_allclose(savgol_smooth(x, window, 2),
+                               signal.savgol_filter(x, window, 2, mode="interp"), atol=1e-12)
+    with pytest.raises(MechanismParameterError):
+        savgol_smooth(x[:4], window, 2)

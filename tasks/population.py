@@ -1,0 +1,161 @@
+"""Population view of one stream release: tables and plots, post-processing only.
+
+Reads the release's privatized samples (never raw data), and writes, for all
+released users or a chosen group of at least `min_users`:
+
+- ``population/step_mean.csv``: per step, the mean of the users' values with
+  a confidence band (`mechanisms.reconstruct.population_mean`);
+- ``population/phase_mean.csv`` (with a public `period`): the same per phase
+  (e.g. the average daily profile across households);
+- ``population/step_distribution.csv`` and ``phase_distribution.csv``: the
+  distribution of the values at each step / phase (Square Wave EM with EMS
+  smoothing), as quantiles;
+- a plot, ``plots/population.png``.
+
+Values are in the domain's declared units (its public value range maps [0, 1]
+back to them). Nothing here draws noise or touches the ledger: it charges
+nothing. Reads go through DuckDB in chunks of steps (or phases), so memory is
+bounded by the chunk, not by the release.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from prefect import task
+
+from mechanisms.reconstruct import population_distribution, population_mean
+from schemas.errors import ParameterError
+from tasks.safe_files import make_dirs, write_file
+
+#: rows read per chunk (every report of a chunk's steps or phases)
+CHUNK_ROWS = 2_000_000
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def _scale(value_range: tuple[float, float] | None):
+    lo, hi = (0.0, 1.0) if value_range is None else (float(value_range[0]),
+                                                        float(value_range[1]))
+    return lambda x: lo + np.asarray(x) * (hi - lo)
+
+
+def _chunks(con: duckdb.DuckDBPyConnection, cell_sql: str, n_rows: int,
+            n_cells: int) -> list[tuple[int, int]]:
+    """[first, last] cell ranges of about CHUNK_ROWS reports each."""
+    per = max(1, int(CHUNK_ROWS * n_cells // max(n_rows, 1)))
+    lo, hi = con.execute(f"SELECT min({cell_sql}), max({cell_sql}) FROM s").fetchone()  # noqa: S608
+    return [(a, min(a + per - 1, hi)) for a in range(int(lo), int(hi) + 1, per)]
+
+
+def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step: float,
+           confidence: float, n_rows: int, n_cells: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Mean and distribution tables over steps (period None) or phases, chunk by chunk."""
+    cell_sql = "step" if period is None else f"(step % {int(period)})"
+    means, dists = [], []
+    for a, b in _chunks(con, cell_sql, n_rows, n_cells):
+        y, st = con.execute(
+            f"SELECT y, step FROM s WHERE {cell_sql} BETWEEN ? AND ? ORDER BY step",  # noqa: S608
+            [a, b]).fetchnumpy().values()
+        if len(y) == 0:
+            continue
+        y = np.asarray(y, dtype=np.float64)
+        st = np.asarray(st, dtype=np.int64)
+        m = population_mean(y, steps=st, epsilon_per_step=epsilon_per_step, period=period,
+                            confidence=confidence)
+        d = population_distribution(y, steps=st, epsilon_per_step=epsilon_per_step,
+                                    period=period, quantile_levels=QUANTILES)
+        means.append(pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
+                                   "lower": m.lower, "upper": m.upper}))
+        dists.append(pd.DataFrame({"cell": d.cells, "reports": d.reports, "mean": d.mean,
+                                   **{f"q{int(100 * q)}": d.quantiles[:, i]
+                                      for i, q in enumerate(QUANTILES)}}))
+    return pd.concat(means, ignore_index=True), pd.concat(dists, ignore_index=True)
+
+
+def _csv_bytes(df: pd.DataFrame) -> bytes:
+    """The table as CSV (6 significant digits: far below the band widths)."""
+    rounded = df.copy()
+    for c in rounded.columns:
+        if rounded[c].dtype.kind == "f":
+            rounded[c] = [float(f"{v:.6g}") for v in rounded[c].to_numpy()]
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(pa.Table.from_pandas(rounded, preserve_index=False), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _in_units(df: pd.DataFrame, to_units: Any, cell: str) -> pd.DataFrame:
+    out = df.rename(columns={"cell": cell})
+    for c in out.columns:
+        if c not in (cell, "reports"):
+            out[c] = to_units(out[c].to_numpy())
+    return out
+
+
+def _open(samples_path: str, users: list[str] | None, min_users: int
+          ) -> tuple[duckdb.DuckDBPyConnection, int, int, int]:
+    con = duckdb.connect()
+    con.read_parquet(samples_path).create_view("a")
+    if users is not None:
+        con.register("chosen", pd.DataFrame({"user_id": pd.Series(sorted(set(users)), dtype=str)}))
+        con.execute("CREATE VIEW s AS SELECT a.* FROM a JOIN chosen USING (user_id)")
+    else:
+        con.execute("CREATE VIEW s AS SELECT * FROM a")
+    n_users, n_rows, n_steps = con.execute(
+        "SELECT count(DISTINCT user_id), count(*), count(DISTINCT step) FROM s").fetchone()
+    if n_users < min_users:
+        con.close()
+        raise ParameterError(
+            f"the population view needs at least {min_users} released users in the group; "
+            f"{n_users} {'were released' if users is None else 'of the chosen users were'}")
+    return con, int(n_users), int(n_rows), int(n_steps)
+
+
+def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: float,
+                       value_range: tuple[float, float] | None, value_unit: str,
+                       period: int | None = None, users: list[str] | None = None,
+                       min_users: int = 20, confidence: float = 0.95) -> dict[str, Any]:
+    """Write the population tables and plots of one stream release; return a summary.
+
+    Privacy: post-processing of the release's ε-w-event LDP Square Wave
+    reports and public parameters (ε/w, step indices, value range, period):
+    charges nothing and reads no raw data. Cost: O(reports) plus one EM per
+    step and per phase.
+    """
+    if min_users < 1:
+        raise ParameterError("min_users must be >= 1")
+    if period is not None and period < 1:
+        raise ParameterError("period must be >= 1")
+    con, n_users, n_rows, n_steps = _open(samples_path, users, min_users)
+    out = Path(out_dir)
+    make_dirs(out / "population")
+    to_units = _scale(value_range)
+    files: dict[str, str] = {}
+    tables: dict[str, pd.DataFrame] = {}
+    try:
+        cuts = [("step", None, n_steps)] + ([("phase", period, period)] if period else [])
+        for cell, per, n_cells in cuts:
+            mean, dist = _cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
+            for kind, df in (("mean", mean), ("distribution", dist)):
+                name = f"population/{cell}_{kind}.csv"
+                tables[f"{cell}_{kind}"] = _in_units(df, to_units, cell)
+                write_file(out / name, _csv_bytes(tables[f"{cell}_{kind}"]))
+                files[f"{cell}_{kind}"] = name
+    finally:
+        con.close()
+    from tasks.plots_population import plot_population
+
+    pngs = plot_population(tables, out / "plots", value_unit=value_unit,
+                                 confidence=confidence, period=period)
+    return {"users": n_users, "reports": n_rows, "steps": n_steps, "period": period,
+            "confidence": confidence, "value_unit": value_unit, "files": files, "plots": pngs,
+            "group": "all released users" if users is None else f"{n_users} chosen users",
+            "charged": "nothing (post-processing of released reports)"}
+
+
+population_view = task(population_view_fn, name="population-view", persist_result=False)
