@@ -169,7 +169,7 @@ def _part_sums(u0: np.ndarray, u1: np.ndarray, q0: list[np.ndarray], q1: list[np
 def _block_sums(t: np.ndarray, cols: list[np.ndarray], cid: np.ndarray, lo: np.ndarray,
                 scale: np.ndarray, n_leaf: int, degree: int,
                 ends: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """Leaf sums (see `_part_sums`) of the pieces of one block, bins = curves·n_leaf."""
+    """Leaf sums (see `_part_sums`) of the pieces of one block, (curves·n_leaf,) each."""
     u = (t - lo[cid]) * scale[cid]
     np.minimum(u, float(n_leaf), out=u)
     first, last = ends
@@ -180,8 +180,13 @@ def _block_sums(t: np.ndarray, cols: list[np.ndarray], cid: np.ndarray, lo: np.n
     leaf = np.minimum(np.floor(u0), n_leaf - 1.0)
     cross = same & (u1 > leaf + 1.0)
     whole = same & ~cross
-    gleaf = cid[:-1] * n_leaf + leaf.astype(np.int64)
-    bins = (int(cid[-1]) + 1) * n_leaf
+    # bins: n_leaf + 1 per curve; the step from a curve to the next goes to the extra
+    # bin, so every leaf sums exactly the pieces it would sum for the curve alone
+    stride = n_leaf + 1
+    slot = leaf.astype(np.int64)
+    slot[~same] = n_leaf
+    gleaf = cid[:-1] * stride + slot
+    bins = (int(cid[-1]) + 1) * stride
     sums = _part_sums(np.where(whole, u0, 0.0), np.where(whole, u1, 0.0),
                       [c[:-1] for c in cols], [c[1:] for c in cols], leaf, gleaf, bins, degree)
     at = np.flatnonzero(cross)
@@ -201,10 +206,10 @@ def _block_sums(t: np.ndarray, cols: list[np.ndarray], cid: np.ndarray, lo: np.n
             slope = (v1 - v0) / (b - a)
             q_l.append(np.where(lft == a, v0, v0 + slope * (lft - a)))
             q_r.append(np.where(rgt == b, v1, v0 + slope * (rgt - a)))
-        extra = _part_sums(lft, rgt, q_l, q_r, k, cid[at] * n_leaf + k.astype(np.int64),
+        extra = _part_sums(lft, rgt, q_l, q_r, k, cid[at] * stride + k.astype(np.int64),
                            bins, degree)
         sums = [x + y for x, y in zip(sums, extra, strict=True)]
-    return sums
+    return [x.reshape(-1, stride)[:, :n_leaf].ravel() for x in sums]
 
 
 def _leaf_sums(t: np.ndarray, values: np.ndarray, offsets: np.ndarray, lo: np.ndarray,
