@@ -31,8 +31,8 @@ from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain, load_policy
-from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
-from tasks.outputs import ParquetAppender, merge_outputs
+from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk
+from tasks.outputs import ParquetAppender
 from tasks.privatize import (
     ChunkResult,
     CurveFraming,
@@ -44,7 +44,8 @@ from tasks.privatize import (
 )
 from tasks.release_dir import ReleaseBuild, published_release
 from tasks.report import write_release_report
-from tasks.stage import StagePlan, stage_input
+from tasks.stage import StagePlan, load_curve_chunk, load_stream_chunk, stage_input
+from tasks.staging import read_arrow, write_arrow
 from tasks.staging_dir import StagingDir
 
 
@@ -175,7 +176,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                           input_fingerprint=plan.fingerprint,
                                           flow_run_id=_flow_run_id())
         fault_point("after_reserve")
-        seeds = write_chunk_seeds(ledger_path, rid, quote(plan), quote(admitted))
         # Submit chunks through a bounded window and settle them in chunk order:
         # at most `in_flight` chunks are queued or running at once, so memory does
         # not grow with the number of users whatever the task runner. Finished
@@ -202,31 +202,37 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             if settles == 1:
                 fault_point("after_first_chunk")
 
-        # Chunk outputs are appended to the release's Parquet files as chunks finish
-        # (in chunk order), overlapping the encoding with the mechanism tasks;
-        # stream samples stay on disk for the reconstruction.
+        # Chunk outputs come back from the tasks in memory and are appended to the
+        # release's Parquet files as chunks finish (in chunk order), overlapping the
+        # encoding with the mechanism tasks; stream samples are also kept in this
+        # process's private staging dir for the reconstruction.
         appender = ParquetAppender(staging / "outputs")
         streamed = ("values", "segments", "curves") if kind == "curves" else ("samples",)
-        keep_chunks = isinstance(spec, StreamSpec) and spec.reconstruct == "cpr"
+        keep_samples = isinstance(spec, StreamSpec) and spec.reconstruct == "cpr"
 
         def settle_oldest() -> None:
             res = pending.popleft().result()
             results.append(res)
             unsettled.append(res)
             for name in streamed:
-                appender.add(name, res.output_paths[name], remove=not keep_chunks)
+                appender.add_table(name, res.tables[name])
+            if keep_samples:
+                write_arrow(res.tables["samples"], staging / f"samples-{res.index:05d}.arrow")
+            res.tables, res.diagnostics = {}, {}  # written: memory must not grow with users
             if sum(len(r.costs) for r in unsettled) >= settle_batch:
                 settle_unsettled()
 
-        for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
-            if not any(u in admitted for u in chunk.user_ids):
+        # Each chunk travels to its task as arrays (the admitted users' samples and
+        # seeds), never as a path: workers need no access to this machine's files.
+        for chunk in plan.chunks:
+            seeds = {u: ledger.noise_seed(rid, u) for u in chunk.user_ids if u in admitted}
+            if not seeds:
                 continue
             if isinstance(spec, CurveSpec):
-                pending.append(privatize_curves.submit(chunk.index, chunk.path, seeds_path,
-                                                       dom.value_columns, spec, str(staging)))
+                pending.append(privatize_curves.submit(
+                    load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
-                pending.append(privatize_streams.submit(chunk.index, chunk.path, seeds_path,
-                                                        spec, str(staging)))
+                pending.append(privatize_streams.submit(load_stream_chunk(chunk, seeds), spec))
             if len(pending) >= in_flight:
                 settle_oldest()
         try:
@@ -242,18 +248,24 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         settle_unsettled()
         fault_point("after_settle")
         periods: list[dict[str, Any]] = []
-        if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
+        if keep_samples:
             # Imported here: CPR (scipy.signal) is not needed by curve releases.
             from tasks.reconstruct import reconstruct_streams
 
-            # Post-processing of the private samples, chunk by chunk (bounded memory).
-            recon = [reconstruct_streams.submit(
-                r.output_paths["samples"], float_at_most(spec.epsilon_per_step),
-                str(staging / f"reconstruction-{r.index:05d}.arrow")) for r in results]
-            for r, fut in zip(results, recon, strict=True):
-                periods.extend(fut.result())
-                r.output_paths["reconstruction"] = str(
-                    staging / f"reconstruction-{r.index:05d}.arrow")
+            # Post-processing of the private samples, chunk by chunk (bounded window).
+            def collect() -> None:
+                found, table = pending.popleft().result()
+                periods.extend(found)
+                appender.add_table("reconstruction", table)
+
+            for r in results:
+                samples = read_arrow(staging / f"samples-{r.index:05d}.arrow")
+                pending.append(reconstruct_streams.submit(
+                    samples, float_at_most(spec.epsilon_per_step)))
+                if len(pending) >= in_flight:
+                    collect()
+            while pending:
+                collect()
         build = ReleaseBuild(staging, out_root, rid)  # private until published
         rdir = build.path
         files: dict[str, str] = {}
@@ -261,13 +273,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         names = (("values", "segments", "curves") if kind == "curves" else
                  ("samples", "reconstruction") if periods else ("samples",))
         for name in names:
-            chunk_files = [r.output_paths[name] for r in results]
-            if name in appender:
-                counts[f"{name}_rows"] = appender.finish(name, rdir / f"{name}.parquet")
-            elif chunk_files:
-                counts[f"{name}_rows"] = merge_outputs(chunk_files, rdir / f"{name}.parquet")
-            else:
+            if name not in appender:
                 continue
+            counts[f"{name}_rows"] = appender.finish(name, rdir / f"{name}.parquet")
             files[name] = f"{name}.parquet"
             fault_point("between_merges")
 

@@ -6,15 +6,15 @@ and costs no budget.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from mechanisms.reconstruct import cpr
-from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
+from tasks.staging import repeat_ids, run_starts
 
 #: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.
 _STATUS = {
@@ -24,15 +24,17 @@ _STATUS = {
 }
 
 
-def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
-                        options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run CPR on every (user, stream) of a privatized samples file.
+def reconstruct_samples(samples: pa.Table, epsilon_per_step: float,
+                        options: dict[str, Any] | None = None
+                        ) -> tuple[list[dict[str, Any]], pa.Table]:
+    """Run CPR on every (user, stream) of a chunk's privatized samples table.
 
     Streams with gaps in their steps are not evenly sampled, so CPR is skipped
-    for them and the reason is recorded. Returns one public summary per stream:
-    the period (None unless CPR found a significant one) and the path CPR took.
+    for them and the reason is recorded. Returns one public summary per stream
+    (the period, None unless CPR found a significant one, and the path CPR
+    took) and the reconstruction table.
     """
-    table = read_arrow(samples_path)
+    table = samples
     ucol, scol = table.column("user_id"), table.column("stream_id")
     steps = table.column("step").to_numpy()
     y = table.column("y").to_numpy()
@@ -63,14 +65,13 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
             out_step.append(st)
             out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
         summaries.append(summary)
-    write_arrow(pa.table({
+    return summaries, pa.table({
         "user_id": repeat_ids(out_u, out_n),
         "stream_id": repeat_ids(out_s, out_n),
         "step": pa.array(np.concatenate(out_step) if out_step else np.empty(0, np.int64)),
         "value_hat": pa.array(np.concatenate(out_v) if out_v else np.empty(0)),
-    }), Path(out_path))
-    return summaries
+    })
 
 
 reconstruct_streams = task(reconstruct_samples, name="reconstruct-streams", retries=1,
-                           persist_result=False)
+                           persist_result=False, cache_policy=NO_CACHE)

@@ -243,9 +243,9 @@ def seg_options(*, basis: str, epsilon: object, rho: object, reduce: bool, conti
                       bool(margin), float(threshold))
 
 
-def svt_levels(distinct: np.ndarray, max_level: int) -> np.ndarray:
-    """Top SVT level per curve: min(max_level, ⌈log₂ N⌉), N the distinct sample times."""
-    ceil_log2 = np.array([(int(n) - 1).bit_length() for n in distinct], dtype=np.int64)
+def svt_levels(sizes: np.ndarray, max_level: int) -> np.ndarray:
+    """Top SVT level per curve: min(max_level, ⌈log₂ N⌉), N its size (distinct times)."""
+    ceil_log2 = np.array([(int(n) - 1).bit_length() for n in sizes], dtype=np.int64)
     return np.minimum(ceil_log2, max_level)
 
 
@@ -284,6 +284,7 @@ def privfuncseg_batch(
     margin: bool = True,
     threshold: float = 0.0,
     depth_from_samples: bool = True,
+    public_sizes: object = None,
 ) -> PrivateFunctionBatch:
     """PrivFuncSeg on every curve of a batch (each curve as `privfuncseg`, with its own rng).
 
@@ -309,6 +310,9 @@ def privfuncseg_batch(
         margin: as `privfuncseg`.
         threshold: as `privfuncseg`.
         depth_from_samples: as `privfuncseg`.
+        public_sizes: (C,) public sizes that cap each curve's SVT levels at
+            ⌈log₂ size⌉ (e.g. a domain's public point count or output grid);
+            they replace `depth_from_samples`.
 
     Returns:
         The privatized functions; `function(c)` is curve c's `PrivateFunction`.
@@ -318,7 +322,14 @@ def privfuncseg_batch(
                        k1=k1, margin=margin, threshold=threshold)
     if not isinstance(batch, CurveBatch):
         raise MechanismParameterError("privfuncseg_batch takes a CurveBatch")
-    return privfuncseg_core(batch, _tops(batch, opts, depth_from_samples), list(rngs), opts)
+    if public_sizes is not None:
+        sizes = np.asarray(public_sizes, dtype=np.int64)
+        if sizes.shape != (len(batch),) or np.any(sizes < 1):
+            raise MechanismParameterError("public_sizes needs one size >= 1 per curve")
+        tops = svt_levels(sizes, opts.max_level)
+    else:
+        tops = _tops(batch, opts, depth_from_samples)
+    return privfuncseg_core(batch, tops, list(rngs), opts)
 
 
 def _tops(batch: CurveBatch, opts: SegOptions, depth_from_samples: bool) -> np.ndarray:
