@@ -283,19 +283,15 @@ class PrivateFunctionBatch:
         )
 
     def error_bounds(self, beta: float = 0.1) -> np.ndarray:
-        """(C,) `PrivateFunction.error_bound` of every function (η computed once per dimension)."""
+        """(C,) `PrivateFunction.error_bound` of every function (once per distinct value)."""
         if self.bound_kind != "eta":
             return np.array([self.function(c).error_bound(beta) for c in range(len(self))])
         p = 1 if self.noise_notion == "gp" else 2
-        out = np.zeros(len(self))
-        factors = self.factors()
-        etas = {int(d): eta(beta, int(d), p) for d in np.unique(self.dims)}
-        for c in range(len(self)):
-            budget = float(self.noise_budgets[c])
-            if budget > 0:
-                out[c] = factors[c] * etas[int(self.dims[c])] * noise_scale(
-                    self.noise_notion, budget)
-        return out
+        key = np.stack([self.dims.astype(np.float64), self.noise_budgets, self.factors()], 1)
+        rows, inverse = np.unique(key, axis=0, return_inverse=True)
+        values = [factor * eta(beta, int(dim), p) * noise_scale(self.noise_notion, budget)
+                  if budget > 0 else 0.0 for dim, budget, factor in rows.tolist()]
+        return np.asarray(values)[inverse.ravel()]
 
     def evaluate(self, t: np.ndarray, t_offsets: np.ndarray) -> np.ndarray:
         """Values (len(t), n) of function c at t[t_offsets[c]:t_offsets[c+1]], for every c."""

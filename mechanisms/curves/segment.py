@@ -534,11 +534,12 @@ def _in_curve_order(blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 
 def _pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
-    """The distinct (a, b) pairs, sorted."""
+    """The distinct (a, b) pairs of two non-negative int arrays, sorted."""
     if a.size == 0:
         return []
-    both = np.unique(np.stack([a, b], axis=1), axis=0)
-    return [(int(x), int(y)) for x, y in both]
+    width = int(b.max()) + 1
+    keys = np.flatnonzero(np.bincount(a * width + b))
+    return [(int(k) // width, int(k) % width) for k in keys]
 
 
 def _costs(opts: SegOptions, ran: np.ndarray, checks: np.ndarray, spend: list[Fraction]
@@ -547,8 +548,11 @@ def _costs(opts: SegOptions, ran: np.ndarray, checks: np.ndarray, spend: list[Fr
 
     Computed once per distinct (ran, checks) row: curves with equal counts share them.
     """
-    rows, inverse = np.unique(np.column_stack([ran, checks]), axis=0, return_inverse=True)
-    inverse = inverse.ravel()
+    table = np.column_stack([ran, checks]).astype(np.int64)
+    base = int(table.max()) + 1
+    key = table @ (base ** np.arange(table.shape[1], dtype=np.int64))
+    keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rows = table[first]
     costs, scales, finals, texts = [], [], [], []
     for row in rows.tolist():
         spent = sum((n * s for n, s in zip(row[1:], spend, strict=False)), Fraction(0))
