@@ -9,10 +9,11 @@ depends only on the outcomes above. This module runs that tree for many roots
 array operations.
 
 Noise: every possible check of a root has its own pre-drawn slot, in
-breadth-first order (slot 2^r − 1 + i for node i of relative level r); a
-check that runs reads its slot. Each check that runs gets an independent draw
-of the spec's law, so the mechanism's output law is that of the recursive
-algorithm (whose draws come in depth-first order of the checks that run).
+breadth-first order (slot 2^r − 1 + i for node i of relative level r),
+drawn with that level's scale (`slot_scales`); a check that runs reads its
+slot. Each check that runs gets an independent draw of the spec's law, so
+the mechanism's output law is that of the recursive algorithm (whose draws
+come in depth-first order of the checks that run).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 
 from mechanisms.curves.bounds import noise_scale
 
-__all__ = ["ReduceSegPlan", "ReduceSegRoots", "reduce_seg_roots", "check_slots"]
+__all__ = ["ReduceSegPlan", "ReduceSegRoots", "reduce_seg_roots", "check_slots", "slot_scales",
+           "draw_checks"]
 
 _E_FACTOR = math.e / (math.e - 1.0)
 
@@ -105,6 +107,27 @@ def _level_constants(plan: ReduceSegPlan, rel: int) -> tuple[float, float, float
     return scale, tau, slack, step
 
 
+def slot_scales(plan: ReduceSegPlan) -> np.ndarray:
+    """Noise scale of each slot of one root, breadth-first (read-only, cached per plan)."""
+    return _slot_scales(plan)
+
+
+@lru_cache(maxsize=256)
+def _slot_scales(plan: ReduceSegPlan) -> np.ndarray:
+    levels = max(plan.k1 - plan.level + 1, 0)
+    out = np.concatenate([np.full(2**r, _level_constants(plan, r)[0]) for r in range(levels)]
+                         ) if levels else np.zeros(0)
+    out.setflags(write=False)
+    return out
+
+
+def draw_checks(notion: str, rng: np.random.Generator, scales: np.ndarray) -> np.ndarray:
+    """One draw per slot from `rng`: Lap(scale) (GP) or N(0, scale²) (CGP), in slot order."""
+    if notion == "gp":
+        return rng.laplace(0.0, scales)
+    return rng.normal(0.0, scales)
+
+
 def spend_per_check(plan: ReduceSegPlan) -> list[Fraction]:
     """Exact budget one check consumes at each relative level: (ε'/2^r)/2^(l₀+r)."""
     return [_level_constants(plan, r)[3] for r in range(max(plan.k1 - plan.level + 1, 0))]
@@ -135,8 +158,8 @@ def reduce_seg_roots(res2: list[np.ndarray], rows: np.ndarray, index: np.ndarray
         res2: squared residuals per level, each (rows, 2^level) (a forest's).
         rows: (R,) the forest row of each root.
         index: (R,) each root's node index at `plan.depth`.
-        noise: (R, check_slots) standard draws per root (Laplace for GP,
-            normal for CGP), from the root's curve's own generator.
+        noise: (R, check_slots) draws per root (`draw_checks` with
+            `slot_scales(plan)`), from the root's curve's own generator.
         plan: the shared public parameters.
 
     Returns:
@@ -150,9 +173,9 @@ def reduce_seg_roots(res2: list[np.ndarray], rows: np.ndarray, index: np.ndarray
     passes = np.zeros((n_roots, 1), dtype=np.int64)
     rel = 0
     while rel < levels and plan.seg_depth - plan.depth - 2 * rel >= 1 and alive.any():
-        scale, tau, slack, _ = _level_constants(plan, rel)
+        _, tau, slack, _ = _level_constants(plan, rel)
         d = _node_residuals(res2, rows, index, plan, rel)
-        err = d + scale * noise[:, 2**rel - 1 : 2 ** (rel + 1) - 1]
+        err = d + noise[:, 2**rel - 1 : 2 ** (rel + 1) - 1]
         merged = alive & ~(err + slack > tau)
         checks[:, rel] = alive.sum(axis=1)
         reductions += merged.sum(axis=1)

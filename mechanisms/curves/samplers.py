@@ -15,8 +15,7 @@ from scipy.linalg import solve_triangular
 
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["slap", "slap_rows", "gaussian", "gaussian_rows", "laplace", "standard_noise",
-           "correlate"]
+__all__ = ["slap", "slap_rows", "gaussian", "gaussian_rows", "laplace", "correlate"]
 
 
 def _dim(dim: object) -> int:
@@ -80,13 +79,6 @@ def gaussian_rows(dims: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarr
         raise MechanismParameterError("every dimension must be a positive integer")
     return np.concatenate([rng.standard_normal(d) for d, rng in zip(dims.tolist(), rngs,
                                                                     strict=True)])
-
-
-def standard_noise(notion: str, rng: np.random.Generator, size: int) -> np.ndarray:
-    """`size` standard draws for scalar checks: Lap(1) (``"gp"``) or N(0, 1) (``"cgp"``)."""
-    if notion == "gp":
-        return rng.laplace(0.0, 1.0, size=size)
-    return rng.standard_normal(size)
 
 
 def gaussian(dim: int, *, rng: np.random.Generator, size: int | None = None) -> np.ndarray:

@@ -12,11 +12,12 @@ array, ReduceSeg runs level by level over all parts of all curves
 (`reduce_seg.py`), and the final noise is one vector per curve. `privfuncseg`
 on one curve is the batch of that curve.
 
-Draws, per curve and from that curve's generator only, in this order:
-``laplace(0, 1, top + 2 [+ 4·(2^k₁ − 1)])`` (the SVT's threshold and query
-slots, then for GP the ReduceSeg check slots), for CGP
-``standard_normal(4·(2^k₁ − 1))`` (the check slots), then the final noise
-(``standard_normal(D)`` and, for GP, ``gamma(D)``). Every slot is drawn
+Draws, per curve and from that curve's generator only, in this order: one
+``laplace(0, scales)`` call for the SVT's threshold and query slots (scale
+3/ε_svt, top + 2 slots) followed, for GP, by the ReduceSeg check slots (4
+parts × (2^k₁ − 1), each at its level's scale); for CGP the check slots are
+one ``normal(0, scales)`` call after the SVT's ``laplace(0, 3/ε_svt, top + 2)``;
+then the final noise (``standard_normal(D)`` and, for GP, ``gamma(D)``). Every slot is drawn
 whether or not the SVT halts before it or the check runs (see `svt.py` and
 `reduce_seg.py`): the law of the output is that of Algorithms 4/5, and the
 number of draws depends only on public N, k₁ and on the released dimension D.
@@ -43,11 +44,13 @@ from mechanisms.curves.forest import DyadicForest
 from mechanisms.curves.reduce_seg import (
     ReduceSegPlan,
     check_slots,
+    draw_checks,
     reduce_seg_roots,
+    slot_scales,
     spend_per_check,
 )
 from mechanisms.curves.result import PrivateFunction, PrivateFunctionBatch, concat_batches
-from mechanisms.curves.samplers import gaussian_rows, slap_rows, standard_noise
+from mechanisms.curves.samplers import gaussian_rows, slap_rows
 from mechanisms.curves.svt import first_crossing
 from mechanisms.errors import MechanismParameterError
 
@@ -148,7 +151,7 @@ def reduce_seg(
     share halves at each recursion, so one call spends at most
     (1 − 2^{−k₁})·share. Paper Sec. 4.2, Algorithm 5/9; spec §1.9. It is
     `reduce_seg_roots` on one root; draws: ``check_slots(k1, level)``
-    standard Laplace (GP) or normal (CGP) values, in one call.
+    draws, in one call (`draw_checks`: Lap(scale) or N(0, scale²) per slot).
 
     Args:
         tree: the dyadic moment tree of q.
@@ -171,7 +174,7 @@ def reduce_seg(
                          k1=int(k1), beta=float(beta), big_b=Fraction(big_b),
                          share=Fraction(share), notion=notion, margin=bool(margin),
                          mn=tree.m * tree.n)
-    noise = standard_noise(notion, rng, check_slots(plan.k1, plan.level))
+    noise = draw_checks(notion, rng, slot_scales(plan))
     out = reduce_seg_roots(tree.forest.res2, np.zeros(1, dtype=np.int64),
                            np.array([int(node[1])]), noise[None, :], plan)
     spend = spend_per_check(plan)
@@ -370,19 +373,29 @@ class _Round:
         depth, index, seg_off, checks, reductions = self._segments(k_bar, check_noise)
         return self._release(k_bar, halted, depth, index, seg_off, checks, reductions)
 
+    def _plan(self, seg_depth: int) -> ReduceSegPlan:
+        """ReduceSeg's public parameters for a curve with 2^seg_depth segments (Alg. 4 l. 5-9)."""
+        opts = self.opts
+        return ReduceSegPlan(depth=2, seg_depth=seg_depth, level=1, k1=opts.k1,
+                             beta=opts.beta / 2, big_b=self.quarter, share=self.part_share,
+                             notion=opts.notion, margin=opts.margin, mn=self.m * self.n)
+
     def _draw_blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        count = len(self.batch)
-        slots = 4 * check_slots(self.opts.k1, 1) if self.opts.reduce else 0
+        """Every curve's SVT slots (C, top + 2) and ReduceSeg check slots (C, 4·slots)."""
+        count, opts = len(self.batch), self.opts
+        self.svt_scale = laplace_scale(3, svt_epsilon(opts.notion, self.quarter))  # >= 3/ε
+        checks = (np.tile(slot_scales(self._plan(3)), 4) if opts.reduce else np.zeros(0))
         sizes = (self.tops + 2).tolist()
-        if self.opts.notion == "gp":  # one call: the SVT slots, then the check slots
-            draws = [rng.laplace(0.0, 1.0, size=n + slots)
-                     for rng, n in zip(self.rngs, sizes, strict=True)]
-            checks = None
+        if opts.notion == "gp":  # one call: the SVT slots, then the check slots
+            scales = {n: np.concatenate([np.full(n, self.svt_scale), checks])
+                      for n in set(sizes)}
+            draws = [rng.laplace(0.0, scales[n]) for rng, n in zip(self.rngs, sizes, strict=True)]
+            cgp = None
         else:
-            draws, checks = [], []
+            draws, cgp = [], []
             for rng, n in zip(self.rngs, sizes, strict=True):
-                draws.append(rng.laplace(0.0, 1.0, size=n))
-                checks.append(standard_noise("cgp", rng, slots))
+                draws.append(rng.laplace(0.0, self.svt_scale, size=n))
+                cgp.append(draw_checks("cgp", rng, checks))
         width = int(self.tops.max()) + 2
         flat = np.concatenate(draws)
         starts = np.cumsum([0] + [d.size for d in draws[:-1]])
@@ -390,11 +403,11 @@ class _Round:
         columns = np.arange(width)
         inside = columns[None, :] < self.tops[:, None] + 2
         svt_noise[inside] = flat[(starts[:, None] + columns[None, :])[inside]]
-        if checks is None:
-            at = starts[:, None] + (self.tops + 2)[:, None] + np.arange(slots)[None, :]
-            check_noise = flat[at] if slots else np.zeros((count, 0))
+        if cgp is None:
+            at = starts[:, None] + (self.tops + 2)[:, None] + np.arange(checks.size)[None, :]
+            check_noise = flat[at] if checks.size else np.zeros((count, 0))
         else:
-            check_noise = np.concatenate(checks).reshape(count, slots)
+            check_noise = np.concatenate(cgp).reshape(count, checks.size)
         return svt_noise, check_noise
 
     def _build(self, curves: np.ndarray, levels: np.ndarray, dist: np.ndarray) -> None:
@@ -415,20 +428,18 @@ class _Round:
             tau = (2.0**levels) * self.m * self.n / float(self.quarter)
         else:
             tau = np.sqrt((2.0**levels) * self.m * self.n) / math.sqrt(2.0 * float(self.quarter))
-        eps_svt = svt_epsilon(opts.notion, self.quarter)
-        scale = laplace_scale(3, eps_svt)  # never below the exact 3/ε
         dist = np.zeros((count, levels.size))
         everyone = np.arange(count)
         self._build(everyone, self.firsts, dist)
         k_bar, halted = first_crossing(tau[None, :] - dist, self.firsts + 1, noise,
-                                       threshold=opts.threshold, scale=scale)
+                                       threshold=opts.threshold)
         deeper = everyone[~halted & (self.tops > self.firsts)]
         if deeper.size:  # the deepest levels are built only for curves the SVT takes there
             self._build(deeper, self.tops[deeper], dist)
             queries = tau[None, :] - dist[deeper]
             queries[levels[None, :] <= self.firsts[deeper, None]] = -np.inf  # already asked
             k2, h2 = first_crossing(queries, self.tops[deeper] + 1, noise[deeper],
-                                    threshold=opts.threshold, scale=scale)
+                                    threshold=opts.threshold)
             k_bar[deeper], halted[deeper] = k2, h2
         return k_bar, halted
 
@@ -448,12 +459,9 @@ class _Round:
         slots = check_slots(opts.k1, 1)
         for tree_id, kb in _pairs(self.tree[ran], k_bar[ran]):
             curves = np.flatnonzero(ran & (self.tree == tree_id) & (k_bar == kb))
-            plan = ReduceSegPlan(depth=2, seg_depth=kb, level=1, k1=opts.k1, beta=opts.beta / 2,
-                                 big_b=self.quarter, share=self.part_share, notion=opts.notion,
-                                 margin=opts.margin, mn=self.m * self.n)
             out = reduce_seg_roots(self.forests[tree_id].res2, np.repeat(self.row[curves], 4),
                                    np.tile(np.arange(4), curves.size),
-                                   noise[curves].reshape(-1, slots), plan)
+                                   noise[curves].reshape(-1, slots), self._plan(kb))
             checks[curves] = out.checks.reshape(curves.size, 4, -1).sum(axis=1)
             reductions[curves] = out.reductions.reshape(curves.size, 4).sum(axis=1)
             per_curve = out.offsets[4::4] - out.offsets[:-4:4]
@@ -477,10 +485,7 @@ class _Round:
         edges[bp_pos] = left
         edges[seg_off[1:] + np.arange(count)] = hi
         ran = (k_bar >= 3) & opts.reduce
-        spend = spend_per_check(ReduceSegPlan(depth=2, seg_depth=3, level=1, k1=opts.k1,
-                                              beta=opts.beta / 2, big_b=self.quarter,
-                                              share=self.part_share, notion=opts.notion,
-                                              margin=opts.margin, mn=self.m * self.n))
+        spend = spend_per_check(self._plan(3))
         costs, scales, finals, texts = _costs(opts, ran, checks, spend)
         dims = segments * self.m * self.n
         if opts.notion == "gp":

@@ -70,8 +70,8 @@ def svt(
     Returns:
         The halting index (0-based) and whether a query crossed.
 
-    Draws: one call ``rng.laplace(0, 1, count + 1)`` (W, then ν_j for every
-    query, whether or not the SVT halts before it), scaled by 3K/ε.
+    Draws: one call ``rng.laplace(0, 3K/ε, count + 1)`` (W, then ν_j for
+    every query, whether or not the SVT halts before it).
     """
     check_rng(rng)
     eps = float(epsilon)
@@ -94,9 +94,9 @@ def svt(
         count = values.size
     # K/ε₁ with ε₁ = ε/3, and 2K/ε₂ with ε₂ = 2ε/3; never below the exact 3K/ε
     scale = laplace_scale(3 * Fraction(k), epsilon if isinstance(epsilon, Fraction) else eps)
-    noise = rng.laplace(0.0, 1.0, size=count + 1)
+    noise = rng.laplace(0.0, scale, size=count + 1)
     index, halted = first_crossing(values[None, :], np.array([count]), noise[None, :],
-                                   threshold=float(threshold), scale=scale)
+                                   threshold=float(threshold))
     j = int(index[0])
     return SVTResult(index=j, halted=bool(halted[0]), evaluated=j + 1)
 
@@ -107,30 +107,27 @@ def first_crossing(
     noise: np.ndarray,
     *,
     threshold: float,
-    scale: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Above-threshold SVT on many query lists at once, given their standard Laplace noise.
+    """Above-threshold SVT on many query lists at once, given their Laplace noise.
 
     Row c halts at the first j < lengths[c] with
-    queries[c, j] + scale·noise[c, 1 + j] >= threshold + scale·noise[c, 0]
-    (W = scale·noise[c, 0] and ν_j = scale·noise[c, 1 + j] are Lap(scale)),
-    else returns lengths[c] − 1. Privacy as `svt` when scale = 3K/ε and every
-    query is K-Lipschitz; the noise of row c must come from row c's own
-    generator (one draw of Lap(1) per slot, in slot order).
+    queries[c, j] + noise[c, 1 + j] >= threshold + noise[c, 0] (W = noise[c, 0],
+    ν_j = noise[c, 1 + j]), else returns lengths[c] − 1. Privacy as `svt` when
+    every slot is an independent Lap(3K/ε) draw and every query is
+    K-Lipschitz; the noise of row c must come from row c's own generator.
 
     Args:
         queries: (C, Q) query values; entries at j >= lengths[c] are ignored.
         lengths: (C,) number of queries of each row (>= 1).
-        noise: (C, >= Q + 1) standard Laplace draws.
+        noise: (C, >= Q + 1) Lap(3K/ε) draws, W first.
         threshold: the public threshold 𝒯.
-        scale: the Laplace scale 3K/ε.
 
     Returns:
         (index (C,), halted (C,)).
     """
     count = queries.shape[1]
-    noisy_threshold = threshold + scale * noise[:, :1]
-    hits = queries + scale * noise[:, 1 : count + 1] >= noisy_threshold
+    noisy_threshold = threshold + noise[:, :1]
+    hits = queries + noise[:, 1 : count + 1] >= noisy_threshold
     hits &= np.arange(count)[None, :] < lengths[:, None]
     halted = hits.any(axis=1)
     index = np.where(halted, np.argmax(hits, axis=1), lengths - 1)

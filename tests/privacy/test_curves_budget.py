@@ -74,18 +74,19 @@ def test_reduce_seg_never_exceeds_its_quarter(notion):
 def test_svts_run_with_their_share(monkeypatch, name, value):
     seen = []
     real_svt = select_module.svt
-    real_crossing = segment_module.first_crossing
+    real_scale = segment_module.laplace_scale
 
     def spy(queries, **kw):
         seen.append(kw["epsilon"])
         return real_svt(queries, **kw)
 
-    def spy_crossing(*args, **kw):
-        # PrivFuncSeg's batched SVT: Lap(3K/ε) with K = 1, so ε = 3/scale
-        seen.append(3.0 / kw["scale"])
-        return real_crossing(*args, **kw)
+    def spy_scale(sensitivity, eps):
+        # PrivFuncSeg's batched SVT draws its slots at Lap(3K/ε) with K = 1
+        assert sensitivity == 3
+        seen.append(eps)
+        return real_scale(sensitivity, eps)
 
-    monkeypatch.setattr(segment_module, "first_crossing", spy_crossing)
+    monkeypatch.setattr(segment_module, "laplace_scale", spy_scale)
     monkeypatch.setattr(select_module, "svt", spy)
     t, v = _curve()
     privfuncseg(t, v, rng=np.random.default_rng(0), **{name: value})

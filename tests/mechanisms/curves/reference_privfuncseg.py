@@ -15,7 +15,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.curves import least_squares
+from mechanisms.cost import laplace_scale
+from mechanisms.curves import least_squares, noise_scale
+from mechanisms.curves._budget import svt_epsilon
 from mechanisms.metrics import l2_error
 
 E = math.e / (math.e - 1.0)
@@ -53,8 +55,7 @@ def reference(t, v, *, notion, amount, rng, degree=1, reduce=True, beta=0.1, max
     checks_noise = z[top + 2:] if notion == "gp" else rng.standard_normal(slots)
     # SVT (Algorithm 1 with ε/4; CGP at √(2ρ/4))
     q = float(quarter)
-    eps_svt = q if notion == "gp" else math.sqrt(2 * q)
-    scale = 3.0 / eps_svt
+    scale = laplace_scale(3, svt_epsilon(notion, quarter))  # the floats rule: >= 3/ε exactly
     thr = threshold + scale * z[0]
     k_bar, halted = top, False
     for j in range(top + 1):
@@ -80,13 +81,11 @@ def reference(t, v, *, notion, amount, rng, degree=1, reduce=True, beta=0.1, max
                 if level > k1 or h < 2:
                     return uniform
                 d = _part_dist(t, v, degree, lo, width, depth, index, seg_depth - 1)
-                sh_down = float(sh)
+                s = noise_scale(notion, sh / 2**level)  # Lap(2^l/ε') or √(2^l)/√(2ρ')
                 if notion == "gp":
-                    s = 2**level / sh_down
                     tau = (h / 2) * E * m * n / (2 * float(quarter))
                     slack = s * math.log(2**k1 / (beta / 2)) if margin else 0.0
                 else:
-                    s = math.sqrt(2**level) / math.sqrt(2 * sh_down)
                     tau = (math.sqrt(h * m * n) - math.sqrt(h * m * n / 2)) / math.sqrt(
                         4 * float(quarter))
                     slack = s * math.sqrt(2 * math.log(2**k1 / (beta / 2))) if margin else 0.0
@@ -108,14 +107,12 @@ def reference(t, v, *, notion, amount, rng, degree=1, reduce=True, beta=0.1, max
     edges = np.array([lo + width * i / 2**d for d, i in nodes] + [hi])
     fit = least_squares(t, v, "legendre", degree=degree, breakpoints=edges)
     dim = len(nodes) * m * n
-    budget = float(final)
-    if Fraction(budget) > final:
-        budget = math.nextafter(budget, 0.0)
+    scale = noise_scale(notion, final)
     if notion == "gp":
         g = rng.standard_normal(dim)
         r = rng.gamma(dim, 1.0)
-        noise = g / np.sqrt(np.sum(g * g)) * r / budget
+        noise = g / np.sqrt(np.sum(g * g)) * r * scale
     else:
-        noise = rng.standard_normal(dim) / math.sqrt(2 * budget)
+        noise = rng.standard_normal(dim) * scale
     return k_bar, halted, nodes, cost, fit.coefficients + noise.reshape(fit.coefficients.shape), \
         final

@@ -40,8 +40,14 @@ def test_query_function_is_asked_once_per_query_and_draws_are_fixed():
     res = svt(g, threshold=0.0, epsilon=1e3, rng=rng, n_queries=10)
     assert res.index == 3 and res.halted and seen == list(range(10))
     after = np.random.default_rng(2)
-    after.laplace(0.0, 1.0, size=11)
+    after.laplace(0.0, 3e-3, size=11)
     assert rng.random() == after.random()
+
+
+def svt_scale(eps):
+    from mechanisms.cost import laplace_scale
+
+    return laplace_scale(3, eps)
 
 
 def test_first_crossing_rows_equal_single_svts():
@@ -51,8 +57,9 @@ def test_first_crossing_rows_equal_single_svts():
     queries = rng.normal(0, 3, (200, 7))
     lengths = rng.integers(1, 8, 200)
     seeds = rng.integers(0, 2**63, 200)
-    noise = np.stack([np.random.default_rng(int(s)).laplace(0.0, 1.0, 8) for s in seeds])
-    index, halted = first_crossing(queries, lengths, noise, threshold=1.0, scale=3.0)
+    scale = svt_scale(1.0)
+    noise = np.stack([np.random.default_rng(int(s)).laplace(0.0, scale, 8) for s in seeds])
+    index, halted = first_crossing(queries, lengths, noise, threshold=1.0)
     for c in range(200):
         one = svt(queries[c, :lengths[c]], threshold=1.0, epsilon=1.0,
                   rng=np.random.default_rng(int(seeds[c])))
