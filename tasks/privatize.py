@@ -208,6 +208,7 @@ def _run_curves(batch: CurveBatch, rngs: list[np.random.Generator], spec: CurveS
             return entry.run_batch(batch, notion=spec.notion, amount=spec.amount, rngs=rngs,
                                    frames=frames, options=spec.options)
         except Exception as err:
+            _name_the_curve(batch, spec, frames, chunk)
             raise MechanismRunError(*_culprit(chunk, err), err) from err
     fns = []
     for c in range(len(batch)):
@@ -219,6 +220,26 @@ def _run_curves(batch: CurveBatch, rngs: list[np.random.Generator], spec: CurveS
         except Exception as err:
             raise MechanismRunError(chunk.user_ids[c], chunk.curve_ids[c], err) from err
     return PrivateFunctionBatch.from_functions(fns)
+
+
+def _name_the_curve(batch: CurveBatch, spec: CurveSpec, frames: PublicFrames,
+                    chunk: CurveChunk) -> None:
+    """After a batch failed, find the failing curve: the batch again, curve by curve.
+
+    Fresh generators from the same seeds, so each curve's draws are the ones the
+    batch made; nothing of these runs leaves this function.
+    """
+    rngs = _user_generators(chunk.user_ids, chunk.seeds)
+    for c in range(len(batch)):
+        one = batch.take(np.array([c]))
+        frame = PublicFrames(frames.ends[c:c + 1],
+                             None if frames.n_points is None else frames.n_points[c:c + 1],
+                             frames.grid_points[c:c + 1])
+        try:
+            spec.entry.run_batch(one, notion=spec.notion, amount=spec.amount, rngs=[rngs[c]],
+                                 frames=frame, options=spec.options)
+        except Exception as err:
+            raise MechanismRunError(chunk.user_ids[c], chunk.curve_ids[c], err) from err
 
 
 def _culprit(chunk: CurveChunk, err: BaseException) -> tuple[str, str]:
