@@ -46,11 +46,11 @@ def evaluate_local(basis: LocalBasis, breakpoints: np.ndarray, bp_offsets: np.nd
     pos = np.searchsorted(edge_fn + 1j * breakpoints, fn + 1j * tc, side="right") - 1
     seg = np.clip(pos - bp_offsets[:-1][fn], 0, np.diff(seg_offsets)[fn] - 1)
     at = bp_offsets[:-1][fn] + seg
-    phi = basis.values(tc, breakpoints[at], breakpoints[at + 1])  # (T, m)
+    phi = basis.columns(tc, breakpoints[at], breakpoints[at + 1])  # m arrays (T,)
     rows = coefficients[seg_offsets[:-1][fn] + seg]  # (T, m, n)
-    out = phi[:, :1] * rows[:, 0, :]
-    for ell in range(1, phi.shape[1]):
-        out = out + phi[:, ell : ell + 1] * rows[:, ell, :]
+    out = phi[0][:, None] * rows[:, 0, :]
+    for ell in range(1, len(phi)):
+        out = out + phi[ell][:, None] * rows[:, ell, :]
     if outside == "zero":
         out[(t < first) | (t > last)] = 0.0
     return out
