@@ -167,14 +167,19 @@ def _part_sums(u0: np.ndarray, u1: np.ndarray, q0: list[np.ndarray], q1: list[np
 
 
 def _block_sums(t: np.ndarray, cols: list[np.ndarray], cid: np.ndarray, lo: np.ndarray,
-                scale: np.ndarray, n_leaf: int, degree: int,
-                ends: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """Leaf sums (see `_part_sums`) of the pieces of one block, (curves·n_leaf,) each."""
+                scale: np.ndarray, n_leaf: int, degree: int, ends: tuple[np.ndarray, np.ndarray],
+                whole_curves: bool) -> tuple[int, list[np.ndarray]]:
+    """Leaf sums (see `_part_sums`) of the pieces of one block.
+
+    Returns the block's first leaf (of its first curve) and the sums over the
+    leaves it touches, curve after curve: every leaf of every curve for a block
+    of whole curves, the run of leaves a long curve's block touches otherwise.
+    """
     u = (t - lo[cid]) * scale[cid]
     np.minimum(u, float(n_leaf), out=u)
-    first, last = ends
-    u[first] = 0.0
-    u[last] = float(n_leaf)
+    first_knots, last_knots = ends
+    u[first_knots] = 0.0
+    u[last_knots] = float(n_leaf)
     u0, u1 = u[:-1], u[1:]
     same = cid[:-1] == cid[1:]
     leaf = np.minimum(np.floor(u0), n_leaf - 1.0)
@@ -186,30 +191,53 @@ def _block_sums(t: np.ndarray, cols: list[np.ndarray], cid: np.ndarray, lo: np.n
     slot = leaf.astype(np.int64)
     slot[~same] = n_leaf
     gleaf = cid[:-1] * stride + slot
-    bins = (int(cid[-1]) + 1) * stride
+    parts = _cut_at_edges(u0, u1, leaf, cross, cols)
+    extra_keys = None if parts is None else cid[parts[0]] * stride + parts[1].astype(np.int64)
+    if whole_curves:
+        first, bins = 0, (int(cid[-1]) + 1) * stride
+    else:  # keys are non-decreasing: sum only over the leaves this block touches
+        first = int(gleaf[0])
+        last = int(gleaf[-1]) if extra_keys is None else max(int(gleaf[-1]), int(extra_keys[-1]))
+        bins = last - first + 1
     sums = _part_sums(np.where(whole, u0, 0.0), np.where(whole, u1, 0.0),
-                      [c[:-1] for c in cols], [c[1:] for c in cols], leaf, gleaf, bins, degree)
-    at = np.flatnonzero(cross)
-    if at.size:  # pieces over leaf edges: one sub-piece per leaf they touch
-        a, b = u0[at], u1[at]
-        k0 = leaf[at]
-        parts = (np.ceil(b) - k0).astype(np.int64)
-        rep = np.repeat(np.arange(at.size), parts)
-        k = k0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(parts) - parts, parts))
-        a, b = a[rep], b[rep]
-        lft = np.maximum(a, k)
-        rgt = np.minimum(b, k + 1.0)
-        at = at[rep]
-        q_l, q_r = [], []
-        for col in cols:
-            v0, v1 = col[at], col[at + 1]
-            slope = (v1 - v0) / (b - a)
-            q_l.append(np.where(lft == a, v0, v0 + slope * (lft - a)))
-            q_r.append(np.where(rgt == b, v1, v0 + slope * (rgt - a)))
-        extra = _part_sums(lft, rgt, q_l, q_r, k, cid[at] * stride + k.astype(np.int64),
-                           bins, degree)
+                      [c[:-1] for c in cols], [c[1:] for c in cols], leaf, gleaf - first, bins,
+                      degree)
+    if parts is not None:
+        _, k, lft, rgt, q_l, q_r = parts
+        extra = _part_sums(lft, rgt, q_l, q_r, k, extra_keys - first, bins, degree)
         sums = [x + y for x, y in zip(sums, extra, strict=True)]
-    return [x.reshape(-1, stride)[:, :n_leaf].ravel() for x in sums]
+    if whole_curves:  # drop the extra bins
+        return 0, [x.reshape(-1, stride)[:, :n_leaf].ravel() for x in sums]
+    return first, sums
+
+
+def _cut_at_edges(u0: np.ndarray, u1: np.ndarray, leaf: np.ndarray, cross: np.ndarray,
+                  cols: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
+    """The pieces over leaf edges cut into one sub-piece per leaf they touch.
+
+    Returns (piece index, leaf, left, right, values at left, values at right) of
+    the sub-pieces in order (values interpolated, exact at the piece's own ends),
+    or None when no piece crosses an edge.
+    """
+    at = np.flatnonzero(cross)
+    if not at.size:
+        return None
+    a, b = u0[at], u1[at]
+    k0 = leaf[at]
+    parts = (np.ceil(b) - k0).astype(np.int64)
+    rep = np.repeat(np.arange(at.size), parts)
+    k = k0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(parts) - parts, parts))
+    a, b = a[rep], b[rep]
+    lft = np.maximum(a, k)
+    rgt = np.minimum(b, k + 1.0)
+    at = at[rep]
+    q_l, q_r = [], []
+    for col in cols:
+        v0, v1 = col[at], col[at + 1]
+        slope = (v1 - v0) / (b - a)
+        q_l.append(np.where(lft == a, v0, v0 + slope * (lft - a)))
+        q_r.append(np.where(rgt == b, v1, v0 + slope * (rgt - a)))
+    return at, k, lft, rgt, q_l, q_r
 
 
 def _leaf_sums(t: np.ndarray, values: np.ndarray, offsets: np.ndarray, lo: np.ndarray,
@@ -237,9 +265,11 @@ def _leaf_sums(t: np.ndarray, values: np.ndarray, offsets: np.ndarray, lo: np.nd
             ends = (np.array([0] if r0 == int(offsets[c0]) else [], dtype=np.int64),
                     np.array([r1 - r0 - 1] if r1 == int(offsets[c1]) else [], dtype=np.int64))
         cols = [values[r0:r1, j] - mean[c0:c1, j][cid] for j in range(n)]
-        sums = _block_sums(t[r0:r1], cols, cid, lo[c0:c1], scale[c0:c1], n_leaf, degree, ends)
+        first, sums = _block_sums(t[r0:r1], cols, cid, lo[c0:c1], scale[c0:c1], n_leaf, degree,
+                                  ends, whole)
+        at = c0 * n_leaf + first
         for total, part in zip(acc, sums, strict=True):
-            total[c0 * n_leaf : c1 * n_leaf] += part
+            total[at : at + part.size] += part
     factor = np.repeat(width / n_leaf, n_leaf)
     mu = [np.stack([acc[k * n + j] * factor for j in range(n)], axis=1).reshape(
         n_curves, n_leaf, n) for k in range(m)]

@@ -128,3 +128,33 @@ def test_batch_validation_names_the_curve():
                           rngs=[np.random.default_rng(0)], epsilon=1)
     with pytest.raises(MechanismParameterError):
         privfuncseg_batch(CurveBatch.from_curves([(t, v)]), rngs=[None], epsilon=1)
+
+
+def test_long_curves_blocked_from_their_own_start():
+    # a curve longer than a block is summed in blocks cut at offsets from its own first
+    # sample: alone or between other curves, the same bytes; and the fits are right
+    from mechanisms.curves import forest
+    from mechanisms.curves.forest import DyadicForest
+    from mechanisms.metrics import l2_error
+    from mechanisms.curves import least_squares
+
+    long_n = 2 * forest.BLOCK + 777
+    rng = np.random.default_rng(8)
+    t = np.cumsum(rng.uniform(0.1, 2.0, long_n))
+    v = np.cumsum(rng.standard_normal((long_n, 2)), axis=0)
+    curves = _curves(5, 3) + [(t, v)] + _curves(6, 2)
+    batch = CurveBatch.from_curves(curves)
+    for level in (3, 17):
+        both = DyadicForest(batch.t, batch.values, batch.offsets, 1, level)
+        alone = DyadicForest(t, v, np.array([0, long_n]), 1, level)
+        for j in range(level + 1):
+            assert np.array_equal(both.coef[j][3], alone.coef[j][0])
+            assert np.array_equal(both.res2[j][3], alone.res2[j][0])
+    for j in (0, 5, 11):
+        edges = t[0] + (t[-1] - t[0]) * np.arange(2**j + 1) / 2**j
+        fit = least_squares(t, v, "legendre", degree=1, breakpoints=edges)
+        assert np.allclose(alone.coef[j][0], fit.coefficients, rtol=1e-8, atol=1e-6)
+        assert alone.level_dist[0, j] == pytest.approx(l2_error(t, v, fit), rel=1e-6)
+    seeds = range(20, 26)
+    out = privfuncseg_batch(batch, rngs=[np.random.default_rng(s) for s in seeds], epsilon=3)
+    _same(out.function(3), privfuncseg(t, v, epsilon=3, rng=np.random.default_rng(23)))
