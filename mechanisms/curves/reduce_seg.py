@@ -10,8 +10,8 @@ array operations.
 
 Noise: every possible check of a root has its own pre-drawn slot, in
 breadth-first order (slot 2^r − 1 + i for node i of relative level r),
-drawn with that level's scale (`slot_scales`); a check that runs reads its
-slot. Each check that runs gets an independent draw of the spec's law, so
+drawn at that level's scale (`slot_scales`, `draw_checks`); a check that runs
+reads its slot. Each check that runs gets an independent draw of the spec's law, so
 the mechanism's output law is that of the recursive algorithm (whose draws
 come in depth-first order of the checks that run).
 """
@@ -122,10 +122,14 @@ def _slot_scales(plan: ReduceSegPlan) -> np.ndarray:
 
 
 def draw_checks(notion: str, rng: np.random.Generator, scales: np.ndarray) -> np.ndarray:
-    """One draw per slot from `rng`: Lap(scale) (GP) or N(0, scale²) (CGP), in slot order."""
+    """One draw per slot from `rng`: Lap(scale) (GP) or N(0, scale²) (CGP), in slot order.
+
+    Drawn as one standard block times the slots' scales (the values numpy's
+    ``laplace(0, scale)`` / ``normal(0, scale)`` give, one variate per slot).
+    """
     if notion == "gp":
-        return rng.laplace(0.0, scales)
-    return rng.normal(0.0, scales)
+        return rng.laplace(0.0, 1.0, size=scales.size) * scales
+    return rng.standard_normal(scales.size) * scales
 
 
 def spend_per_check(plan: ReduceSegPlan) -> list[Fraction]:

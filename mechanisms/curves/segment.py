@@ -12,12 +12,12 @@ array, ReduceSeg runs level by level over all parts of all curves
 (`reduce_seg.py`), and the final noise is one vector per curve. `privfuncseg`
 on one curve is the batch of that curve.
 
-Draws, per curve and from that curve's generator only, in this order: one
-``laplace(0, scales)`` call for the SVT's threshold and query slots (scale
-3/ε_svt, top + 2 slots) followed, for GP, by the ReduceSeg check slots (4
-parts × (2^k₁ − 1), each at its level's scale); for CGP the check slots are
-one ``normal(0, scales)`` call after the SVT's ``laplace(0, 3/ε_svt, top + 2)``;
-then the final noise (``standard_normal(D)`` and, for GP, ``gamma(D)``). Every slot is drawn
+Draws, per curve and from that curve's generator only, in this order:
+``laplace(0, 3/ε_svt, top + 2)`` (the SVT's threshold and query slots), then
+the ReduceSeg check slots (4 parts × (2^k₁ − 1), breadth-first; one block of
+standard Laplace (GP) or normal (CGP) variates times each slot's level scale,
+see `reduce_seg.draw_checks`), then the final noise (``standard_normal(D)``
+and, for GP, ``gamma(D)``). Every slot is drawn
 whether or not the SVT halts before it or the check runs (see `svt.py` and
 `reduce_seg.py`): the law of the output is that of Algorithms 4/5, and the
 number of draws depends only on public N, k₁ and on the released dimension D.
@@ -384,31 +384,19 @@ class _Round:
         """Every curve's SVT slots (C, top + 2) and ReduceSeg check slots (C, 4·slots)."""
         count, opts = len(self.batch), self.opts
         self.svt_scale = laplace_scale(3, svt_epsilon(opts.notion, self.quarter))  # >= 3/ε
-        checks = (np.tile(slot_scales(self._plan(3)), 4) if opts.reduce else np.zeros(0))
-        sizes = (self.tops + 2).tolist()
-        if opts.notion == "gp":  # one call: the SVT slots, then the check slots
-            scales = {n: np.concatenate([np.full(n, self.svt_scale), checks])
-                      for n in set(sizes)}
-            draws = [rng.laplace(0.0, scales[n]) for rng, n in zip(self.rngs, sizes, strict=True)]
-            cgp = None
-        else:
-            draws, cgp = [], []
-            for rng, n in zip(self.rngs, sizes, strict=True):
-                draws.append(rng.laplace(0.0, self.svt_scale, size=n))
-                cgp.append(draw_checks("cgp", rng, checks))
+        scales = (np.tile(slot_scales(self._plan(3)), 4) if opts.reduce else np.zeros(0))
+        svt, checks = [], []
+        for rng, n in zip(self.rngs, (self.tops + 2).tolist(), strict=True):
+            svt.append(rng.laplace(0.0, self.svt_scale, size=n))
+            checks.append(draw_checks(opts.notion, rng, scales))
         width = int(self.tops.max()) + 2
-        flat = np.concatenate(draws)
-        starts = np.cumsum([0] + [d.size for d in draws[:-1]])
+        flat = np.concatenate(svt)
+        starts = np.cumsum([0] + [d.size for d in svt[:-1]])
         svt_noise = np.zeros((count, width))
         columns = np.arange(width)
         inside = columns[None, :] < self.tops[:, None] + 2
         svt_noise[inside] = flat[(starts[:, None] + columns[None, :])[inside]]
-        if cgp is None:
-            at = starts[:, None] + (self.tops + 2)[:, None] + np.arange(checks.size)[None, :]
-            check_noise = flat[at] if checks.size else np.zeros((count, 0))
-        else:
-            check_noise = np.concatenate(cgp).reshape(count, checks.size)
-        return svt_noise, check_noise
+        return svt_noise, np.concatenate(checks).reshape(count, scales.size)
 
     def _build(self, curves: np.ndarray, levels: np.ndarray, dist: np.ndarray) -> None:
         """Forests for `curves`, one per distinct finest level; fill their level distances."""

@@ -214,6 +214,10 @@ def test_privfuncseg_scales(monkeypatch, amount, notion):
     big = amount * 400
     kw = {"epsilon": big} if notion == "gp" else {"rho": big}
     rng = RecordingGenerator(0)
+    slot_calls = []
+    real_slots = segment_module.slot_scales
+    monkeypatch.setattr(segment_module, "slot_scales",
+                        lambda plan: slot_calls.append(real_slots(plan)) or slot_calls[-1])
     f = privfuncseg(t, v, rng=rng, **kw)
     steps = {i.step: i.amount for i in f.cost.items}
     final = steps["project"]
@@ -221,20 +225,17 @@ def test_privfuncseg_scales(monkeypatch, amount, notion):
     # the last noise_scale call is the final projection's
     assert _exact_scale_ok(notion, spy.scales[-1], final)
     assert any(b == final for _, b, _ in spy.calls)
-    # documented draw order (mechanisms/curves/segment.py): the SVT's top + 2 slots, then
-    # for each of the 4 parts the ReduceSeg check slots, breadth-first, level by level
+    # documented draw order (mechanisms/curves/segment.py): first the SVT's slots, one
+    # laplace call at the SVT's scale; then the ReduceSeg check slots, standard draws
+    # times `reduce_seg.slot_scales` (4 parts, breadth-first, level by level)
     quarter = big / 4
-    top = f.diagnostics["max_level"]
-    svt_scales = rng.laplace_scales[: top + 2]
-    assert len(svt_scales) == top + 2 or notion == "cgp"
-    assert all(_exact_scale_ok(notion, s, quarter, Fraction(3)) for s in svt_scales)
-    slots = (rng.laplace_scales[top + 2:] if notion == "gp" else rng.normal_scales)
-    assert len(slots) == 4 * 15
-    for part in range(4):
-        for level in range(1, 5):  # slot 2^(l-1) - 1 + i; each check spends (ε/16)/2^(l-1)/2^l
-            charge = big / 16 / 2 ** (level - 1) / 2**level
-            for s in slots[15 * part + 2 ** (level - 1) - 1: 15 * part + 2**level - 1]:
-                assert _exact_scale_ok(notion, s, charge)
+    assert _exact_scale_ok(notion, rng.laplace_scales[0], quarter, Fraction(3))
+    slots = np.concatenate(slot_calls)
+    assert slots.size == 15  # one root's slots; the 4 parts use the same
+    for level in range(1, 5):  # slot 2^(l-1) - 1 + i; each check spends (ε/16)/2^(l-1)/2^l
+        charge = big / 16 / 2 ** (level - 1) / 2**level
+        for s in slots[2 ** (level - 1) - 1: 2**level - 1]:
+            assert _exact_scale_ok(notion, float(s), charge)
     if f.diagnostics["reduce_seg_ran"]:
         assert 0 < steps["reduce_seg"] <= big / 4
 
