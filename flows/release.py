@@ -16,6 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow.compute as pc
 from prefect import flow
 from prefect.context import get_run_context
 from prefect.utilities.annotations import quote
@@ -31,8 +32,8 @@ from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain, load_policy
-from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk, write_chunk_seeds
-from tasks.outputs import ParquetAppender, merge_outputs
+from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk
+from tasks.outputs import ParquetAppender
 from tasks.privatize import (
     ChunkResult,
     CurveFraming,
@@ -44,7 +45,8 @@ from tasks.privatize import (
 )
 from tasks.release_dir import ReleaseBuild, published_release
 from tasks.report import write_release_report
-from tasks.stage import StagePlan, stage_input
+from tasks.stage import StagePlan, load_curve_chunk, load_stream_chunk, stage_input
+from tasks.staging import read_arrow, write_arrow
 from tasks.staging_dir import StagingDir
 from tasks.user_units import domain_record, write_user_unit_outputs
 
@@ -76,6 +78,10 @@ def _check_metric(dom: Domain, mechanism: str) -> None:
             f"{dom.name!r} states its guarantee in {dom.metric} ({dom.units_label()}): no "
             f"budget of this domain covers it; use a {entry.metric} domain or another "
             f"mechanism ({', '.join(_mechanisms_of(dom))})")
+
+
+def _points_public(dom: Domain) -> bool:
+    return dom.kind == "streams" or (dom.public is not None and dom.public.points)
 
 
 def _mechanisms_of(dom: Domain) -> list[str]:
@@ -177,7 +183,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                           input_fingerprint=plan.fingerprint,
                                           flow_run_id=_flow_run_id())
         fault_point("after_reserve")
-        seeds = write_chunk_seeds(ledger_path, rid, quote(plan), quote(admitted))
         # Submit chunks through a bounded window and settle them in chunk order:
         # at most `in_flight` chunks are queued or running at once, so memory does
         # not grow with the number of users whatever the task runner. Finished
@@ -204,31 +209,37 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             if settles == 1:
                 fault_point("after_first_chunk")
 
-        # Chunk outputs are appended to the release's Parquet files as chunks finish
-        # (in chunk order), overlapping the encoding with the mechanism tasks;
-        # stream samples stay on disk for the reconstruction.
+        # Chunk outputs come back from the tasks in memory and are appended to the
+        # release's Parquet files as chunks finish (in chunk order), overlapping the
+        # encoding with the mechanism tasks; stream samples are also kept in this
+        # process's private staging dir for the reconstruction.
         appender = ParquetAppender(staging / "outputs")
         streamed = ("values", "segments", "curves") if kind == "curves" else ("samples",)
-        keep_chunks = isinstance(spec, StreamSpec) and spec.reconstruct == "cpr"
+        keep_samples = isinstance(spec, StreamSpec) and spec.reconstruct == "cpr"
 
         def settle_oldest() -> None:
             res = pending.popleft().result()
             results.append(res)
             unsettled.append(res)
             for name in streamed:
-                appender.add(name, res.output_paths[name], remove=not keep_chunks)
+                appender.add_table(name, res.tables[name])
+            if keep_samples:
+                write_arrow(res.tables["samples"], staging / f"samples-{res.index:05d}.arrow")
+            res.tables, res.diagnostics = {}, {}  # written: memory must not grow with users
             if sum(len(r.costs) for r in unsettled) >= settle_batch:
                 settle_unsettled()
 
-        for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
-            if not any(u in admitted for u in chunk.user_ids):
+        # Each chunk travels to its task as arrays (the admitted users' samples and
+        # seeds), never as a path: workers need no access to this machine's files.
+        for chunk in plan.chunks:
+            seeds = {u: ledger.noise_seed(rid, u) for u in chunk.user_ids if u in admitted}
+            if not seeds:
                 continue
             if isinstance(spec, CurveSpec):
-                pending.append(privatize_curves.submit(chunk.index, chunk.path, seeds_path,
-                                                       dom.value_columns, spec, str(staging)))
+                pending.append(privatize_curves.submit(
+                    load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
-                pending.append(privatize_streams.submit(chunk.index, chunk.path, seeds_path,
-                                                        spec, str(staging)))
+                pending.append(privatize_streams.submit(load_stream_chunk(chunk, seeds), spec))
             if len(pending) >= in_flight:
                 settle_oldest()
         try:
@@ -246,23 +257,33 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         periods: list[dict[str, Any]] = []
         history: list[dict[str, Any]] = []
         history_skipped: list[dict[str, Any]] = []
-        if isinstance(spec, StreamSpec) and spec.reconstruct == "cpr":
+        if keep_samples:
             # Imported here: CPR (scipy.signal) is not needed by curve releases.
             from tasks.reconstruct import reconstruct_streams
-            from tasks.stream_history import earlier_releases
+            from tasks.stream_history import earlier_releases, history_reports
 
             # Post-processing of the private samples and of what earlier releases of
-            # these streams published, chunk by chunk (bounded memory).
+            # these streams published, chunk by chunk (bounded window); each task gets
+            # its chunk's reports as data, so it can run on any worker.
             history = earlier_releases(ledger_path, dom.name, parameters, str(out_root), rid,
                                        skipped=history_skipped)
-            recon = [reconstruct_streams.submit(
-                r.output_paths["samples"], float_at_most(spec.epsilon_per_step),
-                str(staging / f"reconstruction-{r.index:05d}.arrow"),
-                history=[h["samples"] for h in history]) for r in results]
-            for r, fut in zip(results, recon, strict=True):
-                periods.extend(fut.result())
-                r.output_paths["reconstruction"] = str(
-                    staging / f"reconstruction-{r.index:05d}.arrow")
+            history_paths = [h["samples"] for h in history]
+
+            def collect() -> None:
+                found, table = pending.popleft().result()
+                periods.extend(found)
+                appender.add_table("reconstruction", table)
+
+            for r in results:
+                samples = read_arrow(staging / f"samples-{r.index:05d}.arrow")
+                users = pc.unique(samples.column("user_id")).to_pylist()
+                pending.append(reconstruct_streams.submit(
+                    samples, float_at_most(spec.epsilon_per_step),
+                    history=history_reports(history_paths, users) if history_paths else None))
+                if len(pending) >= in_flight:
+                    collect()
+            while pending:
+                collect()
         build = ReleaseBuild(staging, out_root, rid)  # private until published
         rdir = build.path
         files: dict[str, str] = {}
@@ -270,13 +291,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         names = (("values", "segments", "curves") if kind == "curves" else
                  ("samples", "reconstruction") if periods else ("samples",))
         for name in names:
-            chunk_files = [r.output_paths[name] for r in results]
-            if name in appender:
-                counts[f"{name}_rows"] = appender.finish(name, rdir / f"{name}.parquet")
-            elif chunk_files:
-                counts[f"{name}_rows"] = merge_outputs(chunk_files, rdir / f"{name}.parquet")
-            else:
+            if name not in appender:
                 continue
+            counts[f"{name}_rows"] = appender.finish(name, rdir / f"{name}.parquet")
             files[name] = f"{name}.parquet"
             fault_point("between_merges")
 
@@ -291,7 +308,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             "counts": {"users_in_input": plan.users + len(plan.rejected),
                        "users_released": len(admitted), "users_denied": len(denied),
                        "users_rejected": len(plan.rejected), "items": plan.items,
-                       "points": plan.points, **counts},
+                       # the total point count is an aggregate of private counts unless
+                       # the domain declares point counts public
+                       **({"points": plan.points} if _points_public(dom) else {}), **counts},
             "files": files,
             "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
             "error_bound": {"beta": getattr(spec, "beta", None),

@@ -1,9 +1,11 @@
-"""Task runners: threads (default), Dask (local cluster or a scheduler address).
+"""Task runners: threads (default), processes, Dask (local or a cluster), Ray.
 
-Ray works the same way through `prefect-ray` (`RayTaskRunner(address=...)`):
-install `prefect-ray` and pass ``--task-runner ray://HOST:PORT``; it is not a
-dependency of privpipe and not tested here. Only the flow process touches the
-ledger whatever the runner: workers receive chunk paths and parameters.
+Whatever the runner, only the flow process touches the ledger, the noise key
+and the staging files: each mechanism task receives its chunk as arrays (the
+admitted users' samples and noise seeds, `tasks.stage.CurveChunk`) and returns
+its output tables and costs, so a worker on another machine needs no shared
+file system and no access to the ledger. docs/scale.md says what travels over
+the network and how to run on an existing Dask cluster or on Ray.
 """
 
 from __future__ import annotations
@@ -12,21 +14,30 @@ from typing import Any
 
 from schemas.errors import ParameterError
 
+#: What `make_task_runner` accepts (besides ``tcp://``, ``tls://`` and ``ray://`` addresses).
+LOCAL_RUNNERS = ("threads", "processes", "dask")
+
 
 def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
     """Build a Prefect task runner from a spec string.
 
     Args:
-        spec: ``threads``; ``dask`` (a LocalCluster of `workers` processes);
-            ``tcp://HOST:PORT`` (an existing Dask scheduler); ``ray://HOST:PORT``
-            (needs prefect-ray).
+        spec: ``threads``; ``processes`` (a pool of `workers` processes on this
+            machine); ``dask`` (a LocalCluster of `workers` processes);
+            ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` (an existing Dask
+            scheduler; TLS credentials from the Dask configuration);
+            ``ray://HOST:PORT`` (needs prefect-ray).
         workers: worker threads or processes for the local runners.
     """
     if spec == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=workers)
-    if spec == "dask" or spec.startswith("tcp://"):
+    if spec == "processes":
+        from prefect.task_runners import ProcessPoolTaskRunner
+
+        return ProcessPoolTaskRunner(max_workers=workers)
+    if spec == "dask" or spec.startswith(("tcp://", "tls://")):
         try:
             from prefect_dask import DaskTaskRunner
         except ImportError as err:
@@ -46,4 +57,5 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
                                  ) from err
         return RayTaskRunner(address=spec)
     raise ParameterError(
-        f"unknown task runner {spec!r}: use threads, dask, tcp://HOST:PORT or ray://HOST:PORT")
+        f"unknown task runner {spec!r}: use threads, processes, dask, tcp://HOST:PORT, "
+        "tls://HOST:PORT or ray://HOST:PORT")

@@ -52,6 +52,8 @@ class Mechanism:
         options: the option names it accepts (anything else is refused).
         outputs: the output tables a release of it writes.
         releasable: whether a release may charge it (False: evaluation only).
+        batch_target: ``"module:function"`` running a whole chunk of curves at
+            once (None: the release calls `run` curve by curve).
     """
 
     name: str
@@ -63,11 +65,20 @@ class Mechanism:
     options: tuple[str, ...]
     outputs: tuple[str, ...]
     releasable: bool = True
+    batch_target: str | None = None
 
     @property
     def run(self) -> Callable[..., Any]:
         """The run function (imported on first use)."""
         module, _, func = self.target.partition(":")
+        return getattr(importlib.import_module(module), func)
+
+    @property
+    def run_batch(self) -> Callable[..., Any] | None:
+        """The chunk-at-once run function, if the mechanism has a batched core."""
+        if self.batch_target is None:
+            return None
+        module, _, func = self.batch_target.partition(":")
         return getattr(importlib.import_module(module), func)
 
     def check_options(self, options: Mapping[str, Any]) -> None:
@@ -108,7 +119,8 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("privfuncseg", "curves", ("gp", "cgp"), "l2",
               "PrivFuncSeg/ReduceSeg: adaptive dyadic segments, one joint projection "
               "(paper Alg. 4/5, 8/9)",
-              "mechanisms.curves.release:run_privfuncseg", _SEG_OPTIONS, CURVE_OUTPUTS),
+              "mechanisms.curves.release:run_privfuncseg", _SEG_OPTIONS, CURVE_OUTPUTS,
+              batch_target="mechanisms.curves.release:run_privfuncseg_batch"),
     Mechanism("project_and_privatize", "curves", ("gp", "cgp"), "l2",
               "Project-and-Privatize on a fixed basis (paper Alg. 2/6)",
               "mechanisms.curves.release:run_project_and_privatize", _PP_OPTIONS,

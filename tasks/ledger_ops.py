@@ -1,15 +1,15 @@
 """Ledger tasks. They run in the flow process only (called, never submitted).
 
 Workers never touch the ledger: the flow reserves before any chunk is
-submitted, writes the noise seeds of admitted users next to their chunk, and
-settles each chunk's actual costs as its task returns.
+submitted, hands each chunk's task the noise seeds of its admitted users
+(`tasks.stage.load_curve_chunk`), and settles each chunk's actual costs as
+its task returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -18,7 +18,6 @@ from ledger import Ledger, Request, Settlement
 from mechanisms.cost import StepRun
 from tasks.privatize import ChunkResult
 from tasks.stage import StagePlan
-from tasks.staging import write_seeds
 
 
 def plan_requests(plan: StagePlan, domain: str, notion: str, amount: Fraction | None = None,
@@ -52,19 +51,6 @@ def reserve_fn(ledger_path: str, release_id: str, requests: list[Request], *, me
     return admitted - set(denied_users), sorted(denied_users.values(), key=lambda r: r["user_id"])
 
 
-def write_chunk_seeds_fn(ledger_path: str, release_id: str, plan: StagePlan,
-                         admitted: set[str]) -> list[str]:
-    """Write each chunk's seeds file for its admitted users (noise keys never leave here)."""
-    ledger = Ledger(ledger_path)
-    paths = []
-    for chunk in plan.chunks:
-        seeds = {u: ledger.noise_seed(release_id, u) for u in chunk.user_ids if u in admitted}
-        path = Path(chunk.path).with_suffix(".seeds.json")
-        write_seeds(seeds, path)
-        paths.append(str(path))
-    return paths
-
-
 def settle_fn(ledger_path: str, release_id: str, domain: str,
               result: ChunkResult | Sequence[ChunkResult]) -> None:
     """Settle the actual costs of one or more chunks in one ledger transaction.
@@ -80,5 +66,4 @@ def settle_fn(ledger_path: str, release_id: str, domain: str,
 
 
 reserve_budget = task(reserve_fn, name="ledger-reserve", persist_result=False)
-write_chunk_seeds = task(write_chunk_seeds_fn, name="write-seeds", persist_result=False)
 settle_chunk = task(settle_fn, name="ledger-settle", persist_result=False)

@@ -92,7 +92,12 @@ class ParquetAppender:
 
     def add(self, name: str, chunk_path: str, *, remove: bool = True) -> None:
         """Append one chunk file (an Arrow IPC file) to output `name`."""
-        table = read_arrow(chunk_path)
+        self.add_table(name, read_arrow(chunk_path))
+        if remove:
+            Path(chunk_path).unlink(missing_ok=True)
+
+    def add_table(self, name: str, table: pa.Table) -> None:
+        """Append one chunk's table (as a mechanism task returns it) to output `name`."""
         entry = self._writers.get(name)
         if entry is None:
             make_dirs(self.directory)
@@ -103,8 +108,6 @@ class ParquetAppender:
         with disk_errors(entry[1].path):
             entry[0].write_table(table)
         self._rows[name] += table.num_rows
-        if remove:
-            Path(chunk_path).unlink(missing_ok=True)
 
     def __contains__(self, name: str) -> bool:
         return name in self._writers

@@ -1,42 +1,46 @@
-"""Mechanism tasks: privatize one staged chunk of admitted users.
+"""Mechanism tasks: privatize one chunk of admitted users.
 
-Each task reads its chunk and the users' noise seeds from disk, calls the pure
-core (`mechanisms`) once per curve or stream with a generator seeded by the
-ledger's HMAC seed for (release_id, user_id), and writes its private output
-chunk. Because the seed is a function of (release, user) only, a retried or
-rerun task draws exactly the same noise: no uncharged second draw can leave.
-It returns only costs, error bounds and public diagnostics (no raw values).
+Each task receives its chunk (`CurveChunk` / `StreamChunk`: the admitted
+users' samples and their noise seeds, as arrays) through the task engine, runs
+the pure core (`mechanisms`) on the whole chunk at once with one generator per
+user seeded by the ledger's HMAC seed for (release_id, user_id), and returns
+its private output tables and the costs. Because the seed is a function of
+(release, user) only, a retried or rerun task draws exactly the same noise: no
+uncharged second draw can leave. The task touches no file, no ledger and no
+key, so it runs the same in a thread, a process or on a remote Dask/Ray worker.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from mechanisms import registry
 from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
-from mechanisms.curves import PrivateFunction, noise_scale
-from mechanisms.curves.release import PublicFrame, dry_run, frame_for, on_frame
+from mechanisms.curves import CurveBatch, PrivateFunctionBatch, noise_scale
+from mechanisms.curves.release import (
+    PublicFrame,
+    PublicFrames,
+    dry_run,
+    frame_for,
+    frames_for,
+    on_frame,
+)
 from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
-from tasks.stage import contiguous_ranges
-from tasks.staging import (
-    read_curve_chunk,
-    read_seeds,
-    read_stream_chunk,
-    repeat_ids,
-    write_arrow,
-)
+from tasks.stage import CurveChunk, StreamChunk, contiguous_ranges
+from tasks.staging import repeat_ids
 
 CURVE_MECHANISMS = registry.names("curves")
 STREAM_MECHANISMS = registry.names("streams")
@@ -64,6 +68,11 @@ class CurveFraming:
         """The public frame of one curve (see `mechanisms.curves.release`)."""
         return frame_for(t, window=self.window, points_public=self.points_public,
                          grid_points=self.grid_points)
+
+    def frames(self, batch: CurveBatch) -> PublicFrames:
+        """The public frames of every curve of a batch."""
+        return frames_for(batch, window=self.window, points_public=self.points_public,
+                          grid_points=self.grid_points)
 
     def typical_frame(self) -> PublicFrame:
         """A public frame for option checks before any data is read."""
@@ -170,23 +179,76 @@ class MechanismRunError(PrivpipeError):
 
 @dataclass
 class ChunkResult:
-    """What a mechanism task hands back to the flow (no raw data)."""
+    """What a mechanism task hands back to the flow: private outputs and costs, no raw data.
+
+    `tables` holds the chunk's output tables (curves: ``values``, ``segments``,
+    ``curves``; streams: ``samples``), which the flow appends to the release's
+    files; `diagnostics` holds per-output public diagnostics (lists by name).
+    """
 
     index: int
-    output_paths: dict[str, str]
+    tables: dict[str, pa.Table]
     costs: list[tuple[str, str, Cost | WEventCost, str]]  # (user_id, step, cost, stream_id)
     error_bounds: list[float]
-    diagnostics: list[dict[str, Any]]
+    diagnostics: dict[str, list[Any]]
     rms_bounds: list[float] = field(default_factory=list)  # bound / sqrt(duration)
 
 
-def _run_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec, frame: PublicFrame,
-               rng: np.random.Generator) -> Any:
-    # The exact Fraction goes in, so the mechanism's cost equals the reservation;
-    # the curve goes in on its public frame (its duration, or the domain's window).
-    ft, fv = on_frame(t, values, frame)
-    return spec.entry.run(ft, fv, notion=spec.notion, amount=spec.amount, rng=rng,
-                          frame=frame, options=spec.options)
+def _run_curves(batch: CurveBatch, rngs: list[np.random.Generator], spec: CurveSpec,
+                frames: PublicFrames, chunk: CurveChunk) -> PrivateFunctionBatch:
+    """The registered mechanism on every curve of the chunk, each on its public frame.
+
+    The exact Fraction goes in, so each curve's cost equals its reservation. A
+    mechanism with a batched core runs the chunk in one call; others curve by
+    curve, in curve order, with the user's generator.
+    """
+    entry = spec.entry
+    if entry.run_batch is not None:
+        try:
+            return entry.run_batch(batch, notion=spec.notion, amount=spec.amount, rngs=rngs,
+                                   frames=frames, options=spec.options)
+        except Exception as err:
+            _name_the_curve(batch, spec, frames, chunk)
+            raise MechanismRunError(*_culprit(chunk, err), err) from err
+    fns = []
+    for c in range(len(batch)):
+        frame = frames.frame(c)
+        ft, fv = on_frame(*batch.curve(c), frame)
+        try:
+            fns.append(entry.run(ft, fv, notion=spec.notion, amount=spec.amount, rng=rngs[c],
+                                 frame=frame, options=spec.options))
+        except Exception as err:
+            raise MechanismRunError(chunk.user_ids[c], chunk.curve_ids[c], err) from err
+    return PrivateFunctionBatch.from_functions(fns)
+
+
+def _name_the_curve(batch: CurveBatch, spec: CurveSpec, frames: PublicFrames,
+                    chunk: CurveChunk) -> None:
+    """After a batch failed, find the failing curve: the batch again, curve by curve.
+
+    Fresh generators from the same seeds, so each curve's draws are the ones the
+    batch made; nothing of these runs leaves this function.
+    """
+    rngs = _user_generators(chunk.user_ids, chunk.seeds)
+    for c in range(len(batch)):
+        one = batch.take(np.array([c]))
+        frame = PublicFrames(frames.ends[c:c + 1],
+                             None if frames.n_points is None else frames.n_points[c:c + 1],
+                             frames.grid_points[c:c + 1])
+        try:
+            spec.entry.run_batch(one, notion=spec.notion, amount=spec.amount, rngs=[rngs[c]],
+                                 frames=frame, options=spec.options)
+        except Exception as err:
+            raise MechanismRunError(chunk.user_ids[c], chunk.curve_ids[c], err) from err
+
+
+def _culprit(chunk: CurveChunk, err: BaseException) -> tuple[str, str]:
+    """(user, curve) a batched mechanism's error names (``curve i: ...``), else the chunk."""
+    found = re.match(r"curve (\d+):", str(err))
+    if found and int(found.group(1)) < len(chunk.curve_ids):
+        i = int(found.group(1))
+        return chunk.user_ids[i], chunk.curve_ids[i]
+    return f"chunk {chunk.index} ({len(set(chunk.user_ids))} users)", f"chunk {chunk.index}"
 
 
 # Released floats are rounded to a power-of-two grid far below the noise scale
@@ -204,143 +266,117 @@ def _coefficient_grid(spec: CurveSpec) -> float:
     return power_of_two_at_least(scale) * _GRID_BELOW_NOISE
 
 
-def _snapped(arrays: dict[str, Any], grid: float) -> PrivateFunction:
-    """The private function with its noisy coefficients snapped to the release grid."""
-    arrays["coefficients"] = snap_to_grid(np.asarray(arrays["coefficients"]), grid=grid,
-                                          bound=_HUGE_BOUND)
-    return PrivateFunction.from_arrays(arrays)
+def _snapped(res: PrivateFunctionBatch, grid: float) -> PrivateFunctionBatch:
+    """The private functions with their noisy coefficients snapped to the release grid."""
+    return replace(res, coefficients=snap_to_grid(res.coefficients, grid=grid,
+                                                  bound=_HUGE_BOUND))
 
 
-def _costs_equal_request(cost: Cost, spec: CurveSpec) -> None:
-    if cost.requested != spec.amount or cost.total > spec.amount:
-        raise AssertionError(
-            f"this is a bug: mechanism cost {cost.total} (requested {cost.requested}) "
-            f"does not match the reserved {spec.amount}")
+def _costs_equal_request(costs: tuple[Cost | None, ...], spec: CurveSpec) -> None:
+    for cost in {id(c): c for c in costs}.values():  # curves with equal spends share one
+        if cost is None or cost.requested != spec.amount or cost.total > spec.amount:
+            raise AssertionError(
+                f"this is a bug: mechanism cost {cost and cost.total} (requested "
+                f"{cost and cost.requested}) does not match the reserved {spec.amount}")
 
 
-def _list_column(rows: list[np.ndarray]) -> pa.Array:
-    """A list<double> column from 1-D float arrays, built without Python floats."""
-    sizes = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
-    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=offsets[1:])
-    flat = np.concatenate(rows) if rows else np.empty(0)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.float64()))
+def _user_generators(user_ids: tuple[str, ...], seeds: dict[str, int]
+                     ) -> list[np.random.Generator]:
+    """One generator per user, keyed by the user's ledger seed; listed once per item."""
+    made = {u: release_generator(seeds[u]) for u in dict.fromkeys(user_ids)}
+    return [made[u] for u in user_ids]
 
 
-def privatize_curve_chunk(index: int, chunk_path: str, seeds_path: str,
-                          value_columns: tuple[str, ...], spec: CurveSpec,
-                          out_dir: str) -> ChunkResult:
-    """Privatize every curve of the admitted users of one staged chunk.
+def _json_once(items: tuple[Any, ...], encode: Any) -> list[str]:
+    """JSON text of each item, encoded once per distinct object (costs are shared)."""
+    done: dict[int, str] = {}
+    out = []
+    for x in items:
+        text = done.get(id(x))
+        if text is None:
+            text = done[id(x)] = encode(x)
+        out.append(text)
+    return out
+
+
+def privatize_curve_chunk(chunk: CurveChunk, value_columns: tuple[str, ...],
+                          spec: CurveSpec) -> ChunkResult:
+    """Privatize every curve of the admitted users of one chunk.
 
     Privacy: each curve costs `spec.amount` (ε-GP or ρ-CGP w.r.t. L2 in the
     domain's units) as reserved; the mechanism's own sub-step breakdown is
-    returned for settlement. Noise comes only from the per-user seeds.
+    returned for settlement. Noise comes only from the per-user seeds (one
+    generator per user, its curves drawn in curve-id order). Cost: one batched
+    mechanism call for the chunk (`mechanisms.curves.privfuncseg_batch`).
     """
-    seeds = read_seeds(seeds_path)
-    users = [u for u in read_curve_chunk(chunk_path, value_columns) if u.user_id in seeds]
-    n_cols = len(value_columns)
-    grid_step = _coefficient_grid(spec)
-    # per released curve
-    c_user: list[str] = []
-    c_id: list[str] = []
-    c_points: list[int] = []
-    c_segments: list[int] = []
-    cur_rows: dict[str, list] = {k: [] for k in ("basis", "basis_params", "outside", "dim",
-                                                 "t_end", "error_bound", "cost")}
-    # per released point / segment
-    val_t: list[np.ndarray] = []
-    val_v: list[np.ndarray] = []
-    seg_no: list[np.ndarray] = []
-    seg_start: list[np.ndarray] = []
-    seg_end: list[np.ndarray] = []
-    seg_basis: list[str] = []
-    seg_coefs: list[np.ndarray] = []
-    costs: list[tuple[str, str, Cost | WEventCost, str]] = []
-    bounds: list[float] = []
-    rms: list[float] = []
-    diags: list[dict[str, Any]] = []
-    for user in users:
-        rng = release_generator(seeds[user.user_id])
-        for curve in sorted(user.curves, key=lambda c: c.curve_id):
-            frame = spec.framing.frame(curve.t)
-            try:
-                res = _run_curve(curve.t, curve.values, spec, frame, rng)
-            except Exception as err:
-                raise MechanismRunError(user.user_id, curve.curve_id, err) from err
-            _costs_equal_request(res.cost, spec)
-            arrays = res.to_arrays()
-            fn = _snapped(dict(arrays), grid_step)
-            costs.append((user.user_id, f"curve:{curve.curve_id}", res.cost, ""))
-            bounds.append(float(res.error_bound(spec.beta)))
-            duration = frame.end
-            rms.append(bounds[-1] / duration ** 0.5)
-            diags.append(dict(getattr(res, "diagnostics", {}) or {}))
-            grid = curve.t if spec.evaluate_on == "input" else frame.grid()
-            out = np.asarray(fn.evaluate(grid), dtype=np.float64).reshape(len(grid), n_cols)
-            c_user.append(user.user_id)
-            c_id.append(curve.curve_id)
-            c_points.append(len(grid))
-            val_t.append(grid)
-            val_v.append(out)
-            cur_rows["basis"].append(str(arrays["basis_name"]))
-            cur_rows["basis_params"].append(json.dumps(arrays["basis_params"], sort_keys=True))
-            cur_rows["outside"].append(str(arrays["outside"]))
-            cur_rows["dim"].append(int(arrays["dim"]))
-            cur_rows["t_end"].append(duration)
-            cur_rows["error_bound"].append(bounds[-1])
-            cur_rows["cost"].append(json.dumps(arrays["cost"], sort_keys=True))
-            bps = fn.breakpoints
-            coefs = fn.coefficients
-            k = 0
-            if bps is not None and coefs is not None:
-                coefs = np.asarray(coefs, dtype=np.float64)
-                k = coefs.shape[0]
-                bps = np.asarray(bps, dtype=np.float64)
-                seg_no.append(np.arange(k, dtype=np.int32))
-                seg_start.append(bps[:k])
-                seg_end.append(bps[1:k + 1])
-                seg_basis.extend([str(getattr(res, "basis_name", ""))] * k)
-                seg_coefs.extend(coefs.reshape(k, -1))
-            c_segments.append(k)
-    vmat = np.concatenate(val_v) if val_v else np.empty((0, n_cols))
-    values_table = pa.table({
-        "user_id": repeat_ids(c_user, c_points),
-        "curve_id": repeat_ids(c_id, c_points),
-        "t": pa.array(np.concatenate(val_t) if val_t else np.empty(0)),
-        **{c: pa.array(vmat[:, j]) for j, c in enumerate(value_columns)},
-    })
+    if not chunk.curve_ids:
+        raise MechanismParameterError(f"chunk {chunk.index} has no admitted curve")
+    try:
+        batch = CurveBatch.from_arrays(chunk.t, chunk.values, chunk.offsets)
+    except MechanismParameterError as err:
+        raise MechanismRunError(*_culprit(chunk, err), err) from err
+    frames = spec.framing.frames(batch)
+    res = _run_curves(batch, _user_generators(chunk.user_ids, chunk.seeds), spec, frames,
+                      chunk)
+    _costs_equal_request(res.costs, spec)
+    bounds = res.error_bounds(spec.beta)
+    fn = _snapped(res, _coefficient_grid(spec))
+    grid, grid_offsets = ((batch.t, batch.offsets) if spec.evaluate_on == "input"
+                          else frames.grid())
+    out = fn.evaluate(grid, grid_offsets)
+    costs: list[tuple[str, str, Cost | WEventCost, str]] = [
+        (u, f"curve:{c}", cost, "") for u, c, cost in
+        zip(chunk.user_ids, chunk.curve_ids, res.costs, strict=True)]
+    tables = _curve_tables(list(chunk.user_ids), list(chunk.curve_ids), fn, bounds, grid, out,
+                           value_columns, frames.ends.tolist(), np.diff(grid_offsets).tolist())
+    return ChunkResult(chunk.index, tables, costs, bounds.tolist(), dict(res.diagnostics),
+                       (bounds / np.sqrt(frames.ends)).tolist())
 
-    def cat(parts: list[np.ndarray], dtype: Any) -> pa.Array:
-        return pa.array(np.concatenate(parts) if parts else np.empty(0, dtype), dtype)
 
-    seg_table = pa.table({
-        "user_id": repeat_ids(c_user, c_segments),
-        "curve_id": repeat_ids(c_id, c_segments),
-        "segment": cat(seg_no, pa.int32()),
-        "t_start": cat(seg_start, pa.float64()),
-        "t_end": cat(seg_end, pa.float64()),
-        "basis": pa.array(seg_basis, pa.string()),
-        "coefficients": _list_column(seg_coefs),
+def _curve_tables(users: list[str], curves: list[str], fn: PrivateFunctionBatch,
+                  bounds: np.ndarray, grid: np.ndarray, out: np.ndarray,
+                  value_columns: tuple[str, ...], durations: list[float],
+                  points: list[int]) -> dict[str, pa.Table]:
+    """The chunk's ``values``, ``segments`` and ``curves`` tables."""
+    values = pa.table({
+        "user_id": repeat_ids(users, points),
+        "curve_id": repeat_ids(curves, points),
+        "t": pa.array(grid),
+        **{c: pa.array(out[:, j]) for j, c in enumerate(value_columns)},
     })
-    curves_table = pa.table({
-        "user_id": pa.array(c_user, pa.string()),
-        "curve_id": pa.array(c_id, pa.string()),
-        "basis": pa.array(cur_rows["basis"], pa.string()),
-        "basis_params": pa.array(cur_rows["basis_params"], pa.string()),
-        "outside": pa.array(cur_rows["outside"], pa.string()),
-        "dim": pa.array(cur_rows["dim"], pa.int64()),
-        "duration": pa.array(cur_rows["t_end"], pa.float64()),
-        "error_bound": pa.array(cur_rows["error_bound"], pa.float64()),
-        "cost": pa.array(cur_rows["cost"], pa.string()),
+    segs = fn.segments
+    total = int(segs.sum())
+    left = np.arange(total) + np.repeat(np.arange(segs.size), segs)  # edge index of each start
+    coefs = fn.coefficients.reshape(total, -1)
+    width = coefs.shape[1]
+    segments = pa.table({
+        "user_id": repeat_ids(users, segs),
+        "curve_id": repeat_ids(curves, segs),
+        "segment": pa.array((np.arange(total) - np.repeat(fn.seg_offsets[:-1], segs)
+                             ).astype(np.int32), pa.int32()),
+        "t_start": pa.array(fn.breakpoints[left], pa.float64()),
+        "t_end": pa.array(fn.breakpoints[left + 1], pa.float64()),
+        "basis": pa.array([fn.basis_name] * total, pa.string()),
+        "coefficients": pa.ListArray.from_arrays(
+            pa.array(np.arange(total + 1, dtype=np.int32) * width),
+            pa.array(coefs.ravel(), pa.float64())),
     })
-    out = Path(out_dir)
-    paths = {"values": str(out / f"values-{index:05d}.arrow"),
-             "segments": str(out / f"segments-{index:05d}.arrow"),
-             "curves": str(out / f"curves-{index:05d}.arrow")}
-    write_arrow(values_table, Path(paths["values"]))
-    write_arrow(seg_table, Path(paths["segments"]))
-    write_arrow(curves_table, Path(paths["curves"]))
-    return ChunkResult(index, paths, costs, bounds, diags, rms)
+    table = pa.table({
+        "user_id": pa.array(users, pa.string()),
+        "curve_id": pa.array(curves, pa.string()),
+        "basis": pa.array([fn.basis_name] * len(users), pa.string()),
+        "basis_params": pa.array(_json_once(fn.basis_params,
+                                            lambda p: json.dumps(p, sort_keys=True)),
+                                 pa.string()),
+        "outside": pa.array([fn.outside] * len(users), pa.string()),
+        "dim": pa.array(fn.dims, pa.int64()),
+        "duration": pa.array(durations, pa.float64()),
+        "error_bound": pa.array(bounds, pa.float64()),
+        "cost": pa.array(_json_once(fn.costs, lambda c: json.dumps(c.breakdown(),
+                                                                    sort_keys=True)),
+                         pa.string()),
+    })
+    return {"values": values, "segments": segments, "curves": table}
 
 
 def step_runs(steps: np.ndarray, per_step: Fraction) -> tuple[StepRun, ...]:
@@ -348,57 +384,48 @@ def step_runs(steps: np.ndarray, per_step: Fraction) -> tuple[StepRun, ...]:
     return tuple(StepRun(a, b, per_step) for a, b in contiguous_ranges(steps))
 
 
-def privatize_stream_chunk(index: int, chunk_path: str, seeds_path: str, spec: StreamSpec,
-                           out_dir: str) -> ChunkResult:
+def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
     """Randomize every sample of the admitted users' streams with Square Wave.
 
     Privacy: each sample costs ε/w, so every window of w consecutive steps of a
     (user, stream) costs at most ε (w-event LDP); the per-step runs are
-    returned for settlement. Noise comes only from the per-user seeds.
+    returned for settlement. Noise comes only from the per-user seeds (one
+    generator per user, its streams drawn in stream-id order).
     """
     # Imported here: the stream core pulls in scipy.signal, which a curves release
     # never needs (it is a measurable part of a curves flow's start-up).
     from mechanisms import streams as ms
 
-    seeds = read_seeds(seeds_path)
-    users = [u for u in read_stream_chunk(chunk_path) if u.user_id in seeds]
     eps_step = spec.epsilon_per_step
     run_stream = registry.get(spec.mechanism, "streams").run
-    uid: list[str] = []
-    sid: list[str] = []
-    n_out: list[int] = []
-    steps_out, ys = [], []
+    rngs = _user_generators(chunk.user_ids, chunk.seeds)
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
-    bounds: list[float] = []
-    for user in users:
-        rng = release_generator(seeds[user.user_id])
-        for stream in sorted(user.streams, key=lambda s: s.stream_id):
-            try:
-                y = run_stream(stream.values, epsilon_per_step=eps_step, rng=rng)
-            except Exception as err:
-                raise MechanismRunError(user.user_id, stream.stream_id, err) from err
-            b = ms.square_wave_params(float_at_most(eps_step))[0]
-            y = snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + b + _SW_GRID) + 0.5
-            cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(stream.steps, eps_step))
-            costs.append((user.user_id, f"stream:{stream.stream_id}", cost, stream.stream_id))
-            uid.append(user.user_id)
-            sid.append(stream.stream_id)
-            n_out.append(len(y))
-            steps_out.append(np.asarray(stream.steps, dtype=np.int64))
-            ys.append(np.asarray(y, dtype=np.float64))
-    bounds.append(float(np.sqrt(ms.square_wave_worst_variance(float(eps_step)))) if users else 0.0)
+    ys = []
+    for s, (user, stream, rng) in enumerate(zip(chunk.user_ids, chunk.stream_ids, rngs,
+                                                 strict=True)):
+        a, b = int(chunk.offsets[s]), int(chunk.offsets[s + 1])
+        try:
+            y = run_stream(chunk.values[a:b], epsilon_per_step=eps_step, rng=rng)
+        except Exception as err:
+            raise MechanismRunError(user, stream, err) from err
+        half = ms.square_wave_params(float_at_most(eps_step))[0]
+        ys.append(snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + half + _SW_GRID) + 0.5)
+        cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(chunk.steps[a:b], eps_step))
+        costs.append((user, f"stream:{stream}", cost, stream))
+    bounds = [float(np.sqrt(ms.square_wave_worst_variance(float(eps_step))))] if ys else [0.0]
+    counts = np.diff(chunk.offsets)
     table = pa.table({
-        "user_id": repeat_ids(uid, n_out),
-        "stream_id": repeat_ids(sid, n_out),
-        "step": pa.array(np.concatenate(steps_out) if steps_out else np.empty(0, np.int64)),
+        "user_id": repeat_ids(list(chunk.user_ids), counts),
+        "stream_id": repeat_ids(list(chunk.stream_ids), counts),
+        "step": pa.array(np.asarray(chunk.steps, dtype=np.int64)),
         "y": pa.array(np.concatenate(ys) if ys else np.empty(0)),
     })
-    path = str(Path(out_dir) / f"samples-{index:05d}.arrow")
-    write_arrow(table, Path(path))
-    return ChunkResult(index, {"samples": path}, costs, bounds, [])
+    return ChunkResult(chunk.index, {"samples": table}, costs, bounds, {})
 
 
+# No cache policy: a chunk's inputs are raw data and seeds; Prefect must not hash or
+# store them (a rerun reproduces its noise from the seeds anyway).
 privatize_curves = task(privatize_curve_chunk, name="privatize-curves", retries=2,
-                        retry_delay_seconds=1, persist_result=False)
+                        retry_delay_seconds=1, persist_result=False, cache_policy=NO_CACHE)
 privatize_streams = task(privatize_stream_chunk, name="privatize-streams", retries=2,
-                         retry_delay_seconds=1, persist_result=False)
+                         retry_delay_seconds=1, persist_result=False, cache_policy=NO_CACHE)

@@ -6,16 +6,17 @@ and costs no budget.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from mechanisms.reconstruct import cpr_many
-from tasks.staging import read_arrow, repeat_ids, run_starts, write_arrow
-from tasks.stream_history import history_reports, merge_history
+from tasks.staging import repeat_ids, run_starts
+from tasks.stream_history import merge_history
 
 #: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.
 _STATUS = {
@@ -37,23 +38,27 @@ def _summary(res: Any) -> dict[str, Any]:
             + (f" (longest gap-free run; {gaps} gaps)" if gaps else "")}
 
 
-def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: str,
+def reconstruct_samples(samples: pa.Table, epsilon_per_step: float,
                         options: dict[str, Any] | None = None,
-                        history: list[str] | None = None) -> list[dict[str, Any]]:
-    """Run CPR on every (user, stream) of a privatized samples file and its history.
+                        history: pd.DataFrame | None = None
+                        ) -> tuple[list[dict[str, Any]], pa.Table]:
+    """Run CPR on every (user, stream) of a chunk's privatized samples and their history.
 
-    `history` lists the samples files of earlier releases of the same
-    streams with the same Square Wave law (`tasks.stream_history`): each
+    `history` holds the reports that earlier releases of the same streams
+    published with the same Square Wave law, for this chunk's users
+    (`tasks.stream_history.history_reports`, read by the flow: the task gets
+    data, never paths, so it runs on any worker): each
     stream is reconstructed from all its reports released so far (earlier
     ones win on a repeated step), and the reconstruction covers that whole
     history. A stream with gaps in its steps (missing days) is reconstructed
     from its longest gap-free run and the template placed by absolute phase
     (`cpr_on_steps`); a stream with fewer than 8 consecutive reports is
     skipped and the reason recorded. Post-processing of released reports only.
-    Returns one public summary per stream: the period (None unless CPR found a
-    significant one), the path CPR took, and how many reports it used.
+    Returns one public summary per stream (the period, None unless CPR found a
+    significant one; the path CPR took; how many reports it used) and the
+    reconstruction table.
     """
-    table = read_arrow(samples_path)
+    table = samples
     ucol, scol = table.column("user_id"), table.column("stream_id")
     steps = table.column("step").to_numpy()
     y = table.column("y").to_numpy()
@@ -61,7 +66,8 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
     bounds = np.append(starts, len(steps)).tolist()
     users = ucol.take(pa.array(starts)).to_pylist()
     streams = scol.take(pa.array(starts)).to_pylist()
-    old = history_reports(list(history or []), users)
+    old = history if history is not None else pd.DataFrame(
+        {"user_id": [], "stream_id": [], "step": [], "y": []})
     earlier = {key: (g["step"].to_numpy(), g["y"].to_numpy())
                for key, g in old.groupby(["user_id", "stream_id"], sort=False)}
     empty = (np.empty(0, np.int64), np.empty(0))
@@ -85,14 +91,13 @@ def reconstruct_samples(samples_path: str, epsilon_per_step: float, out_path: st
             out_n.append(st.size)
             out_step.append(st)
             out_v.append(np.asarray(res.reconstruction, dtype=np.float64))
-    write_arrow(pa.table({
+    return summaries, pa.table({
         "user_id": repeat_ids(out_u, out_n),
         "stream_id": repeat_ids(out_s, out_n),
         "step": pa.array(np.concatenate(out_step) if out_step else np.empty(0, np.int64)),
         "value_hat": pa.array(np.concatenate(out_v) if out_v else np.empty(0)),
-    }), Path(out_path))
-    return summaries
+    })
 
 
 reconstruct_streams = task(reconstruct_samples, name="reconstruct-streams", retries=1,
-                           persist_result=False)
+                           persist_result=False, cache_policy=NO_CACHE)

@@ -138,13 +138,12 @@ def _median_duration(ctx: ReleaseContext) -> float | None:
 def users(ctx: ReleaseContext) -> list[str]:
     """Counts: released, denied, rejected, items and points."""
     c = ctx.manifest["counts"]
-    lines = ["## Users", "",
-             md_table([{"in input": c.get("users_in_input"), "released": c["users_released"],
-                        "denied (budget)": c["users_denied"],
-                        "rejected (invalid input)": c["users_rejected"],
-                        "curves / streams": c["items"], "points / samples": c["points"]}],
-                      ["in input", "released", "denied (budget)", "rejected (invalid input)",
-                       "curves / streams", "points / samples"])]
+    row = {"in input": c.get("users_in_input"), "released": c["users_released"],
+           "denied (budget)": c["users_denied"], "rejected (invalid input)": c["users_rejected"],
+           "curves / streams": c["items"]}
+    if "points" in c:  # absent when the domain keeps point counts private
+        row["points / samples"] = c["points"]
+    lines = ["## Users", "", md_table([row], list(row))]
     if not ctx.released:
         lines += ["", "> **Nothing was released.** No user was admitted: no noise was drawn, "
                   "no output data was written (the manifest records the release) and nothing "

@@ -1,4 +1,13 @@
-"""Ingest task: validate the input once and stage it in chunks of users."""
+"""Ingest task: validate the input once and stage it in chunks of users; chunk payloads.
+
+The staged chunk files are the flow process's own (local, private) files. A
+mechanism task never reads them: the flow loads each chunk, keeps only its
+admitted users, adds their noise seeds and hands the task a `CurveChunk` or
+`StreamChunk` of plain arrays, which the task engine carries to the worker
+(in memory for threads, pickled over the wire for processes, Dask or Ray).
+So a worker needs no access to the flow's disk, and never sees the ledger,
+the noise key or a denied user's data.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +21,13 @@ from prefect import task
 import ingest
 from ingest import Rejection, UserCurves, UserStreams, input_fingerprint
 from schemas.policy import Domain
-from tasks.staging import StagedChunk, stage_curve_chunk, stage_stream_chunk
+from tasks.staging import (
+    StagedChunk,
+    read_arrow,
+    run_starts,
+    stage_curve_chunk,
+    stage_stream_chunk,
+)
 
 
 @dataclass
@@ -31,6 +46,100 @@ class StagePlan:
     users: int = 0
     items: int = 0
     points: int = 0
+
+
+@dataclass(frozen=True)
+class CurveChunk:
+    """The admitted users' curves of one chunk, as flat arrays, with their noise seeds.
+
+    Curves are grouped by user (users in staged order) and sorted by curve id
+    within a user, the order in which a user's generator is drawn.
+
+    Attributes:
+        index: the chunk's number.
+        user_ids: (C,) the user of each curve.
+        curve_ids: (C,) each curve's id.
+        t: (P,) sample times; values: (P, n) samples; offsets: (C + 1,).
+        seeds: user_id -> 256-bit noise seed (secret: from the ledger's key).
+    """
+
+    index: int
+    user_ids: tuple[str, ...]
+    curve_ids: tuple[str, ...]
+    t: np.ndarray
+    values: np.ndarray
+    offsets: np.ndarray
+    seeds: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """The admitted users' streams of one chunk, as flat arrays, with their noise seeds.
+
+    Attributes:
+        index: the chunk's number.
+        user_ids: (S,) the user of each stream; stream_ids: (S,) each stream's id.
+        steps: (P,) int64 absolute steps; values: (P,) values in [0, 1];
+        offsets: (S + 1,).
+        seeds: user_id -> 256-bit noise seed.
+    """
+
+    index: int
+    user_ids: tuple[str, ...]
+    stream_ids: tuple[str, ...]
+    steps: np.ndarray
+    values: np.ndarray
+    offsets: np.ndarray
+    seeds: dict[str, int]
+
+
+def _admitted_runs(path: str, key: str, admitted: set[str] | frozenset[str]) -> tuple[
+        Any, list[str], list[str], np.ndarray]:
+    """The staged table, and per run of (user, key) rows: user, key, start row (admitted only)."""
+    table = read_arrow(path)
+    ucol, kcol = table.column("user_id"), table.column(key)
+    starts = run_starts(ucol, kcol)
+    bounds = np.append(starts, table.num_rows)
+    users = ucol.take(starts).to_pylist() if starts.size else []
+    keys = kcol.take(starts).to_pylist() if starts.size else []
+    keep = [i for i, u in enumerate(users) if u in admitted]
+    first_seen: dict[str, int] = {}
+    for i in keep:
+        first_seen.setdefault(users[i], len(first_seen))
+    keep.sort(key=lambda i: (first_seen[users[i]], keys[i]))
+    spans = np.array([[bounds[i], bounds[i + 1]] for i in keep], dtype=np.int64).reshape(-1, 2)
+    return table, [users[i] for i in keep], [keys[i] for i in keep], spans
+
+
+def _rows(spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of the spans, concatenated, and their offsets."""
+    counts = spans[:, 1] - spans[:, 0]
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    rows = np.repeat(spans[:, 0] - offsets[:-1], counts) + np.arange(int(offsets[-1]))
+    return rows, offsets
+
+
+def load_curve_chunk(chunk: StagedChunk, value_columns: tuple[str, ...],
+                     seeds: dict[str, int]) -> CurveChunk:
+    """The payload of one staged curve chunk for the users in `seeds` (the admitted ones)."""
+    table, users, curves, spans = _admitted_runs(chunk.path, "curve_id", seeds.keys())
+    rows, offsets = _rows(spans)
+    t = table.column("t").to_numpy()[rows]
+    values = np.column_stack([table.column(c).to_numpy()[rows] for c in value_columns]
+                             ) if rows.size else np.empty((0, len(value_columns)))
+    return CurveChunk(chunk.index, tuple(users), tuple(curves), t, values, offsets,
+                      {u: seeds[u] for u in dict.fromkeys(users)})
+
+
+def load_stream_chunk(chunk: StagedChunk, seeds: dict[str, int]) -> StreamChunk:
+    """The payload of one staged stream chunk for the users in `seeds` (the admitted ones)."""
+    table, users, streams, spans = _admitted_runs(chunk.path, "stream_id", seeds.keys())
+    rows, offsets = _rows(spans)
+    return StreamChunk(chunk.index, tuple(users), tuple(streams),
+                       table.column("step").to_numpy()[rows],
+                       table.column("value").to_numpy()[rows], offsets,
+                       {u: seeds[u] for u in dict.fromkeys(users)})
 
 
 def contiguous_ranges(steps: Any) -> list[tuple[int, int]]:

@@ -1,76 +1,115 @@
-"""Speed of PrivFuncSeg: one 2-D curve of 1e5 and 1e6 points, and 1,000 curves of 1,000.
+"""Speed of PrivFuncSeg against one ``np.cumsum`` pass, before and after, in one run.
 
-Prints points/s and the ratio of the mechanism's time to one ``np.cumsum`` pass
-over the same (N, 2) array, measured side by side in the same run (best of
-``--repeat``). Goal: cost linear in N (one pass over the samples builds the
-dyadic moment tree, no pass per SVT level) and >= 1e6 points/s on one core.
-Curves: seeded 2-D random walks on a 1 s grid (ε = 1 GP, linear basis,
-ReduceSeg on). Also times the continuity projection on the output.
+Inputs (seeded 2-D random walks on a 1 s grid, ε = 1 GP, linear basis,
+ReduceSeg on): 1,000 curves x 1,000 points, 10,000 curves x 500 points, one
+curve of 10^6 points (and 10^5). Each input is timed in a child process per
+code tree: this tree ("after", `privfuncseg_batch` over the whole input) and,
+with ``--before DIR``, another checkout ("before": e.g. ``git worktree add
+/tmp/before main``; its `privfuncseg_batch` if it has one, else `privfuncseg`
+per curve). Before and after alternate, each child times the mechanism and
+one ``np.cumsum(values, axis=0)`` over the same (N, 2) array side by side,
+best of ``--repeat``, every run with fresh generators (one per curve, seeded
+by its index). Times are CPU seconds of the process (``time.process_time``:
+on a shared machine wall time follows the other load); the wall-clock ratio
+is printed next to it. Goals (issue #16): <= 10x one cumsum for the two
+batches, <= 15x for the 10^6-point curve. The continuity projection of the
+10^6-point output is timed too.
 
-Run: .venv/bin/python benchmarks/curves/speed.py [--quick] [--repeat 3]
+Run: .venv/bin/python benchmarks/curves/speed.py [--before DIR] [--quick] [--repeat 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import _common as C  # noqa: I001
+
+CHILD = r"""
+import json, sys, time
+root, count, n, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sys.path.insert(0, root)
 import numpy as np
+import mechanisms.curves as mc
 
-from mechanisms.curves import continuity_projection, privfuncseg
-
-
-def _walk(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def walk(n, seed):
     rng = np.random.default_rng(seed)
     return np.arange(n, dtype=np.float64), np.cumsum(rng.standard_normal((n, 2)), axis=0)
 
+curves = [walk(n, 10_000 + i) for i in range(count)]
+batched = hasattr(mc, "privfuncseg_batch")
+if batched:
+    batch = mc.CurveBatch.from_curves(curves)
+    values = batch.values
+else:
+    values = np.concatenate([v for _, v in curves])
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def run():
+    rngs = [np.random.default_rng(i) for i in range(count)]
+    if batched:
+        out = mc.privfuncseg_batch(batch, rngs=rngs, epsilon=1.0)
+        return [out.function(0)] if count == 1 else None, out.diagnostics["segments"]
+    fns = [mc.privfuncseg(t, v, epsilon=1.0, rng=r) for (t, v), r in zip(curves, rngs)]
+    return fns[:1], [f.diagnostics["segments"] for f in fns]
+
+def timed(fn):
+    c0, w0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.process_time() - c0, time.perf_counter() - w0, out
+
+best = {"mech": [1e9, 1e9], "cumsum": [1e9, 1e9], "cont": [1e9, 1e9]}
+first, segments = run()
+for _ in range(repeat):
+    for name, fn in (("mech", run), ("cumsum", lambda: np.cumsum(values, axis=0))):
+        cpu, wall, _ = timed(fn)
+        best[name] = [min(best[name][0], cpu), min(best[name][1], wall)]
+    if count == 1:
+        cpu, wall, _ = timed(lambda: mc.continuity_projection(first[0]))
+        best["cont"] = [min(best["cont"][0], cpu), min(best["cont"][1], wall)]
+print(json.dumps({"best": best, "segments": float(np.mean(segments)), "batched": batched,
+                  "k_bar": int(first[0].diagnostics["k_bar"]) if count == 1 else None}))
+"""
+
+
+def measure(root: Path, count: int, n: int, repeat: int) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(root), str(count), str(n),
+                           str(repeat)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed ({root}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def row(label: str, tree: str, count: int, n: int, res: dict) -> list[str]:
+    mech_cpu, mech_wall = res["best"]["mech"]
+    cum_cpu, cum_wall = res["best"]["cumsum"]
+    cont = res["best"]["cont"][0]
+    return [label, tree, "batch" if res["batched"] else "per curve", f"{mech_cpu:.3f}",
+            f"{count * n / mech_cpu:.3g}", f"{cum_cpu * 1e3:.2f}", f"{mech_cpu / cum_cpu:.1f}",
+            f"{mech_wall / cum_wall:.1f}", f"{res['segments']:.0f}",
+            "-" if cont >= 1e9 else f"{cont * 1e3:.1f}"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--before", type=Path, help="checkout of the code to compare with")
+    ap.add_argument("--quick", action="store_true", help="smaller inputs")
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    sizes = [10**4, 10**5] if args.quick else [10**5, 10**6]
-    many = (100, 1000) if args.quick else (1000, 1000)
+    cases = ([(100, 1000), (1000, 500), (1, 10**5)] if args.quick else
+             [(1000, 1000), (10_000, 500), (1, 10**5), (1, 10**6)])
+    trees = [("after", C.ROOT)] + ([("before", args.before.resolve())] if args.before else [])
     rows = []
-    for n in sizes:
-        t, v = _walk(n, n)
-        rng = np.random.default_rng(0)
-        f = privfuncseg(t, v, epsilon=1.0, rng=rng)
-        mech = _best(lambda t=t, v=v: privfuncseg(t, v, epsilon=1.0,
-                                                  rng=np.random.default_rng(1)), args.repeat)
-        cum = _best(lambda v=v: np.cumsum(v, axis=0), args.repeat)
-        cont = _best(lambda f=f: continuity_projection(f), args.repeat)
-        rows.append([f"1 curve x {n:,} points", f"{mech:.3f}", f"{n / mech:.3g}",
-                     f"{cum * 1e3:.2f}", f"{mech / cum:.0f}", str(f.diagnostics["k_bar"]),
-                     str(f.diagnostics["segments"]), f"{cont * 1e3:.1f}"])
-    count, n = many
-    curves = [_walk(n, 10_000 + i) for i in range(count)]
-    stacked = np.concatenate([c[1] for c in curves])
-
-    def run_many() -> None:
-        rng = np.random.default_rng(2)
-        for t, v in curves:
-            privfuncseg(t, v, epsilon=1.0, rng=rng)
-
-    mech = _best(run_many, args.repeat)
-    cum = _best(lambda: np.cumsum(stacked, axis=0), args.repeat)
-    segs = np.mean([privfuncseg(t, v, epsilon=1.0, rng=np.random.default_rng(3))
-                    .diagnostics["segments"] for t, v in curves[:50]])
-    rows.append([f"{count:,} curves x {n:,} points", f"{mech:.3f}", f"{count * n / mech:.3g}",
-                 f"{cum * 1e3:.2f}", f"{mech / cum:.0f}", "-", f"{segs:.0f} (mean)", "-"])
-    header = ["input", "privfuncseg s", "points/s", "np.cumsum ms", "ratio to cumsum",
-              "k̄", "segments", "continuity ms"]
+    for count, n in cases:
+        label = f"{count:,} curve{'s' if count > 1 else ''} x {n:,} points"
+        results = {name: measure(root, count, n, args.repeat) for name, root in trees}
+        for name, _ in trees:
+            rows.append(row(label, name, count, n, results[name]))
+        print(rows[-1], flush=True)
+    header = ["input", "code", "calls", "CPU s", "points/CPU s", "np.cumsum CPU ms",
+              "ratio to cumsum (CPU)", "ratio (wall)", "segments (mean)", "continuity ms"]
     table = C.markdown_table(header, rows)
     text = "# Curves speed: PrivFuncSeg\n\n" + (__doc__ or "") + "\n" + table + "\n"
     path = C.write("speed.md", text)

@@ -4,18 +4,24 @@ For each user count (default 10,000 and 40,000 users x 500-point 2-D curves)
 it writes a CSV, then runs, each in a fresh child process so that peak RSS is
 measured per run:
   * `flow`:  init ledger + apply policy + the `release_curves` Prefect flow
-             (ingest, reserve, PrivFuncSeg over chunks, settle, outputs, report);
-  * `loop`:  read the same CSV with pandas and call `privfuncseg` per curve in a
-             plain loop (no validation, no ledger, no outputs);
+             (ingest, reserve, PrivFuncSeg over chunks, settle, outputs, report)
+             with the default task runner;
+  * `loop`:  read the same CSV with pandas and run the same mechanism in a plain
+             loop, chunk by chunk of 250 users with a generator per user
+             (`privfuncseg_batch` per chunk; a tree without it: `privfuncseg` per
+             curve), no validation, no ledger, no outputs;
   * `empty`: one empty Prefect flow run (Prefect's fixed start-up cost), run
              right before each `flow` so that both see the same machine load.
-Prints a table with wall times, peak RSS and the flow/loop ratio, then the same
-ratios in CPU seconds of each process (user + system, all its threads): on a
-shared machine wall times follow the other load, CPU time much less so. The
-flow's mechanism threads can use a second core where the loop uses one, so the
-CPU ratio is the stricter of the two.
+With ``--before DIR`` (a checkout of older code, e.g. ``git worktree add
+/tmp/before main``) every run is made for both trees, alternating, and the
+tables have a row per tree. CPU seconds are user + system of the process, its
+threads and its finished child processes (worker processes of a process or Dask
+runner): on a shared machine wall times follow the other load, CPU time much
+less so. The flow may use a second core where the loop uses one, so the CPU
+ratio is the stricter of the two.
 
     .venv/bin/python benchmarks/flows/bench_flows.py [--users 10000 40000] [--points 500]
+        [--before DIR] [--runner threads|processes|dask]
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +50,8 @@ POLICY = textwrap.dedent("""
 
 CHILD = r'''
 import json, os, resource, sys, time
-sys.path.insert(0, {root!r})
+root, runner = {root!r}, {runner!r}
+sys.path.insert(0, root)
 mode, csv, work = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = time.perf_counter()
 if mode == "flow":
@@ -55,20 +61,38 @@ if mode == "flow":
     from ledger import Ledger
     from schemas.policy import load_policy
     from flows.release import release_curves
+    from flows.runners import make_task_runner
     Ledger.init(work + "/ledger.duckdb").apply_policy(load_policy(work + "/policy.toml"))
-    res = release_curves(input_path=csv, domain="bench", epsilon="1", out_dir=work + "/out",
-                         ledger_path=work + "/ledger.duckdb", policy_path=work + "/policy.toml",
-                         chunk_users=250)
+    flow = release_curves if runner == "default" else release_curves.with_options(
+        task_runner=make_task_runner(runner))
+    res = flow(input_path=csv, domain="bench", epsilon="1", out_dir=work + "/out",
+               ledger_path=work + "/ledger.duckdb", policy_path=work + "/policy.toml",
+               chunk_users=250)
     extra = res["manifest"]["counts"]["users_released"]
 elif mode == "loop":
     import numpy as np, pandas as pd
-    from mechanisms.curves import privfuncseg
+    import mechanisms.curves as mc
     extra = 0
-    for chunk in pd.read_csv(csv, chunksize=1_000_000):
-        for _, g in chunk.groupby(["user_id", "curve_id"], sort=False):
-            rng = np.random.default_rng(extra)
-            privfuncseg(g["t"].to_numpy(), g[["x", "y"]].to_numpy(), epsilon=1.0, rng=rng)
+    pending = []
+
+    def run(chunk):
+        if hasattr(mc, "privfuncseg_batch"):
+            batch = mc.CurveBatch.from_curves([(t, v) for t, v, _ in chunk])
+            mc.privfuncseg_batch(batch, rngs=[np.random.default_rng(s) for _, _, s in chunk],
+                                 epsilon=1.0)
+        else:
+            for t, v, s in chunk:
+                mc.privfuncseg(t, v, epsilon=1.0, rng=np.random.default_rng(s))
+
+    for frame in pd.read_csv(csv, chunksize=1_000_000):
+        for _, g in frame.groupby(["user_id", "curve_id"], sort=False):
+            pending.append((g["t"].to_numpy(), g[["x", "y"]].to_numpy(), extra))
             extra += 1
+            if len(pending) == 250:
+                run(pending)
+                pending = []
+    if pending:
+        run(pending)
 else:
     from flows.settings import configure_prefect
     from pathlib import Path
@@ -79,10 +103,11 @@ else:
         return 1
     extra = empty()
 wall = time.perf_counter() - t0
-ru = resource.getrusage(resource.RUSAGE_SELF)
-rss = ru.ru_maxrss / 1024
-print(json.dumps({{"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": rss,
-                  "extra": extra}}))
+me = resource.getrusage(resource.RUSAGE_SELF)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+rss = max(me.ru_maxrss, kids.ru_maxrss) / 1024
+print(json.dumps({{"wall": wall, "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "rss_mb": rss, "extra": extra}}))
 '''
 
 
@@ -100,12 +125,13 @@ def write_csv(path: Path, users: int, points: int) -> None:
                              for a, b, c in zip(t, x, y, strict=True)))
 
 
-def child(mode: str, csv: Path, work: Path) -> dict:
+def child(mode: str, csv: Path, work: Path, root: Path, runner: str) -> dict:
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), mode, str(csv),
-                           str(work)], capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run([sys.executable, "-c", CHILD.format(root=str(root), runner=runner),
+                           mode, str(csv), str(work)], capture_output=True, text=True, env=env,
+                          check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"{mode} failed ({root}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -113,41 +139,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, nargs="+", default=[10_000, 40_000])
     ap.add_argument("--points", type=int, default=500)
+    ap.add_argument("--before", type=Path, help="checkout of the code to compare with")
+    ap.add_argument("--runner", default="default",
+                    help="task runner of the flow (default: the flow's own default)")
     args = ap.parse_args()
+    trees = [("after", ROOT)] + ([("before", args.before.resolve())] if args.before else [])
     rows = []
     with tempfile.TemporaryDirectory(prefix="privpipe-bench-") as tmp:
         base = Path(tmp)
         for users in args.users:
-            work = base / f"u{users}"
-            work.mkdir()
-            (work / "policy.toml").write_text(POLICY)
-            csv = work / "in.csv"
-            t0 = time.perf_counter()
+            csv = base / f"in-{users}.csv"
             write_csv(csv, users, args.points)
-            gen = time.perf_counter() - t0
-            empty_dir = work / "empty"
-            empty_dir.mkdir()
-            empty = child("empty", base / "none.csv", empty_dir)
-            flow = child("flow", csv, work)
-            loop = child("loop", csv, work)
-            rows.append((users, users * args.points, gen, empty, flow, loop))
-    print("Prefect fixed start-up: one empty flow run in a fresh process, right before each "
-          "flow run.\n")
-    print("| users | points | start-up wall (s) | flow wall (s) | flow peak RSS (MB) | "
+            for name, root in trees:
+                work = base / f"u{users}-{name}"
+                work.mkdir()
+                (work / "policy.toml").write_text(POLICY)
+                empty_dir = work / "empty"
+                empty_dir.mkdir()
+                empty = child("empty", base / "none.csv", empty_dir, root, args.runner)
+                flow = child("flow", csv, work, root, args.runner)
+                loop = child("loop", csv, work, root, args.runner)
+                if flow["extra"] != users:
+                    raise SystemExit(f"the flow released {flow['extra']} of {users} users")
+                rows.append((users, users * args.points, name, empty, flow, loop))
+                print(rows[-1], flush=True)
+    print(f"Task runner: {args.runner}. Prefect fixed start-up: one empty flow run in a fresh "
+          "process, right before each flow run.\n")
+    print("| users | points | code | start-up wall (s) | flow wall (s) | flow peak RSS (MB) | "
           "loop wall (s) | loop peak RSS (MB) | flow/loop | (flow - start-up)/loop |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for users, pts, _gen, empty, flow, loop in rows:
-        print(f"| {users:,} | {pts:,} | {empty['wall']:.1f} | {flow['wall']:.1f} | "
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for users, pts, name, empty, flow, loop in rows:
+        print(f"| {users:,} | {pts:,} | {name} | {empty['wall']:.1f} | {flow['wall']:.1f} | "
               f"{flow['rss_mb']:.0f} | {loop['wall']:.1f} | {loop['rss_mb']:.0f} | "
               f"{flow['wall'] / loop['wall']:.2f} | "
               f"{(flow['wall'] - empty['wall']) / loop['wall']:.2f} |")
-    print("\nThe same in CPU seconds (user + system) of each process:\n")
-    print("| users | start-up CPU (s) | flow CPU (s) | loop CPU (s) | flow/loop | "
+    print("\nThe same in CPU seconds (user + system, threads and finished children):\n")
+    print("| users | code | start-up CPU (s) | flow CPU (s) | loop CPU (s) | flow/loop | "
           "(flow - start-up)/loop |")
-    print("|---|---|---|---|---|---|")
-    for users, _pts, _gen, empty, flow, loop in rows:
-        print(f"| {users:,} | {empty['cpu']:.1f} | {flow['cpu']:.1f} | {loop['cpu']:.1f} | "
-              f"{flow['cpu'] / loop['cpu']:.2f} | "
+    print("|---|---|---|---|---|---|---|")
+    for users, _pts, name, empty, flow, loop in rows:
+        print(f"| {users:,} | {name} | {empty['cpu']:.1f} | {flow['cpu']:.1f} | "
+              f"{loop['cpu']:.1f} | {flow['cpu'] / loop['cpu']:.2f} | "
               f"{(flow['cpu'] - empty['cpu']) / loop['cpu']:.2f} |")
 
 

@@ -17,6 +17,7 @@ from mechanisms.curves.bases import (
     SincBasis,
     make_basis,
 )
+from mechanisms.curves.batch import CurveBatch
 from mechanisms.curves.bounds import (
     err_bound,
     eta,
@@ -30,15 +31,22 @@ from mechanisms.curves.project_and_privatize import (
     privatize_coefficients,
     project_and_privatize,
 )
-from mechanisms.curves.result import PrivateFunction
+from mechanisms.curves.result import PrivateFunction, PrivateFunctionBatch
 from mechanisms.curves.samplers import correlate, gaussian, laplace, slap
-from mechanisms.curves.segment import DyadicTree, ReduceSegOutcome, privfuncseg, reduce_seg
+from mechanisms.curves.segment import (
+    DyadicTree,
+    ReduceSegOutcome,
+    privfuncseg,
+    privfuncseg_batch,
+    reduce_seg,
+)
 from mechanisms.curves.select import privfuncselect
 from mechanisms.curves.sinc_rule import sinc_basis_for_budget, sinc_rule_table
 from mechanisms.curves.svt import SVTResult, svt
 from mechanisms.curves.unbounded import privfuncseg_unbounded
 
 __all__ = [
+    "CurveBatch",
     "DyadicTree",
     "FourierBasis",
     "LegendreBasis",
@@ -46,6 +54,7 @@ __all__ = [
     "MonomialBasis",
     "PiecewiseBasis",
     "PrivateFunction",
+    "PrivateFunctionBatch",
     "ReduceSegOutcome",
     "SVTResult",
     "SincBasis",
@@ -65,6 +74,7 @@ __all__ = [
     "privatize_coefficients",
     "privfuncselect",
     "privfuncseg",
+    "privfuncseg_batch",
     "privfuncseg_unbounded",
     "project_and_privatize",
     "project_continuous",

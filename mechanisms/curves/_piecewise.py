@@ -77,6 +77,25 @@ def interpolate(t: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
     return values[i - 1] * (1.0 - w) + values[i] * w
 
 
+def restrict(t: np.ndarray, values: np.ndarray, lo: float, hi: float
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Samples of the interpolant on [lo, hi] ⊆ [t₀, t_N]: inner knots, interpolated ends."""
+    if lo < t[0] or hi > t[-1] or not lo < hi:
+        raise MechanismParameterError("the domain must lie inside the curve's samples")
+    if lo == t[0] and hi == t[-1]:
+        return t, values
+    a = int(np.searchsorted(t, lo, side="left"))
+    b = int(np.searchsorted(t, hi, side="right"))
+    kt, kv = t[a:b], values[a:b]
+    if kt.size == 0 or kt[0] != lo:
+        kt = np.concatenate([[lo], kt])
+        kv = np.concatenate([interpolate(t, values, np.array([lo])), kv])
+    if kt[-1] != hi:
+        kt = np.concatenate([kt, [hi]])
+        kv = np.concatenate([kv, interpolate(t, values, np.array([hi]))])
+    return kt, kv
+
+
 class SubPieces:
     """The data pieces of a curve cut at segment edges.
 

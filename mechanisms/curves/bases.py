@@ -69,6 +69,12 @@ class LocalBasis(ABC):
     def values(self, t: np.ndarray, a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
         """Basis values at t for segment ends a, b (broadcast with t): shape (len(t), m)."""
 
+    def columns(self, t: np.ndarray, a: np.ndarray | float, b: np.ndarray | float
+                ) -> list[np.ndarray]:
+        """The m basis functions at t, one array (len(t),) each."""
+        phi = self.values(t, a, b)
+        return [phi[:, j] for j in range(self.m)]
+
     def gram(self, a: float, b: float) -> np.ndarray:
         """Gram matrix ∫_a^b φ_j φ_l dt, shape (m, m)."""
         return np.eye(self.m)
@@ -108,11 +114,21 @@ class LegendreBasis(LocalBasis):
 
     def values(self, t: np.ndarray, a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
         """Orthonormal Legendre values, shape (len(t), m)."""
+        return np.stack(self.columns(t, a, b), axis=1)
+
+    def columns(self, t: np.ndarray, a: np.ndarray | float, b: np.ndarray | float
+                ) -> list[np.ndarray]:
+        """The m basis functions at t, one array (len(t),) each (Bonnet's recurrence)."""
         t = np.asarray(t, dtype=np.float64)
         length = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
         s = 2.0 * (t - a) / length - 1.0
-        v = np.polynomial.legendre.legvander(s, self.degree)
-        return v * (self._norm[None, :] / np.sqrt(np.broadcast_to(length, t.shape))[:, None])
+        inv = 1.0 / np.sqrt(np.broadcast_to(length, t.shape))
+        cols = [np.ones_like(s)]
+        if self.degree >= 1:
+            cols.append(s)
+        for k in range(1, self.degree):  # (k+1) P_{k+1} = (2k+1) s P_k − k P_{k−1}
+            cols.append(((2 * k + 1) * s * cols[k] - k * cols[k - 1]) / (k + 1))
+        return [c * (norm * inv) for c, norm in zip(cols, self._norm.tolist(), strict=True)]
 
     def endpoint_values(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values at the left and right segment ends for lengths (k,): two (k, m) arrays."""

@@ -15,7 +15,6 @@ mechanism's options, and returns a `PrivateFunction` whose ``cost`` is exactly
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -24,14 +23,16 @@ from typing import Any
 import numpy as np
 
 from mechanisms.curves.baseline import baseline_points
+from mechanisms.curves.batch import CurveBatch
 from mechanisms.curves.project_and_privatize import project_and_privatize
-from mechanisms.curves.result import PrivateFunction
-from mechanisms.curves.segment import privfuncseg
+from mechanisms.curves.result import PrivateFunction, PrivateFunctionBatch
+from mechanisms.curves.segment import privfuncseg_batch
 from mechanisms.curves.select import privfuncselect
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["PublicFrame", "dry_run", "frame_for", "run_baseline", "run_privfuncselect",
-           "run_privfuncseg", "run_project_and_privatize"]
+__all__ = ["PublicFrame", "PublicFrames", "dry_run", "frame_for", "frames_for", "on_frames",
+           "run_baseline", "run_privfuncselect", "run_privfuncseg", "run_privfuncseg_batch",
+           "run_project_and_privatize"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,71 @@ def frame_for(t: np.ndarray, *, window: float | None, points_public: bool,
     return PublicFrame(end=end, n_points=n, grid_points=grid)
 
 
+@dataclass(frozen=True)
+class PublicFrames:
+    """The public frames of the curves of a batch, as arrays (see `PublicFrame`).
+
+    Attributes:
+        ends: (C,) each curve lives on [0, end].
+        n_points: (C,) sample counts when public, else None.
+        grid_points: (C,) output grid sizes.
+    """
+
+    ends: np.ndarray
+    n_points: np.ndarray | None
+    grid_points: np.ndarray
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """(C,) public sizes: n_points if public, else grid_points."""
+        return self.n_points if self.n_points is not None else self.grid_points
+
+    def frame(self, c: int) -> PublicFrame:
+        """The frame of curve c."""
+        n = None if self.n_points is None else int(self.n_points[c])
+        return PublicFrame(end=float(self.ends[c]), n_points=n,
+                           grid_points=int(self.grid_points[c]))
+
+    def grid(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every curve's evaluation grid, concatenated, and its offsets.
+
+        Curve c gets ``np.linspace(0, ends[c], grid_points[c])``, computed the
+        way numpy does it (i·step, the last point exactly `end`).
+        """
+        counts = self.grid_points.astype(np.int64)
+        offsets = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        i = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], counts)
+        step = self.ends / np.maximum(counts - 1, 1)
+        grid = i * np.repeat(step, counts)
+        grid[offsets[1:] - 1] = self.ends
+        return grid, offsets
+
+
+def frames_for(batch: CurveBatch, *, window: float | None, points_public: bool,
+               grid_points: int | None) -> PublicFrames:
+    """`frame_for` of every curve of a batch (sample times from each curve's start)."""
+    counts = batch.counts
+    ends = batch.hi if window is None else np.full(len(batch), float(window))
+    grid = counts if points_public else np.full(len(batch), int(grid_points))  # type: ignore[arg-type]
+    return PublicFrames(ends=np.asarray(ends, dtype=np.float64),
+                        n_points=counts.copy() if points_public else None,
+                        grid_points=np.asarray(grid, dtype=np.int64))
+
+
+def on_frames(batch: CurveBatch, frames: PublicFrames) -> CurveBatch:
+    """`on_frame` of every curve: a curve that ends before its frame's end is held there."""
+    short = np.flatnonzero(batch.hi < frames.ends)
+    if short.size == 0:
+        return batch
+    ends = batch.offsets[1:][short]  # insert one row after each short curve's last row
+    t = np.insert(batch.t, ends, frames.ends[short])
+    values = np.insert(batch.values, ends, batch.values[ends - 1], axis=0)
+    grow = np.zeros(len(batch) + 1, dtype=np.int64)
+    grow[short + 1] = 1
+    return CurveBatch(t, values, batch.offsets + np.cumsum(grow))
+
+
 def on_frame(t: np.ndarray, values: np.ndarray, frame: PublicFrame
              ) -> tuple[np.ndarray, np.ndarray]:
     """The curve as a function on [0, frame.end]: held at its last value after its end.
@@ -95,23 +161,35 @@ def _budget_kw(notion: str, amount: Fraction) -> dict[str, Fraction]:
     return {"epsilon": amount} if notion == "gp" else {"rho": amount}
 
 
-def _levels(frame: PublicFrame) -> int:
-    """SVT levels from the public size: 2^levels ≥ size (PrivFuncSeg's dyadic depth)."""
-    return max(0, math.ceil(math.log2(max(frame.size, 1))))
-
-
 def run_privfuncseg(t: np.ndarray, values: np.ndarray, *, notion: str, amount: Fraction,
                     rng: np.random.Generator, frame: PublicFrame,
                     options: Mapping[str, Any]) -> PrivateFunction:
     """PrivFuncSeg on [0, frame.end] (ε-GP / ρ-CGP w.r.t. dist₂; cost `amount`).
 
     The SVT runs over min(max_level, ⌈log₂ size⌉) + 1 levels, size being the
-    frame's public size, so its depth never depends on private data.
+    frame's public size, so its depth never depends on private data. It is
+    `run_privfuncseg_batch` on one curve.
     """
-    opts = dict(options)
-    max_level = int(opts.pop("max_level", 20))
-    return privfuncseg(t, values, rng=rng, max_level=min(max_level, _levels(frame)),
-                       depth_from_samples=False, **_budget_kw(notion, amount), **opts)
+    frames = PublicFrames(ends=np.array([frame.end]),
+                          n_points=None if frame.n_points is None else np.array(
+                              [frame.n_points]),
+                          grid_points=np.array([frame.grid_points]))
+    batch = CurveBatch.from_arrays(t, values, [0, len(t)])
+    return run_privfuncseg_batch(batch, notion=notion, amount=amount, rngs=[rng],
+                                 frames=frames, options=options).function(0)
+
+
+def run_privfuncseg_batch(batch: CurveBatch, *, notion: str, amount: Fraction,
+                          rngs: list[np.random.Generator], frames: PublicFrames,
+                          options: Mapping[str, Any]) -> PrivateFunctionBatch:
+    """PrivFuncSeg on every curve of a batch, each on its public frame (cost `amount` each).
+
+    Curve c is read on [0, frames.ends[c]] and its SVT runs over
+    min(max_level, ⌈log₂ size_c⌉) + 1 levels (size_c its public size);
+    curve c's noise comes only from rngs[c] (see `privfuncseg_batch`).
+    """
+    return privfuncseg_batch(on_frames(batch, frames), rngs=rngs, public_sizes=frames.sizes,
+                             **_budget_kw(notion, amount), **dict(options))
 
 
 def run_project_and_privatize(t: np.ndarray, values: np.ndarray, *, notion: str,

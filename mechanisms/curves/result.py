@@ -20,7 +20,40 @@ from mechanisms.cost import Cost
 from mechanisms.curves.bases import LocalBasis, SincBasis, make_basis
 from mechanisms.curves.bounds import eta, noise_scale
 
-__all__ = ["PrivateFunction"]
+__all__ = ["PrivateFunction", "PrivateFunctionBatch", "concat_batches", "evaluate_local"]
+
+
+def evaluate_local(basis: LocalBasis, breakpoints: np.ndarray, bp_offsets: np.ndarray,
+                   coefficients: np.ndarray, seg_offsets: np.ndarray, t: np.ndarray,
+                   t_offsets: np.ndarray, outside: str) -> np.ndarray:
+    """Evaluate many piecewise functions of one local basis at their own times.
+
+    Function c has edges breakpoints[bp_offsets[c]:bp_offsets[c+1]] and
+    coefficients[seg_offsets[c]:seg_offsets[c+1]] (k_c, m, n); it is
+    evaluated at t[t_offsets[c]:t_offsets[c+1]]. A time on an inner edge takes
+    the right segment; outside the edges: ``"clamp"`` (end values), ``"zero"``
+    or ``"basis"`` (the end segment's polynomial continued).
+
+    Returns:
+        (len(t), n) values.
+    """
+    n_fn = bp_offsets.size - 1
+    fn = np.repeat(np.arange(n_fn), np.diff(t_offsets))
+    first, last = breakpoints[bp_offsets[:-1]][fn], breakpoints[bp_offsets[1:] - 1][fn]
+    tc = np.clip(t, first, last) if outside in ("clamp", "zero") else t
+    # edges and times keyed by (function, time): complex numbers sort by (real, imag)
+    edge_fn = np.repeat(np.arange(n_fn), np.diff(bp_offsets))
+    pos = np.searchsorted(edge_fn + 1j * breakpoints, fn + 1j * tc, side="right") - 1
+    seg = np.clip(pos - bp_offsets[:-1][fn], 0, np.diff(seg_offsets)[fn] - 1)
+    at = bp_offsets[:-1][fn] + seg
+    phi = basis.columns(tc, breakpoints[at], breakpoints[at + 1])  # m arrays (T,)
+    rows = coefficients[seg_offsets[:-1][fn] + seg]  # (T, m, n)
+    out = phi[0][:, None] * rows[:, 0, :]
+    for ell in range(1, len(phi)):
+        out = out + phi[ell][:, None] * rows[:, ell, :]
+    if outside == "zero":
+        out[(t < first) | (t > last)] = 0.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,16 +113,9 @@ class PrivateFunction:
             if self.outside == "zero":
                 out[(ta < self.breakpoints[0]) | (ta > self.breakpoints[-1])] = 0.0
             return out
-        e = self.breakpoints
-        k = e.size - 1
-        inside = (ta >= e[0]) & (ta <= e[-1])
-        tc = np.clip(ta, e[0], e[-1]) if self.outside in ("clamp", "zero") else ta
-        seg = np.clip(np.searchsorted(e, tc, side="right") - 1, 0, k - 1)
-        phi = basis.values(tc, e[seg], e[seg + 1])  # (T, m)
-        out = np.einsum("tm,tmn->tn", phi, self.coefficients[seg])
-        if self.outside == "zero":
-            out[~inside] = 0.0
-        return out
+        k = self.coefficients.shape[0]
+        return evaluate_local(basis, self.breakpoints, np.array([0, k + 1]), self.coefficients,
+                              np.array([0, k]), ta, np.array([0, ta.size]), self.outside)
 
     def error_bound(self, beta: float = 0.1, *, closed_form: bool = False) -> float:
         """Data-independent bound on dist₂(f̃, f_a): η(β; D, p)·scale (× error_factor).
@@ -150,3 +176,171 @@ class PrivateFunction:
             "cost": None if self.cost is None else self.cost.breakdown(),
             "diagnostics": dict(self.diagnostics),
         }
+
+
+@dataclass(frozen=True)
+class PrivateFunctionBatch:
+    """The privatized functions of a batch of curves, as flat arrays (one basis family).
+
+    Function c has edges ``breakpoints[seg_offsets[c] + c : seg_offsets[c+1] + c + 1]``
+    and coefficients ``coefficients[seg_offsets[c]:seg_offsets[c+1]]`` (k_c, m, n).
+    `function(c)` is the `PrivateFunction` of curve c (what the per-curve API
+    returns); the other fields are per curve.
+
+    Attributes:
+        breakpoints: (Σ(k_c + 1),) every function's edges, function after function.
+        coefficients: (Σk_c, m, n).
+        seg_offsets: (C + 1,) segment offsets.
+        basis_name: basis family of every function.
+        basis_params: per function, plain basis parameters (often one shared dict).
+        costs: per function, its exact cost breakdown (None for non-private fits).
+        dims: (C,) noise dimensions.
+        noise_notion: ``"gp"`` or ``"cgp"`` of the final noise step.
+        noise_budgets: (C,) ε or ρ (float) of each final noise step.
+        diagnostics: name -> per-function values (see each mechanism's docstring).
+        outside: as `PrivateFunction.outside`.
+        error_factors: (C,) multipliers on the noise bound.
+        bound_kind: as `PrivateFunction.bound_kind`.
+    """
+
+    breakpoints: np.ndarray
+    coefficients: np.ndarray
+    seg_offsets: np.ndarray
+    basis_name: str
+    basis_params: tuple[dict[str, Any], ...]
+    costs: tuple[Cost | None, ...]
+    dims: np.ndarray
+    noise_notion: str
+    noise_budgets: np.ndarray
+    diagnostics: dict[str, list[Any]]
+    outside: str = "clamp"
+    error_factors: np.ndarray | None = None
+    bound_kind: str = "eta"
+
+    def __len__(self) -> int:
+        return int(self.seg_offsets.size - 1)
+
+    @property
+    def bp_offsets(self) -> np.ndarray:
+        """(C + 1,) offsets into `breakpoints`."""
+        return self.seg_offsets + np.arange(self.seg_offsets.size)
+
+    @property
+    def segments(self) -> np.ndarray:
+        """(C,) number of segments of each function."""
+        return np.diff(self.seg_offsets)
+
+    def factors(self) -> np.ndarray:
+        """(C,) error factors (1 unless post-processed)."""
+        return np.ones(len(self)) if self.error_factors is None else self.error_factors
+
+    def function(self, c: int) -> PrivateFunction:
+        """The PrivateFunction of curve c (copies of its arrays)."""
+        a, b = int(self.seg_offsets[c]), int(self.seg_offsets[c + 1])
+        return PrivateFunction(
+            breakpoints=self.breakpoints[a + c : b + c + 1].copy(),
+            coefficients=self.coefficients[a:b].copy(),
+            basis_name=self.basis_name,
+            basis_params=dict(self.basis_params[c]),
+            cost=self.costs[c],
+            dim=int(self.dims[c]),
+            noise_notion=self.noise_notion,
+            noise_budget=float(self.noise_budgets[c]),
+            diagnostics={k: v[c] for k, v in self.diagnostics.items()},
+            outside=self.outside,
+            error_factor=float(self.factors()[c]),
+            bound_kind=self.bound_kind,
+        )
+
+    @classmethod
+    def from_functions(cls, functions: list[PrivateFunction]) -> PrivateFunctionBatch:
+        """Pack per-curve results of one basis family, notion and outside rule."""
+        if not functions:
+            raise ValueError("from_functions needs at least one function")
+        first = functions[0]
+        for f in functions:
+            if (f.basis_name, f.noise_notion, f.outside, f.bound_kind) != (
+                    first.basis_name, first.noise_notion, first.outside, first.bound_kind):
+                raise ValueError("a batch holds functions of one basis, notion and outside rule")
+        counts = [f.coefficients.shape[0] for f in functions]
+        off = np.zeros(len(functions) + 1, dtype=np.int64)
+        np.cumsum(counts, out=off[1:])
+        keys = sorted({k for f in functions for k in f.diagnostics})
+        return cls(
+            breakpoints=np.concatenate([f.breakpoints for f in functions]),
+            coefficients=np.concatenate([f.coefficients for f in functions]),
+            seg_offsets=off,
+            basis_name=first.basis_name,
+            basis_params=tuple(f.basis_params for f in functions),
+            costs=tuple(f.cost for f in functions),
+            dims=np.array([f.dim for f in functions], dtype=np.int64),
+            noise_notion=first.noise_notion,
+            noise_budgets=np.array([f.noise_budget for f in functions]),
+            diagnostics={k: [f.diagnostics.get(k) for f in functions] for k in keys},
+            outside=first.outside,
+            error_factors=np.array([f.error_factor for f in functions]),
+            bound_kind=first.bound_kind,
+        )
+
+    def error_bounds(self, beta: float = 0.1) -> np.ndarray:
+        """(C,) `PrivateFunction.error_bound` of every function (once per distinct value)."""
+        if self.bound_kind != "eta":
+            return np.array([self.function(c).error_bound(beta) for c in range(len(self))])
+        p = 1 if self.noise_notion == "gp" else 2
+        key = np.stack([self.dims.astype(np.float64), self.noise_budgets, self.factors()], 1)
+        rows, inverse = np.unique(key, axis=0, return_inverse=True)
+        values = [factor * eta(beta, int(dim), p) * noise_scale(self.noise_notion, budget)
+                  if budget > 0 else 0.0 for dim, budget, factor in rows.tolist()]
+        return np.asarray(values)[inverse.ravel()]
+
+    def evaluate(self, t: np.ndarray, t_offsets: np.ndarray) -> np.ndarray:
+        """Values (len(t), n) of function c at t[t_offsets[c]:t_offsets[c+1]], for every c."""
+        t = np.asarray(t, dtype=np.float64)
+        shared = all(p == self.basis_params[0] for p in self.basis_params)
+        basis = make_basis(self.basis_name, **self.basis_params[0])
+        if shared and isinstance(basis, LocalBasis):
+            return evaluate_local(basis, self.breakpoints, self.bp_offsets, self.coefficients,
+                                  self.seg_offsets, t, np.asarray(t_offsets), self.outside)
+        parts = [self.function(c).evaluate(t[t_offsets[c]:t_offsets[c + 1]])
+                 for c in range(len(self))]
+        return np.concatenate(parts) if parts else np.empty((0, self.coefficients.shape[2]))
+
+
+def _gather(sizes: np.ndarray, starts: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Indices that put blocks (sizes, starts) in `order`, and the new block offsets."""
+    off = np.zeros(order.size + 1, dtype=np.int64)
+    np.cumsum(sizes[order], out=off[1:])
+    take = np.repeat(starts[order] - off[:-1], sizes[order]) + np.arange(int(off[-1]))
+    return take, off
+
+
+def concat_batches(parts: list[PrivateFunctionBatch],
+                   positions: list[np.ndarray]) -> PrivateFunctionBatch:
+    """One batch from parts whose function i goes to curve positions[p][i] of the result."""
+    order = np.argsort(np.concatenate(positions), kind="stable")
+
+    def starts(offsets: list[np.ndarray]) -> np.ndarray:
+        shift = np.cumsum([0] + [int(o[-1]) for o in offsets[:-1]])
+        return np.concatenate([o[:-1] + s for o, s in zip(offsets, shift, strict=True)])
+
+    segs = np.concatenate([p.segments for p in parts])
+    take, seg_off = _gather(segs, starts([p.seg_offsets for p in parts]), order)
+    bp_take, _ = _gather(segs + 1, starts([p.bp_offsets for p in parts]), order)
+
+    def per_curve(get: Any) -> list[Any]:
+        items = [x for p in parts for x in get(p)]
+        return [items[i] for i in order]
+
+    first = parts[0]
+    return PrivateFunctionBatch(
+        breakpoints=np.concatenate([p.breakpoints for p in parts])[bp_take],
+        coefficients=np.concatenate([p.coefficients for p in parts])[take],
+        seg_offsets=seg_off, basis_name=first.basis_name,
+        basis_params=tuple(per_curve(lambda p: p.basis_params)),
+        costs=tuple(per_curve(lambda p: p.costs)),
+        dims=np.concatenate([p.dims for p in parts])[order], noise_notion=first.noise_notion,
+        noise_budgets=np.concatenate([p.noise_budgets for p in parts])[order],
+        diagnostics={k: per_curve(lambda p, k=k: p.diagnostics[k]) for k in first.diagnostics},
+        outside=first.outside,
+        error_factors=np.concatenate([p.factors() for p in parts])[order],
+        bound_kind=first.bound_kind)

@@ -15,7 +15,7 @@ from scipy.linalg import solve_triangular
 
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["slap", "gaussian", "laplace", "correlate"]
+__all__ = ["slap", "slap_rows", "gaussian", "gaussian_rows", "laplace", "correlate"]
 
 
 def _dim(dim: object) -> int:
@@ -43,9 +43,42 @@ def slap(dim: int, *, rng: np.random.Generator, size: int | None = None) -> np.n
     shape = () if size is None else (int(size),)
     g = rng.standard_normal(shape + (m,))
     norm = np.linalg.norm(g, axis=-1, keepdims=True)
-    norm = np.where(norm > 0, norm, 1.0)
     r = rng.gamma(shape=m, scale=1.0, size=shape + (1,))
-    return g / norm * r
+    return _on_sphere(g, norm, r)
+
+
+def _on_sphere(g: np.ndarray, norm: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Z = R·G/‖G‖ (a zero G, probability 0, is left as is)."""
+    return g / np.where(norm > 0, norm, 1.0) * r
+
+
+def slap_rows(dims: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarray:
+    """One SLap(dims[c]) vector per generator, concatenated: shape (Σ dims,).
+
+    Privacy as `slap`: vector c is one joint draw from rngs[c] (its normals,
+    then its Gamma(dims[c], 1) radius, the calls `slap(dims[c])` makes);
+    vectors of different generators never share a draw.
+    """
+    dims = np.asarray(dims, dtype=np.int64)
+    if np.any(dims < 1):
+        raise MechanismParameterError("every dimension must be a positive integer")
+    normals, radii = [], []
+    for d, rng in zip(dims.tolist(), rngs, strict=True):
+        normals.append(rng.standard_normal(d))
+        radii.append(rng.gamma(shape=d, scale=1.0, size=(1,)))
+    g = np.concatenate(normals)
+    starts = np.cumsum(dims) - dims
+    norm = np.sqrt(np.add.reduceat(g * g, starts))
+    return _on_sphere(g, np.repeat(norm, dims), np.repeat(np.concatenate(radii), dims))
+
+
+def gaussian_rows(dims: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarray:
+    """One N(0, I_dims[c]) vector per generator, concatenated: shape (Σ dims,)."""
+    dims = np.asarray(dims, dtype=np.int64)
+    if np.any(dims < 1):
+        raise MechanismParameterError("every dimension must be a positive integer")
+    return np.concatenate([rng.standard_normal(d) for d, rng in zip(dims.tolist(), rngs,
+                                                                    strict=True)])
 
 
 def gaussian(dim: int, *, rng: np.random.Generator, size: int | None = None) -> np.ndarray:

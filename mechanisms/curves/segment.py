@@ -5,13 +5,22 @@ dyadic segments at which the projection error balances the noise, lets
 ReduceSeg merge segments where the curve is flat, and ends with one
 Project-and-Privatize on the resulting piecewise basis.
 
-Speed: every query (the least-squares residual of all 2^j dyadic segments,
-and of the merged segments ReduceSeg tries) comes from one *dyadic moment
-tree*. One pass over the samples computes, on the finest level J, the moments
-∫ q·s^k dt (s the segment's local coordinate in [−1, 1]) and ∫‖q‖² per
-segment (exact Gauss-Legendre per sub-piece); every coarser level follows by
-an exact binomial change of variables from its two children. So the whole
-mechanism costs O(N + 2^J) with 2^J ≤ 2N: linear in N, no pass per SVT level.
+Batched: `privfuncseg_batch` runs every curve of a `CurveBatch` together.
+All SVT queries come from one dyadic moment forest of the batch (`forest.py`,
+linear in the samples), the SVTs are one comparison over a (curves, levels)
+array, ReduceSeg runs level by level over all parts of all curves
+(`reduce_seg.py`), and the final noise is one vector per curve. `privfuncseg`
+on one curve is the batch of that curve.
+
+Draws, per curve and from that curve's generator only, in this order:
+``laplace(0, 3/ε_svt, top + 2)`` (the SVT's threshold and query slots), then
+the ReduceSeg check slots (4 parts × (2^k₁ − 1), breadth-first; one block of
+standard Laplace (GP) or normal (CGP) variates times each slot's level scale,
+see `reduce_seg.draw_checks`), then the final noise (``standard_normal(D)``
+and, for GP, ``gamma(D)``). Every slot is drawn
+whether or not the SVT halts before it or the check runs (see `svt.py` and
+`reduce_seg.py`): the law of the output is that of Algorithms 4/5, and the
+number of draws depends only on public N, k₁ and on the released dimension D.
 """
 
 from __future__ import annotations
@@ -23,137 +32,66 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy.special import comb
 
-from mechanisms.cost import Cost, CostItem, float_at_most
+from mechanisms.cost import Cost, CostItem, float_at_most, laplace_scale
 from mechanisms.curves._budget import budget, check_beta, check_rng, svt_epsilon
-from mechanisms.curves._piecewise import SubPieces, check_curve, nodes_for_degree
+from mechanisms.curves._piecewise import check_curve, restrict
 from mechanisms.curves.bases import LegendreBasis
+from mechanisms.curves.batch import CurveBatch, generator_rounds
 from mechanisms.curves.bounds import noise_scale
-from mechanisms.curves.continuity import continuity_projection
-from mechanisms.curves.project_and_privatize import privatize_coefficients
-from mechanisms.curves.result import PrivateFunction
-from mechanisms.curves.svt import svt
+from mechanisms.curves.continuity import project_continuous
+from mechanisms.curves.forest import DyadicForest
+from mechanisms.curves.reduce_seg import (
+    ReduceSegPlan,
+    check_slots,
+    draw_checks,
+    reduce_seg_roots,
+    slot_scales,
+    spend_per_check,
+)
+from mechanisms.curves.result import PrivateFunction, PrivateFunctionBatch, concat_batches
+from mechanisms.curves.samplers import gaussian_rows, slap_rows
+from mechanisms.curves.svt import first_crossing
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["privfuncseg", "reduce_seg", "DyadicTree", "ReduceSegOutcome"]
-
-_E_FACTOR = math.e / (math.e - 1.0)
-
-
-@lru_cache(maxsize=32)
-def _tree_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Child-to-parent moment shifts, Legendre monomial coefficients and norms for m terms.
-
-    s_parent = s_child/2 + δ (δ = −½ left child, +½ right child), so
-    μ^parent_k = Σ_i C(k, i) 2^{−i} δ^{k−i} μ^child_i; P_l(s) = Σ_k leg[l, k] s^k.
-    """
-    kk = np.arange(m)
-    binom = comb(kk[:, None], kk[None, :])
-    shifts = []
-    for delta in (-0.5, 0.5):
-        power = np.where(
-            kk[:, None] >= kk[None, :],
-            delta ** np.maximum(kk[:, None] - kk[None, :], 0),
-            0.0,
-        )
-        shifts.append(binom * power * (0.5 ** kk[None, :]))
-    leg = np.zeros((m, m))
-    for ell in range(m):
-        c = np.zeros(ell + 1)
-        c[ell] = 1.0
-        leg[ell, : ell + 1] = np.polynomial.legendre.leg2poly(c)
-    norm = np.sqrt(2.0 * kk + 1.0)
-    for arr in (*shifts, leg, norm):
-        arr.setflags(write=False)
-    return shifts[0], shifts[1], leg, norm
+__all__ = ["privfuncseg", "privfuncseg_batch", "reduce_seg", "DyadicTree", "ReduceSegOutcome",
+           "SegOptions"]
 
 
 class DyadicTree:
-    """Exact least-squares fits of a piecewise-linear curve on all dyadic segments.
+    """Exact least-squares fits of one piecewise-linear curve on all dyadic segments.
 
     Level j splits [lo, hi] into 2^j equal segments. For each level the tree
     holds the orthonormal-Legendre coefficients (2^j, m, n) of the LS fit on
-    every segment and its squared residual (2^j,). Built in O(N + 2^J).
+    every segment and its squared residual (2^j,). Built in O(N + 2^J): it is
+    the `DyadicForest` of one curve.
 
     Args:
-        t: sample times (N,), strictly increasing (duplicates allowed
-            internally to encode a jump).
+        t: sample times (N,), increasing (duplicates allowed internally to
+            encode a jump).
         values: samples (N, n).
         degree: polynomial degree of the local basis.
         max_level: finest level J.
-        lo, hi: the domain (default [t[0], t[-1]]).
+        lo, hi: the domain (default [t[0], t[-1]]; inside the samples).
     """
 
-    def __init__(
-        self,
-        t: np.ndarray,
-        values: np.ndarray,
-        degree: int,
-        max_level: int,
-        lo: float | None = None,
-        hi: float | None = None,
-    ) -> None:
-        self.lo = float(t[0] if lo is None else lo)
-        self.hi = float(t[-1] if hi is None else hi)
-        self.degree = int(degree)
-        self.m = self.degree + 1
-        self.n = values.shape[1]
-        self.max_level = int(max_level)
-        m = self.m
-        mean = values.mean(axis=0)
-        vc = values - mean  # constants are in every span: residuals are unchanged
-        n_leaf = 2**self.max_level
-        edges = self.lo + (self.hi - self.lo) * (np.arange(n_leaf + 1) / n_leaf)
-        edges[-1] = self.hi
-        pieces = SubPieces(t, vc, edges)
-        seg = pieces.segment
-        centre = 0.5 * (edges[seg] + edges[seg + 1])
-        half = 0.5 * (edges[seg + 1] - edges[seg])
-        if m <= 2:
-            # closed forms: ∫q dt = h(q0+q1)/2, ∫q s dt = h(q0(2sl+sr) + q1(sl+2sr))/6
-            h = (pieces.right - pieces.left)[:, None]
-            q0, q1 = pieces.q_left, pieces.q_right
-            per = np.empty((h.shape[0], m, self.n))
-            per[:, 0, :] = 0.5 * h * (q0 + q1)
-            if m == 2:
-                sl = ((pieces.left - centre) / half)[:, None]
-                sr = ((pieces.right - centre) / half)[:, None]
-                per[:, 1, :] = h * (q0 * (2.0 * sl + sr) + q1 * (sl + 2.0 * sr)) / 6.0
-        else:
-            nodes, weights, qv = pieces.quadrature(nodes_for_degree(self.degree + 1))
-            s = (nodes - centre[:, None]) / half[:, None]
-            wq = weights[:, :, None] * qv  # (P, g, n)
-            per = np.empty((s.shape[0], m, self.n))
-            sk = np.ones_like(s)
-            for k in range(m):
-                per[:, k, :] = np.sum(sk[:, :, None] * wq, axis=1)
-                sk = sk * s
-        mu = np.ascontiguousarray(np.moveaxis(pieces.reduce(per), 1, 0))  # (m, S, n)
-        sq = pieces.squared_norms()
-        shift_left, shift_right, leg, norm = _tree_matrices(m)
-        self.mean = mean
-        self._coef: list[np.ndarray] = [np.empty(0)] * (self.max_level + 1)
-        self.res2: list[np.ndarray] = [np.empty(0)] * (self.max_level + 1)
-        n = self.n
-        for j in range(self.max_level, -1, -1):
-            length = (self.hi - self.lo) / 2**j
-            count = mu.shape[1]
-            c = (leg @ mu.reshape(m, -1)).reshape(m, count, n)
-            c *= (norm / math.sqrt(length))[:, None, None]
-            self.res2[j] = np.maximum(sq - np.sum(c * c, axis=(0, 2)), 0.0)
-            c[0] += mean[None, :] * math.sqrt(length)
-            self._coef[j] = c
-            if j:
-                left = mu[:, 0::2, :].reshape(m, -1)
-                right = mu[:, 1::2, :].reshape(m, -1)
-                mu = (shift_left @ left + shift_right @ right).reshape(m, count // 2, n)
-                sq = sq[0::2] + sq[1::2]
-        self.level_dist = np.array([math.sqrt(float(np.sum(r))) for r in self.res2])
+    def __init__(self, t: np.ndarray, values: np.ndarray, degree: int, max_level: int,
+                 lo: float | None = None, hi: float | None = None) -> None:
+        ta = np.asarray(t, dtype=np.float64)
+        va = np.asarray(values, dtype=np.float64).reshape(ta.size, -1)
+        ta, va = restrict(ta, va, float(ta[0] if lo is None else lo),
+                          float(ta[-1] if hi is None else hi))
+        self.forest = DyadicForest(ta, va, np.array([0, ta.size]), degree, max_level)
+        self.lo, self.hi = float(ta[0]), float(ta[-1])
+        self.degree, self.m, self.n = self.forest.degree, self.forest.m, self.forest.n
+        self.max_level = self.forest.max_level
+        self.mean = self.forest.mean[0]
+        self.res2 = [r[0] for r in self.forest.res2]
+        self.level_dist = self.forest.level_dist[0]
 
     def level_coefficients(self, level: int) -> np.ndarray:
         """LS coefficients (2^level, m, n) of all segments of a level."""
-        return np.moveaxis(self._coef[level], 0, 1)
+        return self.forest.coef[level][0]
 
     def range_dist(self, depth: int, start: int, stop: int) -> float:
         """dist₂ of the LS fit on dyadic segments [start, stop) of level `depth` to q there."""
@@ -161,18 +99,16 @@ class DyadicTree:
 
     def edges(self, nodes: list[tuple[int, int]]) -> np.ndarray:
         """Edges (k+1,) of consecutive dyadic nodes (depth, index)."""
-        width = self.hi - self.lo
-        left = [self.lo + width * i / 2**d for d, i in nodes]
-        return np.array(left + [self.hi])
+        depth = np.array([d for d, _ in nodes])
+        index = np.array([i for _, i in nodes])
+        left = self.forest.segment_edges(depth, index, np.zeros(len(nodes), dtype=np.int64))
+        return np.append(left, self.hi)
 
     def coefficients(self, nodes: list[tuple[int, int]]) -> np.ndarray:
         """LS coefficients (k, m, n) of consecutive dyadic nodes."""
-        depth = np.array([d for d, _ in nodes])
-        index = np.array([i for _, i in nodes])
         out = np.empty((len(nodes), self.m, self.n))
-        for d in np.unique(depth):
-            sel = depth == d
-            out[sel] = np.moveaxis(self._coef[d][:, index[sel], :], 0, 1)
+        for s, (d, i) in enumerate(nodes):
+            out[s] = self.forest.coef[d][0, i]
         return out
 
 
@@ -191,33 +127,6 @@ class ReduceSegOutcome:
     spent: Fraction
     checks: int
     reductions: int
-
-
-# Exact budget arithmetic that is the same for every curve of a release (it
-# depends only on the public ε or ρ, never on data): computed once per value
-# and reused. The results are the same exact Fractions as computing them inline.
-@lru_cache(maxsize=1024)
-def _check_budget(share: Fraction, level: int) -> tuple[Fraction, Fraction]:
-    """(share / 2^level, share / 2) of one ReduceSeg check."""
-    return share / 2**level, share / 2
-
-
-@lru_cache(maxsize=1024)
-def _as_float(value: Fraction) -> float:
-    return float(value)
-
-
-@lru_cache(maxsize=256)
-def _split(amount: Fraction) -> tuple[Fraction, Fraction]:
-    """PrivFuncSeg's split of `amount`: (ε/4 for SVT, ε/16 per ReduceSeg quarter)."""
-    return amount / 4, amount / 16
-
-
-@lru_cache(maxsize=4096)
-def _final(amount: Fraction, quarter: Fraction, spent: Fraction) -> tuple[Fraction, str, float]:
-    """The projection step's exact budget amount − quarter − spent, its text and float (≤)."""
-    final = amount - quarter - spent
-    return final, str(final), float_at_most(final)
 
 
 def reduce_seg(
@@ -240,7 +149,9 @@ def reduce_seg(
     the halved segments (1-Lipschitz in dist₂): Lap(2^l/ε') at level l
     consumes ε'/2^l (GP); N(0,1)·√(2^l)/√(2ρ') consumes ρ'/2^l (CGP). The
     share halves at each recursion, so one call spends at most
-    (1 − 2^{−k₁})·share. Paper Sec. 4.2, Algorithm 5/9; spec §1.9.
+    (1 − 2^{−k₁})·share. Paper Sec. 4.2, Algorithm 5/9; spec §1.9. It is
+    `reduce_seg_roots` on one root; draws: ``check_slots(k1, level)``
+    draws, in one call (`draw_checks`: Lap(scale) or N(0, scale²) per slot).
 
     Args:
         tree: the dyadic moment tree of q.
@@ -258,58 +169,37 @@ def reduce_seg(
     Returns:
         The covering segments, the exact budget spent and check counts.
     """
-    depth, index = node
-    uniform = [(seg_depth, index * 2 ** (seg_depth - depth) + i)
-               for i in range(2 ** (seg_depth - depth))]
-    if level > k1:
-        return ReduceSegOutcome(uniform, Fraction(0), 0, 0)
-    h_count = 2 ** (seg_depth - depth)
-    if h_count < 2:
-        return ReduceSegOutcome(uniform, Fraction(0), 0, 0)
-    half_depth = seg_depth - 1
-    span = 2 ** (half_depth - depth)
-    d = tree.range_dist(half_depth, index * span, (index + 1) * span)
-    mn = tree.m * tree.n
-    step, half_share = _check_budget(share, level)
-    big_b_float = _as_float(big_b)
-    # Lap(2^l/ε') = Lap(1/step) (GP), N(0,1)·√(2^l)/√(2ρ') = N(0,1)/√(2·step) (CGP)
-    scale = noise_scale(notion, step)
-    if notion == "gp":
-        err = d + rng.laplace(0.0, scale)
-        tau = (h_count / 2) * _E_FACTOR * mn / (2.0 * big_b_float)
-        slack = scale * math.log(2**k1 / beta) if margin else 0.0
-    else:
-        err = d + scale * rng.standard_normal()
-        tau = (math.sqrt(h_count * mn) - math.sqrt(h_count * mn / 2)) / math.sqrt(
-            2.0 * 2.0 * big_b_float
-        )
-        slack = scale * math.sqrt(2.0 * math.log(2**k1 / beta)) if margin else 0.0
-    if err + slack > tau:
-        return ReduceSegOutcome(uniform, step, 1, 0)
-    if half_depth <= depth:  # the merged interval is one segment: children hold < 1 each
-        return ReduceSegOutcome([(depth, index)], step, 1, 1)
-    out_nodes: list[tuple[int, int]] = []
-    spent = step
-    checks, reductions = 1, 1
-    for child in (2 * index, 2 * index + 1):
-        sub = reduce_seg(
-            tree,
-            node=(depth + 1, child),
-            seg_depth=half_depth,
-            k1=k1,
-            level=level + 1,
-            beta=beta,
-            big_b=big_b,
-            share=half_share,
-            notion=notion,
-            rng=rng,
-            margin=margin,
-        )
-        out_nodes.extend(sub.nodes)
-        spent += sub.spent
-        checks += sub.checks
-        reductions += sub.reductions
-    return ReduceSegOutcome(out_nodes, spent, checks, reductions)
+    check_rng(rng)
+    plan = ReduceSegPlan(depth=int(node[0]), seg_depth=int(seg_depth), level=int(level),
+                         k1=int(k1), beta=float(beta), big_b=Fraction(big_b),
+                         share=Fraction(share), notion=notion, margin=bool(margin),
+                         mn=tree.m * tree.n)
+    noise = draw_checks(notion, rng, slot_scales(plan))
+    out = reduce_seg_roots(tree.forest.res2, np.zeros(1, dtype=np.int64),
+                           np.array([int(node[1])]), noise[None, :], plan)
+    spend = spend_per_check(plan)
+    spent = sum((int(n) * s for n, s in zip(out.checks[0], spend, strict=True)), Fraction(0))
+    nodes = [(int(d), int(i)) for d, i in zip(out.depth, out.index, strict=True)]
+    return ReduceSegOutcome(nodes, spent, int(out.checks.sum()), int(out.reductions[0]))
+
+
+@dataclass(frozen=True)
+class SegOptions:
+    """The public parameters of a PrivFuncSeg run (validated).
+
+    Attributes mirror `privfuncseg`'s keywords; `amount` is the exact ε or ρ.
+    """
+
+    notion: str
+    amount: Fraction
+    degree: int
+    reduce: bool
+    continuous: bool
+    beta: float
+    max_level: int
+    k1: int
+    margin: bool
+    threshold: float
 
 
 def _check_options(degree: object, max_level: object, k1: object) -> tuple[int, int, int]:
@@ -342,107 +232,331 @@ def _basis_degree(basis: object, degree: int | None) -> int:
     )
 
 
-def privfuncseg_core(
-    t: np.ndarray,
-    v: np.ndarray,
-    *,
-    notion: str,
-    amount: Fraction,
-    rng: np.random.Generator,
-    degree: int,
-    reduce: bool,
-    continuous: bool,
-    beta: float,
-    max_level: int,
-    k1: int,
-    margin: bool,
-    threshold: float,
-    lo: float | None = None,
-    hi: float | None = None,
-    depth_from_samples: bool = True,
-) -> PrivateFunction:
-    """PrivFuncSeg on validated arrays (see `privfuncseg`); lo/hi may extend the domain."""
-    top = max_level
-    if depth_from_samples:
-        n_samples = int(np.sum(np.diff(t) > 0)) + 1
-        top = min(max_level, max(0, math.ceil(math.log2(n_samples))))
-    first = max(0, top - 4) if top > 8 else top
-    trees = [DyadicTree(t, v, degree, first, lo, hi)]
-    m, n = trees[0].m, trees[0].n
-    quarter, part_share = _split(amount)
-    eps_svt = svt_epsilon(notion, quarter)
-    levels = np.arange(top + 1)
-    if notion == "gp":
-        tau = (2.0**levels) * m * n / _as_float(quarter)
-    else:
-        tau = np.sqrt((2.0**levels) * m * n) / math.sqrt(2.0 * _as_float(quarter))
+def seg_options(*, basis: str, epsilon: object, rho: object, reduce: bool, continuous: bool,
+                degree: int | None, beta: float, max_level: int, k1: int, margin: bool,
+                threshold: float) -> SegOptions:
+    """Validate PrivFuncSeg's public parameters (before any data is read)."""
+    notion, amount = budget(epsilon, rho)
+    deg = _basis_degree(basis, degree)
+    deg, max_level, k1 = _check_options(deg, max_level, k1)
+    beta = check_beta(beta)
+    if not math.isfinite(float(threshold)):
+        raise MechanismParameterError("threshold must be finite")
+    return SegOptions(notion, amount, deg, bool(reduce), bool(continuous), beta, max_level, k1,
+                      bool(margin), float(threshold))
 
-    def query(j: int) -> float:
-        # the deepest levels are built (one more linear pass) only if SVT reaches them
-        if j > trees[-1].max_level:
-            trees.append(DyadicTree(t, v, degree, top, lo, hi))
-        return float(tau[j] - trees[-1].level_dist[j])
 
-    res = svt(query, threshold=threshold, epsilon=eps_svt, rng=rng, n_queries=top + 1)
-    tree = trees[-1]
-    k_bar = res.index
-    nodes = [(k_bar, i) for i in range(2**k_bar)]
+def svt_levels(sizes: np.ndarray, max_level: int) -> np.ndarray:
+    """Top SVT level per curve: min(max_level, ⌈log₂ N⌉), N its size (distinct times)."""
+    ceil_log2 = np.array([(int(n) - 1).bit_length() for n in sizes], dtype=np.int64)
+    return np.minimum(ceil_log2, max_level)
+
+
+@lru_cache(maxsize=256)
+def _split(amount: Fraction) -> tuple[Fraction, Fraction]:
+    """PrivFuncSeg's split of `amount`: (ε/4 for SVT, ε/16 per ReduceSeg quarter)."""
+    return amount / 4, amount / 16
+
+
+@lru_cache(maxsize=4096)
+def _cost(notion: str, amount: Fraction, ran_reduce: bool,
+          spent: Fraction) -> tuple[Cost, Fraction, str]:
+    """The cost of one curve (shared by all curves with the same spend) and its final step."""
+    quarter, _ = _split(amount)
+    final = amount - quarter - spent
     items = [CostItem("svt", notion, quarter)]
-    spent = Fraction(0)
-    checks = reductions = 0
-    ran_reduce = reduce and 2**k_bar >= 8
     if ran_reduce:
-        nodes = []
-        for part in range(4):
-            out = reduce_seg(
-                tree,
-                node=(2, part),
-                seg_depth=k_bar,
-                k1=k1,
-                level=1,
-                beta=beta / 2,
-                big_b=quarter,
-                share=part_share,
-                notion=notion,
-                rng=rng,
-                margin=margin,
-            )
-            nodes.extend(out.nodes)
-            spent += out.spent
-            checks += out.checks
-            reductions += out.reductions
         items.append(CostItem("reduce_seg", notion, spent))
-    final, final_text, final_float = _final(amount, quarter, spent)
     items.append(CostItem("project", notion, final))
-    cost = Cost(notion=notion, requested=amount, items=tuple(items))
-    edges = tree.edges(nodes)
-    noisy = privatize_coefficients(
-        tree.coefficients(nodes), notion=notion, amount=final, rng=rng
-    )
-    diagnostics: dict[str, Any] = {
-        "k_bar": int(k_bar),
-        "svt_halted": bool(res.halted),
-        "max_level": int(top),
-        "segments_before_reduce": int(2**k_bar),
-        "segments": int(len(nodes)),
-        "reduce_seg_ran": bool(ran_reduce),
-        "reduce_seg_checks": int(checks),
-        "reduce_seg_reductions": int(reductions),
-        "final_budget": final_text,
-        "continuous": False,
-    }
-    fn = PrivateFunction(
-        breakpoints=edges,
-        coefficients=noisy,
-        basis_name="legendre",
-        basis_params=LegendreBasis(degree).params(),
-        cost=cost,
-        dim=int(noisy.size),
-        noise_notion=notion,
-        noise_budget=final_float,
-        diagnostics=diagnostics,
-    )
-    return continuity_projection(fn) if continuous else fn
+    return Cost(notion=notion, requested=amount, items=tuple(items)), final, str(final)
+
+
+def privfuncseg_batch(
+    batch: CurveBatch,
+    *,
+    rngs: list[np.random.Generator],
+    basis: str = "linear",
+    epsilon: float | str | Fraction | None = None,
+    rho: float | str | Fraction | None = None,
+    reduce: bool = True,
+    continuous: bool = False,
+    degree: int | None = None,
+    beta: float = 0.1,
+    max_level: int = 20,
+    k1: int = 4,
+    margin: bool = True,
+    threshold: float = 0.0,
+    depth_from_samples: bool = True,
+    public_sizes: object = None,
+) -> PrivateFunctionBatch:
+    """PrivFuncSeg on every curve of a batch (each curve as `privfuncseg`, with its own rng).
+
+    Privacy: per curve exactly as `privfuncseg` (ε-GP or ρ-CGP w.r.t. dist₂
+    over that curve's domain, cost ε or ρ split into ``svt``, ``reduce_seg``
+    and ``project``); curve c's noise comes only from ``rngs[c]``, and a
+    generator given for several curves is drawn curve after curve, so the
+    result equals calling `privfuncseg` on each curve in order. Cost: O(total
+    samples + Σ 2^top) array work plus a few generator calls per curve.
+
+    Args:
+        batch: the curves.
+        rngs: one generator per curve (a user's generator may repeat).
+        basis: as `privfuncseg`.
+        epsilon: ε (exactly one of epsilon / rho).
+        rho: ρ.
+        reduce: as `privfuncseg`.
+        continuous: as `privfuncseg`.
+        degree: as `privfuncseg`.
+        beta: as `privfuncseg`.
+        max_level: as `privfuncseg`.
+        k1: as `privfuncseg`.
+        margin: as `privfuncseg`.
+        threshold: as `privfuncseg`.
+        depth_from_samples: as `privfuncseg`.
+        public_sizes: (C,) public sizes that cap each curve's SVT levels at
+            ⌈log₂ size⌉ (e.g. a domain's public point count or output grid);
+            they replace `depth_from_samples`.
+
+    Returns:
+        The privatized functions; `function(c)` is curve c's `PrivateFunction`.
+    """
+    opts = seg_options(basis=basis, epsilon=epsilon, rho=rho, reduce=reduce,
+                       continuous=continuous, degree=degree, beta=beta, max_level=max_level,
+                       k1=k1, margin=margin, threshold=threshold)
+    if not isinstance(batch, CurveBatch):
+        raise MechanismParameterError("privfuncseg_batch takes a CurveBatch")
+    if public_sizes is not None:
+        sizes = np.asarray(public_sizes, dtype=np.int64)
+        if sizes.shape != (len(batch),) or np.any(sizes < 1):
+            raise MechanismParameterError("public_sizes needs one size >= 1 per curve")
+        tops = svt_levels(sizes, opts.max_level)
+    else:
+        tops = _tops(batch, opts, depth_from_samples)
+    return privfuncseg_core(batch, tops, list(rngs), opts)
+
+
+def _tops(batch: CurveBatch, opts: SegOptions, depth_from_samples: bool) -> np.ndarray:
+    """Top SVT level of every curve: capped by ⌈log₂ N⌉ only when N is public."""
+    if depth_from_samples:
+        return svt_levels(batch.distinct_times(), opts.max_level)
+    return np.full(len(batch), opts.max_level, dtype=np.int64)
+
+
+def privfuncseg_core(batch: CurveBatch, tops: np.ndarray, rngs: list[np.random.Generator],
+                     opts: SegOptions) -> PrivateFunctionBatch:
+    """PrivFuncSeg on validated curves with given top SVT levels (see `privfuncseg_batch`)."""
+    rounds = generator_rounds(rngs, len(batch))
+    if len(rounds) == 1:
+        return _Round(batch, tops, rngs, opts).run()
+    parts = [_Round(batch.take(idx), tops[idx], [rngs[i] for i in idx], opts).run()
+             for idx in rounds]
+    return concat_batches(parts, rounds)
+
+
+class _Round:
+    """PrivFuncSeg on curves whose generators are all distinct."""
+
+    def __init__(self, batch: CurveBatch, tops: np.ndarray, rngs: list[np.random.Generator],
+                 opts: SegOptions) -> None:
+        self.batch, self.tops, self.rngs, self.opts = batch, tops, rngs, opts
+        self.firsts = np.where(tops > 8, np.maximum(tops - 4, 0), tops)
+        self.quarter, self.part_share = _split(opts.amount)
+        self.m, self.n = opts.degree + 1, batch.n_outputs
+        self.forests: list[DyadicForest] = []
+        count = len(batch)
+        self.tree = np.zeros(count, dtype=np.int64)  # forest of each curve
+        self.row = np.zeros(count, dtype=np.int64)  # row in that forest
+
+    def run(self) -> PrivateFunctionBatch:
+        svt_noise, check_noise = self._draw_blocks()
+        k_bar, halted = self._svt(svt_noise)
+        depth, index, seg_off, checks, reductions = self._segments(k_bar, check_noise)
+        return self._release(k_bar, halted, depth, index, seg_off, checks, reductions)
+
+    def _plan(self, seg_depth: int) -> ReduceSegPlan:
+        """ReduceSeg's public parameters for a curve with 2^seg_depth segments (Alg. 4 l. 5-9)."""
+        opts = self.opts
+        return ReduceSegPlan(depth=2, seg_depth=seg_depth, level=1, k1=opts.k1,
+                             beta=opts.beta / 2, big_b=self.quarter, share=self.part_share,
+                             notion=opts.notion, margin=opts.margin, mn=self.m * self.n)
+
+    def _draw_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every curve's SVT slots (C, top + 2) and ReduceSeg check slots (C, 4·slots)."""
+        count, opts = len(self.batch), self.opts
+        self.svt_scale = laplace_scale(3, svt_epsilon(opts.notion, self.quarter))  # >= 3/ε
+        scales = (np.tile(slot_scales(self._plan(3)), 4) if opts.reduce else np.zeros(0))
+        svt, checks = [], []
+        for rng, n in zip(self.rngs, (self.tops + 2).tolist(), strict=True):
+            svt.append(rng.laplace(0.0, self.svt_scale, size=n))
+            checks.append(draw_checks(opts.notion, rng, scales))
+        width = int(self.tops.max()) + 2
+        flat = np.concatenate(svt)
+        starts = np.cumsum([0] + [d.size for d in svt[:-1]])
+        svt_noise = np.zeros((count, width))
+        columns = np.arange(width)
+        inside = columns[None, :] < self.tops[:, None] + 2
+        svt_noise[inside] = flat[(starts[:, None] + columns[None, :])[inside]]
+        return svt_noise, np.concatenate(checks).reshape(count, scales.size)
+
+    def _build(self, curves: np.ndarray, levels: np.ndarray, dist: np.ndarray) -> None:
+        """Forests for `curves`, one per distinct finest level; fill their level distances."""
+        for level in np.unique(levels):
+            members = curves[levels == level]
+            sub = self.batch.take(members)
+            forest = DyadicForest(sub.t, sub.values, sub.offsets, self.opts.degree, int(level))
+            self.tree[members] = len(self.forests)
+            self.row[members] = np.arange(members.size)
+            self.forests.append(forest)
+            dist[members, : int(level) + 1] = forest.level_dist
+
+    def _svt(self, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        opts, count = self.opts, len(self.batch)
+        levels = np.arange(int(self.tops.max()) + 1)
+        if opts.notion == "gp":
+            tau = (2.0**levels) * self.m * self.n / float(self.quarter)
+        else:
+            tau = np.sqrt((2.0**levels) * self.m * self.n) / math.sqrt(2.0 * float(self.quarter))
+        dist = np.zeros((count, levels.size))
+        everyone = np.arange(count)
+        self._build(everyone, self.firsts, dist)
+        k_bar, halted = first_crossing(tau[None, :] - dist, self.firsts + 1, noise,
+                                       threshold=opts.threshold)
+        deeper = everyone[~halted & (self.tops > self.firsts)]
+        if deeper.size:  # the deepest levels are built only for curves the SVT takes there
+            self._build(deeper, self.tops[deeper], dist)
+            queries = tau[None, :] - dist[deeper]
+            queries[levels[None, :] <= self.firsts[deeper, None]] = -np.inf  # already asked
+            k2, h2 = first_crossing(queries, self.tops[deeper] + 1, noise[deeper],
+                                    threshold=opts.threshold)
+            k_bar[deeper], halted[deeper] = k2, h2
+        return k_bar, halted
+
+    def _segments(self, k_bar: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Final dyadic segments (depth, index, per-curve offsets) and ReduceSeg's counts."""
+        opts, count = self.opts, len(self.batch)
+        levels = max(opts.k1, 0)
+        checks = np.zeros((count, levels), dtype=np.int64)
+        reductions = np.zeros(count, dtype=np.int64)
+        ran = (k_bar >= 3) & opts.reduce
+        blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        plain = np.flatnonzero(~ran)
+        if plain.size:
+            counts = 2 ** k_bar[plain]
+            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            blocks.append((plain, counts, np.repeat(k_bar[plain], counts), within))
+        slots = check_slots(opts.k1, 1)
+        for tree_id, kb in _pairs(self.tree[ran], k_bar[ran]):
+            curves = np.flatnonzero(ran & (self.tree == tree_id) & (k_bar == kb))
+            out = reduce_seg_roots(self.forests[tree_id].res2, np.repeat(self.row[curves], 4),
+                                   np.tile(np.arange(4), curves.size),
+                                   noise[curves].reshape(-1, slots), self._plan(kb))
+            checks[curves] = out.checks.reshape(curves.size, 4, -1).sum(axis=1)
+            reductions[curves] = out.reductions.reshape(curves.size, 4).sum(axis=1)
+            per_curve = out.offsets[4::4] - out.offsets[:-4:4]
+            blocks.append((curves, per_curve, out.depth, out.index))
+        return (*_in_curve_order(blocks, count), checks, reductions)
+
+    def _release(self, k_bar: np.ndarray, halted: np.ndarray, depth: np.ndarray,
+                 index: np.ndarray, seg_off: np.ndarray, checks: np.ndarray,
+                 reductions: np.ndarray) -> PrivateFunctionBatch:
+        opts, count = self.opts, len(self.batch)
+        segments = np.diff(seg_off)
+        curve = np.repeat(np.arange(count), segments)
+        coef = np.empty((depth.size, self.m, self.n))
+        for tree_id, d in _pairs(self.tree[curve], depth):
+            sel = (self.tree[curve] == tree_id) & (depth == d)
+            coef[sel] = self.forests[tree_id].coef[d][self.row[curve[sel]], index[sel]]
+        lo, hi = self.batch.lo, self.batch.hi
+        left = lo[curve] + (hi - lo)[curve] * (index / np.exp2(depth))
+        edges = np.empty(depth.size + count)
+        bp_pos = np.arange(depth.size) + curve
+        edges[bp_pos] = left
+        edges[seg_off[1:] + np.arange(count)] = hi
+        ran = (k_bar >= 3) & opts.reduce
+        spend = spend_per_check(self._plan(3))
+        costs, scales, finals, texts = _costs(opts, ran, checks, spend)
+        dims = segments * self.m * self.n
+        if opts.notion == "gp":
+            z = slap_rows(dims, self.rngs)
+        else:
+            z = gaussian_rows(dims, self.rngs)
+        noisy = coef + (np.repeat(scales, dims) * z).reshape(coef.shape)
+        factors = np.ones(count)
+        if opts.continuous:
+            basis = LegendreBasis(opts.degree)
+            for c in range(count):
+                a, b = int(seg_off[c]), int(seg_off[c + 1])
+                noisy[a:b] = project_continuous(edges[a + c : b + c + 1], noisy[a:b], basis)
+            factors[:] = 2.0
+        params = LegendreBasis(opts.degree).params()
+        diagnostics: dict[str, list[Any]] = {
+            "k_bar": k_bar.tolist(),
+            "svt_halted": halted.tolist(),
+            "max_level": self.tops.tolist(),
+            "segments_before_reduce": (2**k_bar).tolist(),
+            "segments": segments.tolist(),
+            "reduce_seg_ran": ran.tolist(),
+            "reduce_seg_checks": checks.sum(axis=1).tolist(),
+            "reduce_seg_reductions": reductions.tolist(),
+            "final_budget": texts,
+            "continuous": [opts.continuous] * count,
+        }
+        return PrivateFunctionBatch(
+            breakpoints=edges, coefficients=noisy, seg_offsets=seg_off, basis_name="legendre",
+            basis_params=(params,) * count, costs=tuple(costs), dims=dims,
+            noise_notion=opts.notion, noise_budgets=finals,
+            diagnostics=diagnostics, error_factors=factors)
+
+
+def _in_curve_order(blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                    count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Concatenate per-curve blocks of segments (curves, counts, depth, index) in curve order."""
+    curves = np.concatenate([b[0] for b in blocks])
+    counts = np.concatenate([b[1] for b in blocks])
+    depth = np.concatenate([b[2] for b in blocks])
+    index = np.concatenate([b[3] for b in blocks])
+    src_start = np.cumsum(counts) - counts
+    seg_counts = np.zeros(count, dtype=np.int64)
+    seg_counts[curves] = counts
+    seg_off = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(seg_counts, out=seg_off[1:])
+    order = np.argsort(curves, kind="stable")
+    take = np.repeat(src_start[order] - seg_off[curves[order]], counts[order]) + np.arange(
+        int(counts.sum()))
+    return depth[take], index[take], seg_off
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
+    """The distinct (a, b) pairs of two non-negative int arrays, sorted."""
+    if a.size == 0:
+        return []
+    width = int(b.max()) + 1
+    keys = np.flatnonzero(np.bincount(a * width + b))
+    return [(int(k) // width, int(k) % width) for k in keys]
+
+
+def _costs(opts: SegOptions, ran: np.ndarray, checks: np.ndarray, spend: list[Fraction]
+           ) -> tuple[list[Cost], np.ndarray, np.ndarray, list[str]]:
+    """Per curve: exact cost, noise scale of the final step (budget rounded down), its float, text.
+
+    Computed once per distinct (ran, checks) row: curves with equal counts share them.
+    """
+    table = np.column_stack([ran, checks]).astype(np.int64)
+    base = int(table.max()) + 1
+    key = table @ (base ** np.arange(table.shape[1], dtype=np.int64))
+    keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rows = table[first]
+    costs, scales, finals, texts = [], [], [], []
+    for row in rows.tolist():
+        spent = sum((n * s for n, s in zip(row[1:], spend, strict=False)), Fraction(0))
+        cost, final, text = _cost(opts.notion, opts.amount, bool(row[0]), spent)
+        costs.append(cost)
+        scales.append(noise_scale(opts.notion, final))  # from the exact amount, never below
+        finals.append(float_at_most(final))
+        texts.append(text)
+    pick = inverse.tolist()
+    return ([costs[i] for i in pick], np.array(scales)[inverse], np.array(finals)[inverse],
+            [texts[i] for i in pick])
 
 
 def privfuncseg(
@@ -475,7 +589,8 @@ def privfuncseg(
     the number of samples N caps the SVT levels (N is then released through
     the SVT's depth: only if N is public); without it the SVT runs over exactly
     `max_level` + 1 levels, a public parameter. Paper Sec. 4.2, Algorithms
-    4/5 (GP) and 8/9 (CGP); spec §1.8, §1.9.
+    4/5 (GP) and 8/9 (CGP); spec §1.8, §1.9. It is `privfuncseg_batch` on
+    one curve (draws: see the module docstring).
 
     Error: dist₂(f̃, f_a) ≤ η(β; D, p)/ε_fin w.p. 1 − β (`error_bound`),
     D = segments·m·n; doubled when `continuous`.
@@ -509,27 +624,11 @@ def privfuncseg(
         safe to release, but outputs); ``max_level``, ``reduce_seg_ran``
         (given k̄) and ``continuous`` are public parameters.
     """
-    notion, amount = budget(epsilon, rho)
+    opts = seg_options(basis=basis, epsilon=epsilon, rho=rho, reduce=reduce,
+                       continuous=continuous, degree=degree, beta=beta, max_level=max_level,
+                       k1=k1, margin=margin, threshold=threshold)
     check_rng(rng)
-    deg = _basis_degree(basis, degree)
-    deg, max_level, k1 = _check_options(deg, max_level, k1)
-    beta = check_beta(beta)
-    if not math.isfinite(float(threshold)):
-        raise MechanismParameterError("threshold must be finite")
     ta, va = check_curve(t, values)
-    return privfuncseg_core(
-        ta,
-        va,
-        notion=notion,
-        amount=amount,
-        rng=rng,
-        degree=deg,
-        reduce=bool(reduce),
-        continuous=bool(continuous),
-        beta=beta,
-        max_level=max_level,
-        k1=k1,
-        margin=bool(margin),
-        threshold=float(threshold),
-        depth_from_samples=bool(depth_from_samples),
-    )
+    batch = CurveBatch(ta, va, np.array([0, ta.size], dtype=np.int64))
+    return privfuncseg_core(batch, _tops(batch, opts, bool(depth_from_samples)), [rng],
+                            opts).function(0)

@@ -4,6 +4,10 @@ SVT(x, (ε₁, ε₂), 𝒯, K, g₁, g₂, …) with the paper's split (ε₁, 
 W ~ Lap(K/ε₁) = Lap(3K/ε) once, then ν_j ~ Lap(2K/ε₂) = Lap(3K/ε) per query;
 halt at the first j with g_j(x) + ν_j ≥ 𝒯 + W. If the finite query list is
 exhausted the last index is returned [PROPOSED].
+
+The noise of every query slot is drawn up front, so the halting index of many
+query lists (one per curve, each with its own generator's draws) is one
+vectorised comparison (`first_crossing`); `svt` is that with one list.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from mechanisms.cost import laplace_scale
 from mechanisms.curves._budget import check_rng
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["svt", "SVTResult"]
+__all__ = ["svt", "SVTResult", "first_crossing"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def svt(
 
     Args:
         queries: the query values g_j(x) in order, or a function j -> g_j(x)
-            evaluated lazily (then `n_queries` is required).
+            (then `n_queries` is required; every query is evaluated).
         threshold: the public threshold 𝒯.
         epsilon: the SVT budget ε (> 0).
         rng: injected generator.
@@ -65,6 +69,9 @@ def svt(
 
     Returns:
         The halting index (0-based) and whether a query crossed.
+
+    Draws: one call ``rng.laplace(0, 3K/ε, count + 1)`` (W, then ν_j for
+    every query, whether or not the SVT halts before it).
     """
     check_rng(rng)
     eps = float(epsilon)
@@ -79,20 +86,49 @@ def svt(
         if n_queries is None or int(n_queries) < 1:
             raise MechanismParameterError("n_queries >= 1 is required with a query function")
         count = int(n_queries)
-        get = queries
+        values = np.array([float(queries(j)) for j in range(count)])
     else:
         values = np.asarray(queries, dtype=np.float64)
         if values.ndim != 1 or values.size < 1:
             raise MechanismParameterError("SVT needs a non-empty 1-D list of queries")
         count = values.size
-
-        def get(j: int) -> float:
-            return float(values[j])
-
     # K/ε₁ with ε₁ = ε/3, and 2K/ε₂ with ε₂ = 2ε/3; never below the exact 3K/ε
     scale = laplace_scale(3 * Fraction(k), epsilon if isinstance(epsilon, Fraction) else eps)
-    noisy_threshold = float(threshold) + rng.laplace(0.0, scale)
-    for j in range(count):
-        if get(j) + rng.laplace(0.0, scale) >= noisy_threshold:
-            return SVTResult(index=j, halted=True, evaluated=j + 1)
-    return SVTResult(index=count - 1, halted=False, evaluated=count)
+    noise = rng.laplace(0.0, scale, size=count + 1)
+    index, halted = first_crossing(values[None, :], np.array([count]), noise[None, :],
+                                   threshold=float(threshold))
+    j = int(index[0])
+    return SVTResult(index=j, halted=bool(halted[0]), evaluated=j + 1)
+
+
+def first_crossing(
+    queries: np.ndarray,
+    lengths: np.ndarray,
+    noise: np.ndarray,
+    *,
+    threshold: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Above-threshold SVT on many query lists at once, given their Laplace noise.
+
+    Row c halts at the first j < lengths[c] with
+    queries[c, j] + noise[c, 1 + j] >= threshold + noise[c, 0] (W = noise[c, 0],
+    ν_j = noise[c, 1 + j]), else returns lengths[c] − 1. Privacy as `svt` when
+    every slot is an independent Lap(3K/ε) draw and every query is
+    K-Lipschitz; the noise of row c must come from row c's own generator.
+
+    Args:
+        queries: (C, Q) query values; entries at j >= lengths[c] are ignored.
+        lengths: (C,) number of queries of each row (>= 1).
+        noise: (C, >= Q + 1) Lap(3K/ε) draws, W first.
+        threshold: the public threshold 𝒯.
+
+    Returns:
+        (index (C,), halted (C,)).
+    """
+    count = queries.shape[1]
+    noisy_threshold = threshold + noise[:, :1]
+    hits = queries + noise[:, 1 : count + 1] >= noisy_threshold
+    hits &= np.arange(count)[None, :] < lengths[:, None]
+    halted = hits.any(axis=1)
+    index = np.where(halted, np.argmax(hits, axis=1), lengths - 1)
+    return index.astype(np.int64), halted

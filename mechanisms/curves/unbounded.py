@@ -16,10 +16,11 @@ from fractions import Fraction
 import numpy as np
 
 from mechanisms.cost import Cost, CostItem
-from mechanisms.curves._budget import budget, check_beta, check_rng, svt_epsilon
-from mechanisms.curves._piecewise import SubPieces, check_curve
+from mechanisms.curves._budget import budget, check_rng, svt_epsilon
+from mechanisms.curves._piecewise import SubPieces, check_curve, restrict
+from mechanisms.curves.batch import CurveBatch
 from mechanisms.curves.result import PrivateFunction
-from mechanisms.curves.segment import _basis_degree, _check_options, privfuncseg_core
+from mechanisms.curves.segment import SegOptions, privfuncseg_core, seg_options, svt_levels
 from mechanisms.curves.svt import svt
 from mechanisms.errors import MechanismParameterError
 
@@ -92,9 +93,9 @@ def privfuncseg_unbounded(
         raise MechanismParameterError("svt_share must be in (0, 1)")
     if isinstance(max_power, bool) or not isinstance(max_power, int) or not 1 <= max_power <= 60:
         raise MechanismParameterError("max_power must be an integer in [1, 60]")
-    deg = _basis_degree(basis, degree)
-    deg, _, _ = _check_options(deg, 20, 4)
-    beta = check_beta(beta)
+    opts = seg_options(basis=basis, epsilon=epsilon, rho=rho, reduce=reduce,
+                       continuous=continuous, degree=degree, beta=beta, max_level=20, k1=4,
+                       margin=True, threshold=0.0)
     ta, va = check_curve(t, values)
     svt_amount = amount * share
     rest = amount - svt_amount
@@ -106,6 +107,8 @@ def privfuncseg_unbounded(
         lo, hi = max(-big_t, float(ta[0])), min(big_t, float(ta[-1]))
         if lo >= hi:
             inner = 0.0
+        elif lo == ta[0] and hi == ta[-1]:
+            inner = total
         else:
             inner = math.sqrt(float(SubPieces(ta, va, np.array([lo, hi])).squared_norms()[0]))
         return inner - total
@@ -120,23 +123,12 @@ def privfuncseg_unbounded(
     )
     t_bar = 2.0 ** (res.index + 1)
     zt, zv = _zero_extended(ta, va, -t_bar, t_bar)
-    inner_fn = privfuncseg_core(
-        zt,
-        zv,
-        notion=notion,
-        amount=rest,
-        rng=rng,
-        degree=deg,
-        reduce=bool(reduce),
-        continuous=bool(continuous),
-        beta=beta,
-        max_level=20,
-        k1=4,
-        margin=True,
-        threshold=0.0,
-        lo=-t_bar,
-        hi=t_bar,
-    )
+    tops = svt_levels(CurveBatch(zt, zv, np.array([0, zt.size])).distinct_times(), 20)
+    zt, zv = restrict(zt, zv, -t_bar, t_bar)
+    inner_opts = SegOptions(notion, rest, opts.degree, opts.reduce, opts.continuous, opts.beta,
+                            20, 4, True, 0.0)
+    inner_fn = privfuncseg_core(CurveBatch(zt, zv, np.array([0, zt.size])), tops, [rng],
+                                inner_opts).function(0)
     assert inner_fn.cost is not None
     items = (CostItem("svt_domain", notion, svt_amount),) + tuple(
         CostItem("seg_" + i.step, notion, i.amount) for i in inner_fn.cost.items

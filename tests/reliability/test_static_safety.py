@@ -190,8 +190,8 @@ def test_the_rng_checker_catches_unseeded_generators(tmp_path, monkeypatch):
 
 def test_release_noise_is_seeded_from_the_ledger_hmac():
     # the only generators tasks/ create are the keyed ChaCha20 generators of
-    # tasks/keyed_rng.py, keyed with a value read from the per-chunk seed file
-    # that Ledger.noise_seed (HMAC of the key) filled
+    # tasks/keyed_rng.py, keyed with the chunk's seeds, which the flow fills from
+    # Ledger.noise_seed (HMAC of the key)
     uses = []
     for path in _py_files("tasks"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -27,15 +27,43 @@ def test_exhausted_returns_last_index():
     assert res.index == 1 and not res.halted
 
 
-def test_lazy_queries_are_evaluated_only_until_halt():
+def test_query_function_is_asked_once_per_query_and_draws_are_fixed():
+    # The documented draw order: one Lap(1) slot for W and one per query, drawn up
+    # front whether or not the SVT halts before a query (so many SVTs vectorise).
     seen = []
 
     def g(j):
         seen.append(j)
         return 100.0 if j == 3 else -100.0
 
-    res = svt(g, threshold=0.0, epsilon=1e3, rng=np.random.default_rng(2), n_queries=10)
-    assert res.index == 3 and seen == [0, 1, 2, 3]
+    rng = np.random.default_rng(2)
+    res = svt(g, threshold=0.0, epsilon=1e3, rng=rng, n_queries=10)
+    assert res.index == 3 and res.halted and seen == list(range(10))
+    after = np.random.default_rng(2)
+    after.laplace(0.0, 3e-3, size=11)
+    assert rng.random() == after.random()
+
+
+def svt_scale(eps):
+    from mechanisms.cost import laplace_scale
+
+    return laplace_scale(3, eps)
+
+
+def test_first_crossing_rows_equal_single_svts():
+    from mechanisms.curves.svt import first_crossing
+
+    rng = np.random.default_rng(9)
+    queries = rng.normal(0, 3, (200, 7))
+    lengths = rng.integers(1, 8, 200)
+    seeds = rng.integers(0, 2**63, 200)
+    scale = svt_scale(1.0)
+    noise = np.stack([np.random.default_rng(int(s)).laplace(0.0, scale, 8) for s in seeds])
+    index, halted = first_crossing(queries, lengths, noise, threshold=1.0)
+    for c in range(200):
+        one = svt(queries[c, :lengths[c]], threshold=1.0, epsilon=1.0,
+                  rng=np.random.default_rng(int(seeds[c])))
+        assert (one.index, one.halted) == (index[c], halted[c])
 
 
 def test_lemma_2_4_utility():
