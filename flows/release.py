@@ -119,20 +119,6 @@ def _scheduled_date() -> str | None:
         return None
 
 
-def _guard_release_id(ledger: Ledger, release_id: str, fingerprint: str,
-                      parameters: dict[str, Any]) -> None:
-    """Refuse to reuse a release_id for other input or parameters (it would skip charging)."""
-    earlier = ledger.release(release_id)
-    if not earlier:
-        return
-    manifest = earlier.get("manifest") or {}
-    if manifest.get("input_fingerprint") not in (None, fingerprint) or (
-            manifest.get("parameters") not in (None, parameters)):
-        raise ParameterError(
-            f"release id {release_id!r} was already used for a different input or different "
-            "parameters; a rerun must repeat the same release exactly. Use a new --release-id.")
-
-
 def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return {"release_id": rid, "out": str(rdir), "report": str(rdir / "report.html"),
             "manifest": manifest}
@@ -160,7 +146,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                                scheduled_date)
         label_run(rid, release_tags(dom.name, spec.mechanism, parameters["notion"]))
         ledger = Ledger(ledger_path)
-        _guard_release_id(ledger, rid, plan.fingerprint, parameters)
+        # An early, clear refusal of a release id bound to other data or parameters;
+        # the reserve below checks the binding again in its own transaction (races).
+        ledger.check_binding(rid, plan.fingerprint, parameters)
         # A published release is checked against the ledger's manifest, never rewritten.
         published = published_release(out_root, rid, ledger.release(rid))
         if published is not None:
@@ -170,8 +158,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                          "time_unit": dom.time_unit, "parameters": parameters,
                          "input_fingerprint": plan.fingerprint, "input": str(input_path),
                          "policy": domain_record(dom)}
-        if not ledger.release(rid):
-            ledger.record_release(rid, base_manifest, "reserved")
         if isinstance(spec, CurveSpec):
             requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
             mechanism = spec.mechanism
@@ -182,6 +168,10 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                           parameters=parameters,
                                           input_fingerprint=plan.fingerprint,
                                           flow_run_id=_flow_run_id())
+        record = ledger.release(rid)
+        if record is not None and record["state"] == "reserved" and not record["manifest"]:
+            # after the reserve: only a run the binding admitted describes the release
+            ledger.record_release(rid, base_manifest, "reserved")
         fault_point("after_reserve")
         # Submit chunks through a bounded window and settle them in chunk order:
         # at most `in_flight` chunks are queued or running at once, so memory does
@@ -201,7 +191,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 return
             if settles == 0:
                 fault_point("before_first_settle")
-            settle_chunk(ledger_path, rid, dom.name, quote(list(unsettled)))
+            settle_chunk(ledger_path, rid, dom.name, quote(list(unsettled)),
+                         input_fingerprint=plan.fingerprint, parameters=parameters)
             settles += 1
             for r in unsettled:
                 r.costs = []  # settled: free them (memory must not grow with users)
@@ -232,9 +223,12 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         # Each chunk travels to its task as arrays (the admitted users' samples and
         # seeds), never as a path: workers need no access to this machine's files.
         for chunk in plan.chunks:
-            seeds = {u: ledger.noise_seed(rid, u) for u in chunk.user_ids if u in admitted}
-            if not seeds:
+            users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
+                     if u in admitted]
+            if not users:
                 continue
+            seeds = ledger.noise_seeds(rid, [u for u, _ in users], [fp for _, fp in users],
+                                       parameters)
             if isinstance(spec, CurveSpec):
                 pending.append(privatize_curves.submit(
                     load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))

@@ -31,7 +31,7 @@ from ledger.errors import LedgerOpenError
 KEY_BYTES = 32
 _FINGERPRINT_LABEL = b"privpipe noise key fingerprint v1"
 _SEAL_LABEL = "privpipe chain seal v1"
-_SEED_LABEL = "privpipe noise seed v1"
+_SEED_LABEL = "privpipe noise seed v2"
 
 
 def key_path_for(ledger_path: str | os.PathLike[str]) -> Path:
@@ -124,12 +124,17 @@ def row_mac(key: bytes, label: str, values: list[object]) -> str:
     return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def noise_seed(key: bytes, release_id: str, user_id: str) -> int:
-    """256-bit seed = HMAC-SHA256(key, canonical(release_id, user_id)) as a big-endian int.
+def noise_seed(key: bytes, release_id: str, user_id: str, data_fingerprint: str,
+               parameters_digest: str) -> int:
+    """256-bit seed = HMAC-SHA256(key, canonical(ids, data, parameters)) as a big-endian int.
 
-    The canonical encoding is the JSON array ``["privpipe noise seed v1", release_id,
-    user_id]`` in UTF-8, which is unambiguous for any ids (no separator collisions).
+    The canonical encoding is the JSON array ``["privpipe noise seed v2", release_id,
+    user_id, data_fingerprint, parameters_digest]`` in UTF-8, unambiguous for any ids
+    (no separator collisions). The user's own data fingerprint and the release's
+    parameter digest are in it, so noise is reused only by a rerun of the same release
+    on the same data with the same parameters, never by other data.
     """
-    msg = json.dumps([_SEED_LABEL, str(release_id), str(user_id)], ensure_ascii=False)
+    msg = json.dumps([_SEED_LABEL, str(release_id), str(user_id), str(data_fingerprint),
+                      str(parameters_digest)], ensure_ascii=False)
     digest = hmac.new(key, msg.encode("utf-8"), hashlib.sha256).digest()
     return int.from_bytes(digest, "big")

@@ -10,6 +10,7 @@ for the guarantees (no overspend, serialised writers, idempotency, audit).
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import socket
 import time
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from ledger import checks, keys, policy, queries, releases, storage
+from ledger import binding, checks, keys, policy, queries, releases, storage
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError
@@ -58,6 +59,11 @@ def default_actor() -> str:
     except (KeyError, OSError):
         user = f"uid{os.getuid()}"
     return f"{user}@{socket.gethostname()}"
+
+
+def parameters_digest(parameters: dict[str, Any]) -> str:
+    """SHA-256 of a release's canonical parameter JSON (what a release id is bound to)."""
+    return hashlib.sha256(canonical_json(parameters, "parameters").encode("utf-8")).hexdigest()
 
 
 class Ledger:
@@ -171,13 +177,22 @@ class Ledger:
             ParameterError: bad ids, amounts or runs, unknown domain, duplicate
                 keys, a closed release.
             NotionMismatchError: e.g. a CGP request on a GP domain.
-            ReplayConflictError: a key was recorded earlier with a different request.
+            ReplayConflictError: a key was recorded earlier with a different request,
+                or the release id was reserved for another input or other parameters.
             LedgerIntegrityError: the noise key does not match the ledger.
         """
         self._require_key()
         call = self._call(release_id, mechanism, parameters, flow_run_id, input_fingerprint)
         cols = checks.request_columns(list(requests))
-        return self._transact(lambda con: reserve_tx(con, self._key, self.actor, call, cols))
+
+        def tx(con: duckdb.DuckDBPyConnection) -> ReserveResult:
+            # in the reserve's own transaction: two racing runs are serialised
+            binding.check_binding(con, call.release_id, call.input_fingerprint,
+                                  call.parameters)
+            binding.check_metric(storage.load_domains(con), cols.domains, call.mechanism)
+            return reserve_tx(con, self._key, self.actor, call, cols)
+
+        return self._transact(tx)
 
     @staticmethod
     def _call(release_id: str, mechanism: str, parameters: dict[str, Any],
@@ -193,8 +208,30 @@ class Ledger:
         return ReserveCall(release_id, mechanism, canonical_json(parameters, "parameters"),
                            flow_run_id, input_fingerprint)
 
-    def settle(self, release_id: str, settlements: Sequence[Settlement]) -> None:
+    def check_binding(self, release_id: str, input_fingerprint: str | None,
+                      parameters: dict[str, Any]) -> None:
+        """Refuse (read-only) a release id bound to another input or other parameters.
+
+        `reserve` and `settle` check the same binding inside their own
+        transactions; this is the early, read-only form a flow runs before it
+        does any work.
+
+        Raises:
+            ReplayConflictError: the release was reserved for another input or parameters.
+        """
+        check_id(release_id, "release_id")
+        bound = canonical_json(parameters, "parameters")
+        self._transact(lambda con: binding.check_binding(con, release_id, input_fingerprint,
+                                                         bound))
+
+    def settle(self, release_id: str, settlements: Sequence[Settlement], *,
+               input_fingerprint: str | None = None,
+               parameters: dict[str, Any] | None = None) -> None:
         """Record the actual cost of admitted requests and refund the unused part.
+
+        With `parameters` (and `input_fingerprint`), the release's binding is
+        checked first: a settlement for another input or other parameters than
+        the release was reserved for raises `ReplayConflictError`.
 
         Each settlement writes a ``settle`` entry with the per-sub-step breakdown
         and, if the actual cost is below the reservation, a ``refund`` entry with
@@ -210,7 +247,14 @@ class Ledger:
         self._require_key()
         check_id(release_id, "release_id")
         cols = checks.settlement_columns(list(settlements))
-        self._transact(lambda con: settle_tx(con, self._key, self.actor, release_id, cols))
+        bound = None if parameters is None else canonical_json(parameters, "parameters")
+
+        def tx(con: duckdb.DuckDBPyConnection) -> None:
+            if bound is not None:
+                binding.check_binding(con, release_id, input_fingerprint, bound)
+            settle_tx(con, self._key, self.actor, release_id, cols)
+
+        self._transact(tx)
 
     def close(self, release_id: str, reason: str) -> None:
         """Close a release: refund its unsettled reservations with audited ``close`` entries.
@@ -254,19 +298,34 @@ class Ledger:
         check_id(release_id, "release_id", allow_empty=True)
         return self._transact(lambda con: releases.entry_range(con, release_id))
 
-    def noise_seed(self, release_id: str, user_id: str) -> int:
-        """256-bit noise seed: HMAC-SHA256(key, canonical(release_id, user_id)) as an int.
+    def noise_seeds(self, release_id: str, users: Sequence[str], fingerprints: Sequence[str],
+                    parameters: dict[str, Any]) -> dict[str, int]:
+        """256-bit noise seeds of `users` (HMAC-SHA256 of the key, `keys.noise_seed`).
 
-        The same (release_id, user_id) always gives the same seed, so a rerun
-        reproduces its noise instead of drawing (and leaking) a fresh sample.
+        Each seed covers (release id, user id, the user's data fingerprint, the
+        release's parameter digest).
+
+        The same release, user, data fingerprint and parameters always give the same
+        seed, so a rerun reproduces its noise instead of drawing (and leaking) a fresh
+        sample; other data or other parameters never get the same noise.
+
+        Args:
+            release_id: the release.
+            users: user ids.
+            fingerprints: each user's own data fingerprint (aligned with `users`).
+            parameters: the release's parameters (as passed to `reserve`).
 
         Raises:
             LedgerIntegrityError: the key file does not match the ledger's fingerprint.
         """
         self._require_key()
         check_id(release_id, "release_id")
-        check_id(user_id, "user_id")
-        return keys.noise_seed(self._key, release_id, user_id)
+        digest = parameters_digest(parameters)
+        out = {}
+        for user_id, fp in zip(users, fingerprints, strict=True):
+            check_id(user_id, "user_id")
+            out[user_id] = keys.noise_seed(self._key, release_id, user_id, fp, digest)
+        return out
 
     # ------------------------------------------------------------------ queries
 

@@ -52,17 +52,19 @@ def reserve_fn(ledger_path: str, release_id: str, requests: list[Request], *, me
 
 
 def settle_fn(ledger_path: str, release_id: str, domain: str,
-              result: ChunkResult | Sequence[ChunkResult]) -> None:
+              result: ChunkResult | Sequence[ChunkResult], *,
+              input_fingerprint: str | None, parameters: dict[str, Any]) -> None:
     """Settle the actual costs of one or more chunks in one ledger transaction.
 
-    Idempotent: a rerun writes nothing new.
+    The release's binding (input fingerprint, parameters) is checked in the same
+    transaction. Idempotent: a rerun writes nothing new.
     """
     results = [result] if isinstance(result, ChunkResult) else list(result)
     ledger = Ledger(ledger_path)
     ledger.settle(release_id, [
         Settlement(user_id=u, domain=domain, step=step, cost=cost, stream_id=sid)
         for r in results for u, step, cost, sid in r.costs
-    ])
+    ], input_fingerprint=input_fingerprint, parameters=parameters)
 
 
 reserve_budget = task(reserve_fn, name="ledger-reserve", persist_result=False)

@@ -159,7 +159,8 @@ def _flush(kind: str, buf: list, index: int, staging: Path, domain: Domain) -> S
         stage_curve_chunk(buf, path, domain.value_columns)
     else:
         stage_stream_chunk(buf, path)
-    return StagedChunk(index=index, path=str(path), user_ids=tuple(u.user_id for u in buf))
+    return StagedChunk(index=index, path=str(path), user_ids=tuple(u.user_id for u in buf),
+                       fingerprints=tuple(u.fingerprint for u in buf))
 
 
 def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: int = 200,

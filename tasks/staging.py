@@ -78,11 +78,16 @@ def group_spans(first: Sequence[str], second: Sequence[str]) -> list[tuple[int, 
 
 @dataclass(frozen=True)
 class StagedChunk:
-    """One chunk of validated users on disk."""
+    """One chunk of validated users on disk, with each user's data fingerprint.
+
+    The fingerprints (aligned with `user_ids`) key each user's noise seed to the
+    user's own data (`Ledger.noise_seeds`); they are hashes, never raw values.
+    """
 
     index: int
     path: str
     user_ids: tuple[str, ...]
+    fingerprints: tuple[str, ...] = ()
 
 
 def stage_curve_chunk(users: list[UserCurves], path: Path, value_columns: tuple[str, ...]) -> None:

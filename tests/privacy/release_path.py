@@ -2,10 +2,12 @@
 
 The steps are those of `flows.release` without Prefect: validate and stage the
 input (`stage_input_fn`), plan and reserve the ledger requests (`plan_requests`,
-`reserve_fn`), write the admitted users' noise seeds from the ledger's key
-(`write_chunk_seeds_fn`), privatize each chunk with the release task's own
-function (`privatize_curve_chunk` / `privatize_stream_chunk`, so the same
-specs, generator construction and output snapping), and settle. The privacy
+`reserve_fn`), take the admitted users' noise seeds from the ledger's key
+(`Ledger.noise_seeds`, over each user's data fingerprint and the parameters),
+load each chunk as the flow does (`load_curve_chunk` / `load_stream_chunk`),
+privatize it with the release task's own function (`privatize_curve_chunk` /
+`privatize_stream_chunk`, so the same specs, generator construction and output
+snapping), and settle. The privacy
 tests then check the released outputs against the amounts the LEDGER recorded
 for the release (read back from its entries), never against the amounts the
 test asked for.
@@ -29,7 +31,7 @@ from ledger import Ledger
 from ledger.amounts import from_units
 from mechanisms import registry
 from schemas.policy import Domain, Policy, Public
-from tasks.ledger_ops import plan_requests, reserve_fn, settle_fn, write_chunk_seeds_fn
+from tasks.ledger_ops import plan_requests, reserve_fn, settle_fn
 from tasks.privatize import (
     ChunkResult,
     CurveSpec,
@@ -37,8 +39,7 @@ from tasks.privatize import (
     privatize_curve_chunk,
     privatize_stream_chunk,
 )
-from tasks.stage import stage_input_fn
-from tasks.staging import read_arrow
+from tasks.stage import load_curve_chunk, load_stream_chunk, stage_input_fn
 
 VALUE_COLUMNS = ("x", "y")
 RELEASE_ID = "privacy-test-release"
@@ -66,6 +67,7 @@ class CurveRelease:
     values: pd.DataFrame
     diagnostics: list[dict[str, Any]]
     ledger: LedgerView
+    runs: list[list[ChunkResult]] = field(default_factory=list)  # every run, retries included
 
     def curve_keys(self) -> list[tuple[str, str]]:
         """(user_id, curve_id) of every released curve, in output order."""
@@ -134,14 +136,13 @@ def _read_entries(ledger_path: Path, release_id: str) -> LedgerView:
     return view
 
 
-def _table(paths: list[str]) -> pd.DataFrame:
-    tables = [read_arrow(p) for p in paths]
+def _table(tables: list[pa.Table]) -> pd.DataFrame:
     return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame()
 
 
 def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSpec,
          *, notion: str, ledger_path: Path | None = None, release_id: str = RELEASE_ID,
-         runs: int = 1) -> tuple[list[ChunkResult], LedgerView]:
+         runs: int = 1) -> tuple[list[list[ChunkResult]], LedgerView]:
     ledger_path = ledger_path or _ledger(tmp, dom)
     staging = tmp / "staging"
     plan = stage_input_fn(frame, dom, str(staging), chunk_users=100)
@@ -150,25 +151,30 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
         requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
     else:
         requests = plan_requests(plan, dom.name, "wevent", per_step=spec.epsilon_per_step)
+    parameters = {"test": notion}
     admitted, denied = reserve_fn(str(ledger_path), release_id, requests,
-                                  mechanism=spec.mechanism, parameters={"test": notion},
+                                  mechanism=spec.mechanism, parameters=parameters,
                                   input_fingerprint=plan.fingerprint, flow_run_id=None)
     assert not denied, denied
-    seeds = write_chunk_seeds_fn(str(ledger_path), release_id, plan, admitted)
-    for run in range(runs):  # runs > 1: the task retried on the same chunk and seeds
-        out = tmp / ("out" if run == 0 else f"out-retry-{run}")
-        out.mkdir(exist_ok=True)
-        results = []
-        for chunk, seeds_path in zip(plan.chunks, seeds, strict=True):
+    ledger = Ledger(ledger_path)
+    every: list[list[ChunkResult]] = []
+    for _run_no in range(runs):  # runs > 1: the task retried on the same chunk and seeds
+        results: list[ChunkResult] = []
+        every.append(results)
+        for chunk in plan.chunks:
+            users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
+                     if u in admitted]
+            seeds = ledger.noise_seeds(release_id, [u for u, _ in users],
+                                       [fp for _, fp in users], parameters)
             if isinstance(spec, CurveSpec):
-                results.append(privatize_curve_chunk(chunk.index, chunk.path, seeds_path,
-                                                     dom.value_columns, spec, str(out)))
+                results.append(privatize_curve_chunk(
+                    load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
-                results.append(privatize_stream_chunk(chunk.index, chunk.path, seeds_path,
-                                                      spec, str(out)))
-    settle_fn(str(ledger_path), release_id, dom.name, results)
+                results.append(privatize_stream_chunk(load_stream_chunk(chunk, seeds), spec))
+    settle_fn(str(ledger_path), release_id, dom.name, every[-1],
+              input_fingerprint=plan.fingerprint, parameters=parameters)
     shutil.rmtree(staging, ignore_errors=True)
-    return results, _read_entries(ledger_path, release_id)
+    return every, _read_entries(ledger_path, release_id)
 
 
 def curve_frame(curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
@@ -188,23 +194,26 @@ def release_curves(tmp: Path, mechanism: str, notion: str, amount: str,
     The domain has the mechanism's metric (from the registry) and public
     durations and point counts; the spec is built, metric-checked and dry-run
     like the flow's. ``runs > 1`` runs the privatize task again on the same
-    chunks and seeds (a retry) into ``out-retry-N``. Returns the outputs of
-    the last run and the ledger's record.
+    chunks and seeds (a retry); every run's results are in ``runs``. Returns
+    the outputs of the last run and the ledger's record.
     """
     dom = _domain("curves", notion, metric=registry.get(mechanism).metric)
     _check_metric(dom, mechanism)
     spec = CurveSpec(mechanism, amount if notion == "gp" else None,
                      amount if notion == "cgp" else None, dict(options), framing=_framing(dom))
     spec.check_runs(len(dom.value_columns))
-    results, view = _run(tmp, dom, curve_frame(curves), spec, notion=spec.notion,
-                         ledger_path=ledger_path, release_id=release_id, runs=runs)
+    every, view = _run(tmp, dom, curve_frame(curves), spec, notion=spec.notion,
+                       ledger_path=ledger_path, release_id=release_id, runs=runs)
+    results = every[-1]
     return CurveRelease(
         spec=spec,
-        segments=_table([r.output_paths["segments"] for r in results]),
-        curves=_table([r.output_paths["curves"] for r in results]),
-        values=_table([r.output_paths["values"] for r in results]),
-        diagnostics=[d for r in results for d in r.diagnostics],
+        segments=_table([r.tables["segments"] for r in results]),
+        curves=_table([r.tables["curves"] for r in results]),
+        values=_table([r.tables["values"] for r in results]),
+        diagnostics=[dict(zip(r.diagnostics, row, strict=True)) for r in results
+                     for row in zip(*r.diagnostics.values(), strict=True)],
         ledger=view,
+        runs=every,
     )
 
 
@@ -216,6 +225,7 @@ def release_streams(tmp: Path, spec: StreamSpec,
     frame = pd.concat([pd.DataFrame({"user_id": u, "stream_id": s, "t": np.arange(len(v)),
                                      "value": v}) for (u, s), v in streams.items()],
                       ignore_index=True)
-    results, view = _run(tmp, dom, frame, spec, notion="wevent")
-    return StreamRelease(samples=_table([r.output_paths["samples"] for r in results]),
+    every, view = _run(tmp, dom, frame, spec, notion="wevent")
+    results = every[-1]
+    return StreamRelease(samples=_table([r.tables["samples"] for r in results]),
                          ledger=view)

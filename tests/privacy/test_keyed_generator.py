@@ -38,11 +38,13 @@ def test_retry_is_byte_identical_and_the_key_matters(tmp_path, mechanism):
     t = np.linspace(0.0, 30.0, 31)
     curves = {(f"u{u}", "c0"): (t, np.c_[np.sin(t / 3 + u), t / 10]) for u in range(20)}
     rel = release_curves(tmp_path / "a", mechanism, "gp", "1", {}, curves, runs=2)
-    out, retry = tmp_path / "a" / "out", tmp_path / "a" / "out-retry-1"
-    names = sorted(p.name for p in out.iterdir())
-    assert names and names == sorted(p.name for p in retry.iterdir())
-    for name in names:
-        assert (out / name).read_bytes() == (retry / name).read_bytes(), name
+    first, retry = rel.runs
+    assert len(first) == len(retry) > 0
+    for a, b in zip(first, retry, strict=True):
+        assert sorted(a.tables) == sorted(b.tables) == ["curves", "segments", "values"]
+        for name in a.tables:
+            # byte-identical: the same Arrow buffers
+            assert a.tables[name].equals(b.tables[name]), name
     other = release_curves(tmp_path / "b", mechanism, "gp", "1", {}, curves)  # a new key
     mine, theirs = rel.values[["x", "y"]].to_numpy(), other.values[["x", "y"]].to_numpy()
     assert mine.shape == theirs.shape and not np.any(mine == theirs)
