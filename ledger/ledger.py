@@ -179,6 +179,24 @@ class Ledger:
         cols = checks.request_columns(list(requests))
         return self._transact(lambda con: reserve_tx(con, self._key, self.actor, call, cols))
 
+    def plan(self, release_id: str, requests: Sequence[Request]) -> ReserveResult:
+        """The decisions `reserve` would make now, writing nothing and drawing nothing.
+
+        The same checks, pricing, replay answers and admission function as
+        `reserve` (a request recorded earlier in the release is answered from its
+        entry, ``replayed=True``); a fresh decision has ``entry_seq`` 0. It is a
+        forecast, not a reservation: a reserve that runs later decides against
+        the balances of its own transaction. Cost: one read-only transaction.
+
+        Raises:
+            The errors of `reserve`, for the same requests.
+        """
+        self._require_key()
+        call = self._call(release_id, "plan", {}, None, None)
+        cols = checks.request_columns(list(requests))
+        return self._transact(lambda con: reserve_tx(con, self._key, self.actor, call, cols,
+                                                     write=False))
+
     @staticmethod
     def _call(release_id: str, mechanism: str, parameters: dict[str, Any],
               flow_run_id: str | None, input_fingerprint: str | None) -> ReserveCall:

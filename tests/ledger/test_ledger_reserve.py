@@ -397,3 +397,36 @@ def test_shared_and_distinct_amount_objects_write_the_same_entries(tmp_path, pol
     (entries, accounts), decisions = runs[True]
     assert [e[5] for e in entries].count("refund") == 4 and len(accounts) == 5
     assert ("u0", False, eps, Fraction(1, 10), 2) in decisions
+
+
+def _decisions(res):
+    return [(d.user_id, d.domain, d.step, d.stream_id, d.admitted, d.reason, d.requested,
+             d.remaining, d.replayed, d.notion, d.units) for d in res.admitted + res.denied]
+
+
+def test_plan_decides_as_reserve_and_writes_nothing(led, ledger_path):
+    wev = Request("w", "power", notion="wevent", stream_id="s",
+                  runs=(StepRun(0, 4, Fraction(1, 4)),))
+    led.reserve("r0", [Request("u", "ais", amount=0.75), wev], mechanism="m", parameters={})
+    calls = [
+        ("r1", [Request("u", "ais", amount=0.25), Request("v", "ais", amount=2),
+                Request("u", "ecg", step="e", notion="gp", amount=0.5),
+                Request("w", "power", notion="wevent", stream_id="s",
+                        runs=(StepRun(2, 6, Fraction(1, 4)),)),
+                Request("x", "power", notion="wevent", stream_id="s",
+                        runs=(StepRun(0, 2, Fraction(1, 2)),))]),
+        ("r0", [Request("u", "ais", amount=0.75), Request("new", "ais", amount=0.5)]),
+    ]
+    for rid, reqs in calls:
+        n, known = _count(ledger_path), led.release(rid) is not None
+        planned = led.plan(rid, reqs)
+        assert _count(ledger_path) == n and (led.release(rid) is not None) == known
+        assert all(d.entry_seq == 0 for d in planned.admitted + planned.denied if not d.replayed)
+        reserved = led.reserve(rid, reqs, mechanism="m", parameters={})
+        assert _decisions(planned) == _decisions(reserved)
+    with pytest.raises(ReplayConflictError):
+        led.plan("r0", [Request("u", "ais", amount=0.5)])
+    led.close("r1", "test")
+    with pytest.raises(ParameterError, match="closed"):
+        led.plan("r1", [Request("late", "ais", amount=0.1)])
+    assert led.verify().ok
