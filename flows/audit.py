@@ -36,6 +36,7 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
              f"{verification.entries_checked} entries checked. {verification.message}", ""]
     summary_rows: list[dict[str, Any]] = []
     near: list[dict[str, Any]] = []
+    above: list[dict[str, Any]] = []
     histograms: list[str] = []
     for dom in domains:
         rows = [r for r in balances if r["domain"] == dom]
@@ -47,7 +48,11 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
                              "total spent": f"{sum(spent):.6g}",
                              "max spent": f"{max(spent):.6g}", "accounts over cap": over})
         for r in rows:
-            if float(r["remaining"]) <= near_cap_fraction * float(r["cap"]):
+            if r.get("state") == "above a lowered cap":  # a state of its own, never "near"
+                above.append({"domain": dom, "user_id": r["user_id"],
+                              "stream_id": r.get("stream_id", ""),
+                              "spent": f"{float(r['spent']):.6g}", "cap": f"{float(r['cap']):g}"})
+            elif float(r["remaining"]) <= near_cap_fraction * float(r["cap"]):
                 near.append({"domain": dom, "user_id": r["user_id"],
                              "stream_id": r.get("stream_id", ""),
                              "spent": f"{float(r['spent']):.6g}",
@@ -61,7 +66,9 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
                                       "max spent", "accounts over cap"]),
               *histograms,
               f"## Accounts within {near_cap_fraction:.0%} of their cap", "",
-              md_table(near, ["domain", "user_id", "stream_id", "spent", "remaining"])]
+              md_table(near, ["domain", "user_id", "stream_id", "spent", "remaining"]),
+              "## Accounts above a lowered cap (they admit nothing)", "",
+              md_table(above, ["domain", "user_id", "stream_id", "spent", "cap"])]
     denials = ledger.denials()
     per_day = Counter(str(d["created_at"])[:10] for d in denials)
     days = sorted(per_day)

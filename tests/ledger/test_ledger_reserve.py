@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import duckdb
 import pytest
+from ledger_helpers import POLICY_ENTRIES
 
 from ledger import (
     Ledger,
@@ -20,11 +21,13 @@ from mechanisms.cost import Cost, CostItem, StepRun
 from schemas.errors import ParameterError
 from schemas.policy import parse_policy
 
+P = POLICY_ENTRIES  # the fixture's policy writes these entries (seq 1..P) before any charge
+
 # curves domains declare what they release outside the noise
 PUBLIC = {"public": {"duration": True, "points": True}}
 
 
-def _count(path, sql="SELECT count(*) FROM entries", params=()):
+def _count(path, sql="SELECT count(*) FROM entries WHERE kind <> 'policy'", params=()):
     con = duckdb.connect(str(path))
     try:
         return con.execute(sql, list(params)).fetchall()[0][0]
@@ -187,7 +190,7 @@ def test_close_of_a_release_without_reservations_is_still_audited(led):
     led.reserve("r", [Request("a", "ais", amount=5)], mechanism="m", parameters={})
     led.close("r", "nothing admitted")
     rng = led.entry_range("r")
-    assert rng == (1, 2)
+    assert rng == (P + 1, P + 2)
     assert led.verify().ok
 
 
@@ -207,13 +210,13 @@ def test_hostile_ids_are_stored_and_shown_verbatim(led, ledger_path, tmp_path):
         [h] = led.history(u)
         assert h["step"] == u[:50] and h["release_id"] == HOSTILE[1]
         assert h["mechanism"] == HOSTILE[2]
-    assert led.entry_range(HOSTILE[1]) == (1, len(HOSTILE))
+    assert led.entry_range(HOSTILE[1]) == (P + 1, P + len(HOSTILE))
     assert _count(ledger_path, "SELECT count(*) FROM information_schema.tables "
                                "WHERE table_name = 'entries'") == 1
     led.export(tmp_path / "e.json", fmt="json")
     import json
     rows = json.loads((tmp_path / "e.json").read_text())
-    assert {r["user_id"] for r in rows} == set(HOSTILE)
+    assert {r["user_id"] for r in rows if r["kind"] != "policy"} == set(HOSTILE)
     assert led.verify().ok
     assert led.noise_seed(HOSTILE[1], HOSTILE[4]) > 0
 
@@ -273,7 +276,7 @@ def test_queries(led):
     assert rels[0]["users_denied"] == 1 and rels[0]["net_spent"] == Fraction(1, 2)
     [den] = led.denials()
     assert den["user_id"] == "b" and den["requested"] == 3 and "cap" in den["reason"]
-    assert led.entry_range("r1") == (1, 2) and led.entry_range("zz") is None
+    assert led.entry_range("r1") == (P + 1, P + 2) and led.entry_range("zz") is None
     assert Ledger(led.path).balances("ecg") == []
 
 
@@ -293,7 +296,7 @@ def test_auditor_views_answer_with_plain_duckdb(led, ledger_path):
         assert con.execute("SELECT user_id FROM near_cap").fetchall() == [("full",)]
         summary = con.execute("SELECT users_admitted, users_denied, refunded, net_spent, "
                               "first_seq, last_seq FROM release_summary").fetchall()
-        assert summary == [(2, 1, pytest.approx(0.05), pytest.approx(1.0), 1, 5)]
+        assert summary == [(2, 1, pytest.approx(0.05), pytest.approx(1.0), P + 1, P + 5)]
         den = con.execute("SELECT user_id, requested, remaining_before FROM denials").fetchall()
         assert den == [("deny", 2.0, 1.0)]
         hist = con.execute("SELECT kind FROM user_history WHERE user_id = 'low' "
@@ -396,7 +399,7 @@ def test_shared_and_distinct_amount_objects_write_the_same_entries(tmp_path, pol
     assert runs[True] == runs[False]
     (entries, accounts), decisions = runs[True]
     assert [e[5] for e in entries].count("refund") == 4 and len(accounts) == 5
-    assert ("u0", False, eps, Fraction(1, 10), 2) in decisions
+    assert ("u0", False, eps, Fraction(1, 10), P + 2) in decisions
 
 
 def _decisions(res):
