@@ -1,9 +1,14 @@
-"""`privpipe ledger ...`: create, charge, query, verify and export the privacy ledger.
+"""`privpipe ledger ...`: create, charge, query, verify, checkpoint and migrate the ledger.
 
 Every command takes ``--ledger PATH`` (default ``$PRIVPIPE_HOME/ledger.duckdb``,
-else ``./.privpipe/ledger.duckdb``). Exit codes: 0 ok or admitted, 2 bad input
-(including an unreadable, foreign or newer ledger and noise-key problems),
-3 denied (prints Requested / Remaining / Difference), 4 integrity failure.
+else ``./.privpipe/ledger.duckdb``). The read commands (verify, balance,
+history, releases, denials, export) also work for an auditor without the
+secret keys: with ``--public-key FILE``, or when the noise key is absent, the
+ledger is opened read-only and checked with the public key (what needs the
+noise key is reported as not checked). Exit codes: 0 ok or admitted, 2 bad
+input (including an unreadable, foreign or newer ledger, key problems and a
+full disk), 3 denied (prints Requested / Remaining / Difference), 4
+integrity failure. See docs/ledger.md.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from ledger import (
     Settlement,
     default_ledger_path,
     format_fraction,
+    key_path_for,
 )
+from ledger.heads import load_checkpoint, manifest_heads
+from ledger.signing import public_key_path
 from mechanisms.cost import Cost, CostItem, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
 from schemas.policy import load_policy
@@ -45,10 +53,23 @@ LedgerOpt = Annotated[
                                   "or ./.privpipe/ledger.duckdb)"),
 ]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]
+PublicKeyOpt = Annotated[
+    Path | None,
+    typer.Option("--public-key", help="Auditor mode: open read-only and check signatures with "
+                                      "this public key file (no secret key needed)."),
+]
 
 
 def _path(ledger: Path | None) -> Path:
     return ledger if ledger is not None else default_ledger_path()
+
+
+def _reader(ledger: Path | None, public_key: Path | None) -> Ledger:
+    """The ledger for a read command: the operator's, or an auditor's (public key only)."""
+    path = _path(ledger)
+    if public_key is not None or (path.exists() and not key_path_for(path).exists()):
+        return Ledger.open_auditor(path, public_key=public_key)
+    return Ledger.open(path)
 
 
 def _amount(x: Any) -> str:
@@ -181,26 +202,42 @@ def balance(
     domain: Annotated[str | None, typer.Option("--domain", help="Only this domain.")] = None,
     ledger: LedgerOpt = None,
     fmt: FormatOpt = OutputFormat.table,
+    public_key: PublicKeyOpt = None,
 ) -> None:
-    """Budget per account: cap, spent, remaining (exact), with units."""
-    rows = [r for r in Ledger.open(_path(ledger)).balances(domain)
+    """Budget per account: cap, spent, remaining (exact), units and state.
+
+    The state is ok, near cap (90% or more spent) or "above a lowered cap" (a
+    policy lowered the cap below what the account had spent: it admits nothing).
+    """
+    rows = [r for r in _reader(ledger, public_key).balances(domain)
             if user is None or r["user_id"] == user]
     out = [{**r, "cap": _amount(r["cap"]), "spent": _amount(r["spent"]),
             "remaining": _amount(r["remaining"])} for r in rows]
     print_rows(out, fmt, title="balances", columns=[
-        "user_id", "domain", "stream_id", "notion", "cap", "spent", "remaining", "units"])
+        "user_id", "domain", "stream_id", "notion", "cap", "spent", "remaining", "units",
+        "state"])
 
 
 @ledger_app.command("history")
 @handle_errors
 def history(
-    user: Annotated[str, typer.Option("--user", help="User id.")],
+    user: Annotated[str | None, typer.Option(
+        "--user", help="User id (without it: the policy history).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Only this domain.")] = None,
     ledger: LedgerOpt = None,
     fmt: FormatOpt = OutputFormat.table,
+    public_key: PublicKeyOpt = None,
 ) -> None:
-    """Every ledger entry of one user, in order."""
-    rows = Ledger.open(_path(ledger)).history(user, domain)
+    """Every ledger entry of one user, or (without --user) every policy change, in order."""
+    led = _reader(ledger, public_key)
+    if user is None:
+        changes = [{**r, "cap_before": _amount(r["cap_before"]),
+                    "cap_after": _amount(r["cap_after"])} for r in led.policy_history(domain)]
+        print_rows(changes, fmt, title="policy history", columns=[
+            "seq", "created_at", "actor", "domain", "change", "cap_before", "cap_after",
+            "accounts_above_cap", "summary"])
+        return
+    rows = led.history(user, domain)
     out = [{**r, "amount": _amount(r["amount"]), "balance_after": _amount(r["balance_after"]),
             "cap": _amount(r["cap"])} for r in rows]
     print_rows(out, fmt, title=f"history of {user!r}", columns=[
@@ -210,9 +247,10 @@ def history(
 
 @ledger_app.command("releases")
 @handle_errors
-def releases(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table) -> None:
+def releases(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table,
+             public_key: PublicKeyOpt = None) -> None:
     """Every release with its state, admitted/denied users and net spend."""
-    rows = Ledger.open(_path(ledger)).releases()
+    rows = _reader(ledger, public_key).releases()
     out = [{**r, "net_spent": _amount(r["net_spent"])} for r in rows]
     print_rows(out, fmt, title="releases", columns=[
         "release_id", "state", "users_admitted", "users_denied", "net_spent", "first_seq",
@@ -221,9 +259,10 @@ def releases(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table) -> N
 
 @ledger_app.command("denials")
 @handle_errors
-def denials(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table) -> None:
+def denials(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table,
+            public_key: PublicKeyOpt = None) -> None:
     """Every denied request with the reason."""
-    rows = Ledger.open(_path(ledger)).denials()
+    rows = _reader(ledger, public_key).denials()
     out = [{**r, "requested": _amount(r["requested"])} for r in rows]
     print_rows(out, fmt, title="denials", columns=[
         "seq", "created_at", "release_id", "user_id", "domain", "step", "stream_id", "notion",
@@ -232,10 +271,67 @@ def denials(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table) -> No
 
 @ledger_app.command("verify")
 @handle_errors
-def verify(ledger: LedgerOpt = None) -> None:
-    """Recompute the hash chain and every balance; exit 4 naming the first bad entry."""
-    rep = Ledger.open(_path(ledger)).verify_or_raise()
+def verify(
+    ledger: LedgerOpt = None,
+    expect_head: Annotated[list[Path] | None, typer.Option(
+        "--expect-head", help="A checkpoint file kept earlier (`ledger checkpoint`); "
+                              "repeatable. A rolled-back, truncated or re-keyed ledger "
+                              "fails.")] = None,
+    manifests: Annotated[Path | None, typer.Option(
+        "--manifests", help="A release output directory: every manifest's signed ledger "
+                            "head is checked like a checkpoint.")] = None,
+    public_key: PublicKeyOpt = None,
+) -> None:
+    """Recompute the chain, balances, policy history, seal, signature and MACs; exit 4 on a fault.
+
+    Names the first bad entry. In auditor mode (--public-key, or no noise key)
+    what needs the noise key is listed as not checked.
+    """
+    expected = [(str(p), load_checkpoint(p)) for p in expect_head or []]
+    if manifests is not None:
+        expected += manifest_heads(manifests)
+    rep = _reader(ledger, public_key).verify_or_raise(expected)
     console.print(rep.message, highlight=False, markup=False)
+
+
+@ledger_app.command("migrate")
+@handle_errors
+def migrate(
+    ledger: LedgerOpt = None,
+    policy: Annotated[Path | None, typer.Option(
+        "--policy", help="The policy the ledger was charged under: records each domain's "
+                         "whole definition.")] = None,
+) -> None:
+    """Upgrade an older ledger to this schema, only after its chain, balances and caps verify."""
+    led = Ledger.open(_path(ledger))
+    for line in led.migrate(load_policy(policy) if policy is not None else None):
+        console.print(line, highlight=False, markup=False)
+
+
+@ledger_app.command("pubkey")
+@handle_errors
+def pubkey(
+    ledger: LedgerOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write it to this file.")] = None,
+) -> None:
+    """Print the ledger's Ed25519 public key (hex) and its fingerprint, for auditors."""
+    h = Ledger.open(_path(ledger)).head()
+    if out is not None:
+        out.write_text(h.public_key + "\n", encoding="ascii")
+    console.print(f"{h.public_key}\nfingerprint (SHA-256): {h.key_fingerprint}\n"
+                  f"file: {public_key_path(_path(ledger))}", highlight=False, markup=False)
+
+
+@ledger_app.command("checkpoint")
+@handle_errors
+def checkpoint(
+    out: Annotated[Path, typer.Option("--out", help="New file for the signed head.")],
+    ledger: LedgerOpt = None,
+) -> None:
+    """Write the signed chain head to a new file; an auditor keeps it for `verify --expect-head`."""
+    h = Ledger.open(_path(ledger)).checkpoint(out)
+    console.print(f"checkpoint: seq {h.seq}, hash {h.hash}, key {h.key_fingerprint[:16]}… -> "
+                  f"{out}", highlight=False, markup=False)
 
 
 @ledger_app.command("export")
@@ -247,9 +343,10 @@ def export(
     table: Annotated[str, typer.Option(
         "--table", help="entries, balances, releases or denials.")] = "entries",
     ledger: LedgerOpt = None,
+    public_key: PublicKeyOpt = None,
 ) -> None:
     """Export a ledger table for auditors (exact amounts as integer quanta)."""
-    n = Ledger.open(_path(ledger)).export(out, fmt=fmt, what=table)
+    n = _reader(ledger, public_key).export(out, fmt=fmt, what=table)
     console.print(f"wrote {n} rows to {out}", highlight=False, markup=False)
 
 

@@ -1,7 +1,8 @@
-"""The DuckDB privacy ledger: exact budgets, reservations, hash-chained audit.
+"""The DuckDB privacy ledger: exact budgets, reservations, hash-chained audit, signed heads.
 
 See ``ledger/README.md`` for the accounting model, the concurrency guarantee,
-the audit chain, the CLI and the SQL views for auditors.
+the audit chain, policy history, keys, migrations, the CLI and the SQL views
+for auditors; ``docs/ledger.md`` for operators and auditors.
 """
 
 from ledger.amounts import (
@@ -19,6 +20,7 @@ from ledger.errors import (
     LedgerIntegrityError,
     LedgerInternalError,
     LedgerOpenError,
+    LedgerStorageError,
     NotionMismatchError,
     PolicyChangeError,
     ReplayConflictError,
@@ -30,6 +32,7 @@ from ledger.ledger import (
     Request,
     ReserveResult,
     Settlement,
+    SignedHead,
     VerifyReport,
     default_actor,
     default_ledger_path,
@@ -44,12 +47,14 @@ __all__ = [
     "LedgerIntegrityError",
     "LedgerInternalError",
     "LedgerOpenError",
+    "LedgerStorageError",
     "NotionMismatchError",
     "PolicyChangeError",
     "ReplayConflictError",
     "Request",
     "ReserveResult",
     "Settlement",
+    "SignedHead",
     "VerifyReport",
     "cap_units",
     "charge_units",

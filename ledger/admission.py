@@ -11,8 +11,10 @@ The rule (the privacy filter of DESIGN.md): a user is admitted iff, after all
 of that user's charges in the call, every cap still holds: for a gp/cgp
 account ``spent + Σ charges <= cap``; for a w-event account every window of w
 consecutive steps of the stream, history included, sums to at most the cap.
-A user denied earlier in the same release is denied again. All or nothing
-per user: one failing account denies all of the user's requests. Amounts are
+A user denied earlier in the same release is denied again, and so is one
+with an account above a lowered cap (its cap was lowered below what it had
+spent: it admits nothing, in any window). All or nothing per user: one
+failing account denies all of the user's requests. Amounts are
 exact integer quanta (``object`` arrays of Python ints); gp/cgp accounts are
 decided column-wise with numpy, w-event accounts by the window sweep of
 `ledger.accounting` (one sweep per account, never one per step).
@@ -31,6 +33,7 @@ from ledger.amounts import format_units
 from ledger.columns import group_first, group_running_sum
 
 DENIED_EARLIER = "the user was denied earlier in this release"
+ABOVE_CAP = "above a lowered cap"
 TOGETHER = "denied together with the user's other requests: "
 
 
@@ -197,6 +200,11 @@ def admit(accounts: Accounts, charges: Charges) -> Decisions:
         fails[a] = bool(win.failure)
         if win.failure:
             texts[a] = win.failure
+    above = (accounts.spent > accounts.cap).astype(bool)  # a cap lowered below the spend
+    for a in np.flatnonzero(above).tolist():
+        texts[a] = (f"{ABOVE_CAP}: spent {format_units(accounts.spent[a])} > cap "
+                    f"{format_units(accounts.cap[a])} {accounts.labels[a]}; it admits nothing")
+    fails |= above
     fail_of = _user_failures(fails, acc_first, acc_user, len(charges.denied_before))
     user_denied = charges.denied_before | (fail_of >= 0)
     denied = user_denied[charges.user]

@@ -117,7 +117,9 @@ class RequestColumns:
         codes, uniques = self.codes(names[0])
         n = len(uniques)
         for name in names[1:]:
-            codes, n = combine(codes, self.codes(name)[0])
+            other, values = self.codes(name)
+            if len(values) > 1:  # a constant column does not split any key
+                codes, n = combine(codes, other)
         return codes, n
 
     @classmethod

@@ -33,8 +33,6 @@ def combine(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
     """Codes of the pairs (a[i], b[i]) in order of first appearance, and how many distinct."""
     if not len(a):
         return np.zeros(0, np.int64), 0
-    if not b.any():  # b constant: the pairs are numbered as a is
-        return a, int(a.max()) + 1
     pair = a * (int(b.max()) + 1) + b
     uniq, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
     rank = np.empty(len(uniq), np.int64)
@@ -47,8 +45,9 @@ def key_codes(*columns: Sequence[str]) -> tuple[np.ndarray, int]:
     codes, uniques = factorize(columns[0])
     n = len(uniques)
     for col in columns[1:]:
-        other, _ = factorize(col)
-        codes, n = combine(codes, other)
+        other, values = factorize(col)
+        if len(values) > 1:  # a constant column does not split any key
+            codes, n = combine(codes, other)
     return codes, n
 
 

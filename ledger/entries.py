@@ -21,9 +21,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger import keys
 from ledger.accounting import Run
 from ledger.chain import chain_hashes, encode_batch, runs_text
+from ledger.keyring import Keyring
 from ledger.storage import head, registered
 from schemas.errors import ParameterError
 
@@ -114,7 +114,7 @@ def refund_details(reserve_seqs: Sequence[int]) -> tuple[list[str], list[str]]:
 
 def append(
     con: duckdb.DuckDBPyConnection,
-    key: bytes,
+    key: Keyring,
     cols: dict[str, list[Any]],
     runs: Sequence[Sequence[Run]] | None,
     shared: dict[str, Any],
@@ -124,7 +124,7 @@ def append(
 
     Args:
         con: the connection of the caller's transaction.
-        key: the noise key (seals the chain head).
+        key: the ledger's keys (seal and sign the new chain head).
         cols: the varying columns as lists of n Python values (a column whose
             values are all equal is bound once, like `shared`).
         runs: each entry's w-event step runs (None: no entry has runs).
@@ -164,11 +164,15 @@ def append(
     _insert(con, pa.table(arrays), shared)
     if with_runs:
         _append_runs(con, seqs, cols, shared, runs or [])
-    con.execute(
-        "UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ? WHERE id = 1",
-        [seqs[-1], hashes[-1], keys.chain_seal(key, seqs[-1], hashes[-1])],
-    )
+    move_head(con, key, seqs[-1], hashes[-1])
     return seqs
+
+
+def move_head(con: duckdb.DuckDBPyConnection, key: Keyring, seq: int, last_hash: str) -> None:
+    """Set the chain head to (seq, last_hash) with its keyed seal and signature."""
+    con.execute("UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ?, signature = ? "
+                "WHERE id = 1", [seq, last_hash, key.seal(seq, last_hash),
+                                 key.sign(seq, last_hash)])
 
 
 def _insert(con: duckdb.DuckDBPyConnection, tbl: pa.Table, shared: dict[str, Any]) -> None:

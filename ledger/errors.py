@@ -82,6 +82,10 @@ class LedgerBusyError(LedgerOpenError):
     """Another process held the ledger for longer than the retry bound."""
 
 
+class LedgerStorageError(LedgerOpenError):
+    """The file system refused a write (full disk, size limit, I/O error); nothing committed."""
+
+
 class NotionMismatchError(ParameterError):
     """A charge's notion does not fit the domain (e.g. a CGP mechanism on a GP domain)."""
 

@@ -8,7 +8,8 @@ DuckDB file. The noise for (release_id, user_id) comes from
 
 fed to ``np.random.default_rng(seed)``: a retried or resumed release reproduces
 the same outputs, so no second, uncharged draw can leave the system, while
-without the key the seeds are unpredictable.
+without the key the seeds are unpredictable. A key file must be a regular
+file (no symbolic link) owned by the user running privpipe, mode 0600.
 
 The ledger stores only an HMAC fingerprint of the key (`key_fingerprint`), so a
 replaced or edited key is detected. A missing or unreadable key for an existing
@@ -31,6 +32,7 @@ from ledger.errors import LedgerOpenError
 KEY_BYTES = 32
 _FINGERPRINT_LABEL = b"privpipe noise key fingerprint v1"
 _SEAL_LABEL = "privpipe chain seal v1"
+_SEAL_LABEL_V2 = "privpipe chain seal v2"
 _SEED_LABEL = "privpipe noise seed v2"
 
 
@@ -64,35 +66,79 @@ def create_key(path: Path) -> bytes:
     return key
 
 
-def load_key(path: Path) -> bytes:
-    """Read a key file, checking that only its owner can read it.
+def read_private_file(path: Path, what: str) -> bytes:
+    """The bytes of a private key file, refusing any file another party could control.
+
+    The file must be a regular file (not a symbolic link, FIFO or device),
+    owned by the user running privpipe, with no permission for group or
+    others. It is opened with ``O_NOFOLLOW`` and checked again on the open
+    descriptor, so it cannot be swapped between the check and the read.
 
     Raises:
-        LedgerOpenError: the key is missing, unreadable, malformed, or its mode
-            grants any permission to group or others (wider than 0600).
+        LedgerOpenError: naming the file and the rule it breaks.
+    """
+    where = f"the {what} {str(path)!r}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise LedgerOpenError(f"cannot read {where}: {err.strerror}") from None
+    _check_private(st, where, str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise LedgerOpenError(f"cannot read {where}: {err.strerror}") from None
+    try:
+        fst = os.fstat(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            raise LedgerOpenError(f"{where} changed while it was being opened; try again")
+        _check_private(fst, where, str(path))
+        chunks = []
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    except OSError as err:
+        raise LedgerOpenError(f"cannot read {where}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _check_private(st: os.stat_result, where: str, path: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise LedgerOpenError(
+            f"{where} is a symbolic link; privpipe reads its keys only from a regular file "
+            "beside the ledger (replace the link by the file it points to)")
+    if not stat.S_ISREG(st.st_mode):
+        raise LedgerOpenError(f"{where} is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise LedgerOpenError(
+            f"{where} is owned by uid {st.st_uid}, not by the user running privpipe "
+            f"(uid {os.geteuid()}); another user can replace or read it. Give it to the "
+            "ledger's owner (chown) and check that it was not changed")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise LedgerOpenError(
+            f"{where} has permissions {mode:04o}, wider than 0600; "
+            f"run `chmod 600 {path}` (and consider whether the key leaked)")
+
+
+def load_key(path: Path) -> bytes:
+    """Read the noise key file (see `read_private_file` for the checks).
+
+    Raises:
+        LedgerOpenError: the key is missing, unreadable, malformed, a symbolic
+            link, not a regular file, owned by another user, or its mode grants
+            any permission to group or others (wider than 0600).
     """
     try:
-        st = path.stat()
+        text = read_private_file(path, "noise key")
     except FileNotFoundError:
         raise LedgerOpenError(
             f"the noise key {str(path)!r} of this ledger is missing; restore it from your "
             "backup (a new key would break the reproducibility of earlier releases, so "
             "privpipe never regenerates it)"
         ) from None
-    except OSError as err:
-        raise LedgerOpenError(f"cannot read the noise key {str(path)!r}: {err.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise LedgerOpenError(f"the noise key {str(path)!r} is not a regular file")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
-        raise LedgerOpenError(
-            f"the noise key {str(path)!r} has permissions {mode:04o}, wider than 0600; "
-            f"run `chmod 600 {path}` (and consider whether the key leaked)"
-        )
-    try:
-        text = path.read_bytes()
-    except OSError as err:
-        raise LedgerOpenError(f"cannot read the noise key {str(path)!r}: {err.strerror}") from None
     try:
         key = bytes.fromhex(text.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
@@ -112,6 +158,12 @@ def key_fingerprint(key: bytes) -> str:
 def chain_seal(key: bytes, last_seq: int, last_hash: str) -> str:
     """Keyed seal over the chain head, so a full re-hash of the chain without the key is caught."""
     msg = json.dumps([_SEAL_LABEL, int(last_seq), last_hash]).encode("utf-8")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def chain_seal_v2(key: bytes, version: int, last_seq: int, last_hash: str) -> str:
+    """Keyed seal over the chain head and the schema version (schema 3 on)."""
+    msg = json.dumps([_SEAL_LABEL_V2, int(version), int(last_seq), last_hash]).encode("utf-8")
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 

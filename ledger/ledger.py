@@ -20,27 +20,44 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from ledger import binding, checks, keys, policy, queries, releases, storage
+from ledger import (
+    binding,
+    checks,
+    definitions,
+    heads,
+    history,
+    keys,
+    policy,
+    queries,
+    releases,
+    signing,
+    storage,
+)
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError
+from ledger.keyring import Keyring
+from ledger.migrate import migrate_tx
 from ledger.paths import check_existing_ledger, check_new_ledger_path
+from ledger.pricing import unknown_domain
 from ledger.records import (
     RELEASE_STATES,
     Decision,
     Request,
     ReserveResult,
     Settlement,
+    SignedHead,
     VerifyReport,
 )
 from ledger.reserve import ReserveCall, reserve_tx
+from ledger.schema import SCHEMA_VERSION
 from ledger.settle import close_tx, settle_tx
 from ledger.verify import verify_tx
 from schemas.errors import ParameterError
-from schemas.policy import Policy
+from schemas.policy import Domain, Policy
 
-__all__ = ["Decision", "Ledger", "Request", "ReserveResult", "Settlement", "VerifyReport",
-           "default_actor", "default_ledger_path"]
+__all__ = ["Decision", "Ledger", "Request", "ReserveResult", "Settlement", "SignedHead",
+           "VerifyReport", "default_actor", "default_ledger_path"]
 
 T = TypeVar("T")
 
@@ -67,26 +84,31 @@ def parameters_digest(parameters: dict[str, Any]) -> str:
 
 
 class Ledger:
-    """An audited privacy-budget ledger stored in one DuckDB file plus a noise key.
+    """An audited privacy-budget ledger: one DuckDB file, its noise key and its signing key.
 
     Open an existing ledger with ``Ledger(path)`` or `Ledger.open`; create one
-    with `Ledger.init`. The object holds no open connection, so it can be shared
-    by threads and kept for the life of a flow.
+    with `Ledger.init`; an auditor without the secret keys uses
+    `Ledger.open_auditor` (read-only, public key only). The object holds no
+    open connection, so it can be shared by threads and kept for a flow's life.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, actor: str | None = None,
-                 lock_timeout: float = 60.0):
+                 lock_timeout: float = 60.0, auditor: bool = False,
+                 public_key: str | os.PathLike[str] | None = None):
         """Open an existing ledger.
 
         Args:
             path: the DuckDB file.
             actor: who is writing (recorded on each entry); default ``user@host``.
             lock_timeout: seconds to keep retrying when another process holds the file.
+            auditor: open read-only without the noise and signing keys.
+            public_key: (auditor) the public key file to check signatures with;
+                default ``<ledger>.pub``.
 
         Raises:
             LedgerOpenError: the file is missing, unreadable, not a privpipe ledger,
-                of a newer schema, or its noise key is missing, malformed or has
-                permissions wider than 0600.
+                of a newer schema, or (not auditor) its noise or signing key is
+                missing, malformed or unsafe (symlink, other owner, mode > 0600).
         """
         self.path = Path(path)
         self.key_path = keys.key_path_for(self.path)
@@ -94,11 +116,26 @@ class Ledger:
         if lock_timeout <= 0:
             raise ParameterError("lock_timeout must be > 0 seconds")
         self.lock_timeout = float(lock_timeout)
+        self.auditor = bool(auditor)
         check_existing_ledger(self.path)  # a directory or a CSV is not "a ledger without key"
-        self._key = keys.load_key(self.key_path)
-        self._store = storage.Store(self.path, self.lock_timeout)
-        stored_fp = self._transact(lambda con: storage.open_tx(con, self.path, self._key))
-        self._key_ok = stored_fp == keys.key_fingerprint(self._key)
+        noise = None if self.auditor else keys.load_key(self.key_path)
+        self._store = storage.Store(self.path, self.lock_timeout, read_only=self.auditor)
+        meta = self._read(lambda con: storage.open_tx(con, self.path))
+        self._key_ok = noise is not None and meta.key_fingerprint == keys.key_fingerprint(noise)
+        self._keys = self._keyring(meta, noise, public_key)
+
+    def _keyring(self, meta: storage.Meta, noise: bytes | None,
+                 public_key: str | os.PathLike[str] | None) -> Keyring:
+        signer, public = None, None
+        if meta.version >= 3 and noise is not None:
+            signer = signing.load_signing_key(self.path)
+            public = signing.public_bytes(signer)
+            self._key_ok = self._key_ok and public.hex() == meta.public_key
+        elif meta.version >= 3:
+            pub = Path(public_key) if public_key else signing.public_key_path(self.path)
+            public = (signing.load_public_key(pub) if public_key or pub.exists()
+                      else signing.parse_public_key(meta.public_key or "", "the ledger's key"))
+        return Keyring(noise, signer, public, meta.ledger_id, meta.version)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, actor: str | None = None,
@@ -107,17 +144,31 @@ class Ledger:
         return cls(path, actor=actor, lock_timeout=lock_timeout)
 
     @classmethod
+    def open_auditor(cls, path: str | os.PathLike[str], *,
+                     public_key: str | os.PathLike[str] | None = None,
+                     lock_timeout: float = 60.0) -> Ledger:
+        """Open a ledger read-only with no secret key, as an auditor.
+
+        Verify checks the chain, balances, policy history and the signed head
+        with `public_key` (default ``<ledger>.pub``; keep your own copy: a file
+        beside the ledger is the operator's); MACs and the seal need the noise
+        key and are reported as not checked. Queries work as usual.
+        """
+        return cls(path, auditor=True, public_key=public_key, lock_timeout=lock_timeout)
+
+    @classmethod
     def init(cls, path: str | os.PathLike[str], *, actor: str | None = None,
              lock_timeout: float = 60.0) -> Ledger:
-        """Create a ledger and its noise key, or open it if both exist (idempotent).
+        """Create a ledger, its noise key and its signing key, or open them (idempotent).
 
-        Creating is check-then-create on two files, serialised between processes
-        with an exclusive lock on the directory held until the new database is
-        committed, so a concurrent init sees nothing (and creates) or both files.
+        Creating is check-then-create on several files, serialised between
+        processes with an exclusive lock on the directory held until the new
+        database is committed, so a concurrent init sees nothing or everything.
 
         Raises:
-            LedgerOpenError: only one of the two files exists (a lost key is never
-                regenerated; a stray key is never adopted), or a file cannot be created.
+            LedgerOpenError: only one of the ledger and its noise key exists (a lost
+                key is never regenerated; a stray key is never adopted), or a file
+                cannot be created.
         """
         p = check_new_ledger_path(path)
         if lock_timeout <= 0:
@@ -134,14 +185,57 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r})"
 
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the ledger file."""
+        return self._keys.version
+
     def _transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run a writing operation (the ledger must be current and its keys genuine)."""
+        self._require_key()
+        if self._keys.version < SCHEMA_VERSION:
+            raise LedgerOpenError(
+                f"the ledger {str(self.path)!r} has schema version {self._keys.version}; this "
+                f"privpipe writes version {SCHEMA_VERSION}. Run `privpipe ledger migrate` "
+                "(after it verifies); reading and verifying work as they are")
         return self._store.transact(fn)
 
+    def _read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        return self._store.transact(fn, write=False)
+
     def _require_key(self) -> None:
+        if self.auditor:
+            raise LedgerIntegrityError(
+                "an auditor's ledger (opened with the public key only) cannot write or seed "
+                "noise")
         if not self._key_ok:
             raise LedgerIntegrityError(
-                f"the noise key {str(self.key_path)!r} does not match the fingerprint stored in "
-                "the ledger (replaced or edited key); restore the original key")
+                f"the noise key {str(self.key_path)!r} or the signing key does not match the "
+                "fingerprints stored in the ledger (replaced or edited key); restore the "
+                "original keys")
+
+    def migrate(self, policy_: Policy | None = None) -> list[str]:
+        """Upgrade an older ledger to this schema, only after it verifies (`ledger.migrate`).
+
+        `policy_`, when given, must describe the ledger's domains as they are;
+        their whole definitions are then recorded. Returns one line per step.
+        """
+        self._require_key()
+        lines = self._store.transact(lambda con: migrate_tx(con, self.path, self._keys.noise_key,
+                                                            self.actor, policy_))
+        meta = self._read(lambda con: storage.open_tx(con, self.path))
+        self._keys = self._keyring(meta, self._keys.noise, None)
+        return lines
+
+    def head(self) -> SignedHead:
+        """The current chain head, signed with the ledger's Ed25519 key (schema 3)."""
+        return self._read(lambda con: heads.read_head(con, self._keys))
+
+    def checkpoint(self, path: str | os.PathLike[str]) -> SignedHead:
+        """Write the signed head to a new file an auditor keeps (`verify(expect=...)`)."""
+        h = self.head()
+        heads.write_checkpoint(path, h, storage.now())
+        return h
 
     # ------------------------------------------------------------------ policy
 
@@ -152,12 +246,46 @@ class Ledger:
         a charged domain's notion, w, kind or units is refused (`PolicyChangeError`);
         domains absent from the policy are kept. Returns one line per change.
         """
-        self._require_key()
-        return self._transact(lambda con: policy.apply_tx(con, self._key, policy_, storage.now()))
+        return self._transact(lambda con: policy.apply_tx(con, self._keys, self.actor, policy_,
+                                                          storage.now()))
 
     def domains(self) -> list[dict[str, Any]]:
-        """The ledger's domains: name, kind, notion, cap (exact Fraction), w and units."""
-        return self._transact(policy.list_tx)
+        """The ledger's domains: name, kind, notion, cap (exact Fraction), w, units, definition.
+
+        ``definition`` is the whole `schemas.policy.Domain` (None for a domain
+        migrated without a policy, until one is applied).
+        """
+        return self._read(policy.list_tx)
+
+    def domain(self, name: str) -> Domain:
+        """The complete definition of one domain, from its MAC-checked row.
+
+        Raises:
+            ParameterError: unknown domain, or one without a recorded definition.
+            LedgerIntegrityError: the row was changed outside privpipe.
+        """
+        check_id(name, "domain")
+
+        def tx(con: duckdb.DuckDBPyConnection) -> Domain:
+            storage.check_domain_macs(con, self._keys, [name])
+            rows = storage.load_domains(con)
+            if name not in rows:
+                raise unknown_domain(name, rows)
+            if not rows[name].get("definition"):
+                raise ParameterError(
+                    f"domain {name!r} has no complete definition in the ledger (migrated from "
+                    "an older schema without a policy); run `privpipe ledger policy apply "
+                    "FILE` to record it")
+            return definitions.decode(rows[name]["definition"], name)
+
+        self._require_key()
+        return self._read(tx)
+
+    def policy_history(self, domain: str | None = None) -> list[dict[str, Any]]:
+        """Every policy change recorded in the chain, in order (see `history.policy_history`)."""
+        if domain is not None:
+            check_id(domain, "domain")
+        return self._read(lambda con: history.policy_history(con, domain))
 
     # ------------------------------------------------------------------ reserve / settle
 
@@ -181,7 +309,6 @@ class Ledger:
                 or the release id was reserved for another input or other parameters.
             LedgerIntegrityError: the noise key does not match the ledger.
         """
-        self._require_key()
         call = self._call(release_id, mechanism, parameters, flow_run_id, input_fingerprint)
         cols = checks.request_columns(list(requests))
 
@@ -190,9 +317,38 @@ class Ledger:
             binding.check_binding(con, call.release_id, call.input_fingerprint,
                                   call.parameters)
             binding.check_metric(storage.load_domains(con), cols.domains, call.mechanism)
-            return reserve_tx(con, self._key, self.actor, call, cols)
+            return reserve_tx(con, self._keys, self.actor, call, cols)
 
         return self._transact(tx)
+
+    def plan(self, release_id: str, requests: Sequence[Request], *, mechanism: str = "plan",
+             parameters: dict[str, Any] | None = None,
+             input_fingerprint: str | None = None) -> ReserveResult:
+        """The decisions `reserve` would make now, writing nothing and drawing nothing.
+
+        The same checks, pricing, replay answers and admission function as
+        `reserve` (a request recorded earlier in the release is answered from its
+        entry, ``replayed=True``); a fresh decision has ``entry_seq`` 0. With
+        `parameters` (a release's dry run), the release binding and the
+        mechanism's metric are checked as `reserve` checks them. It is a
+        forecast, not a reservation: a reserve that runs later decides against
+        the balances of its own transaction. Cost: one read-only transaction.
+
+        Raises:
+            The errors of `reserve`, for the same requests.
+        """
+        self._require_key()
+        call = self._call(release_id, mechanism, parameters or {}, None, input_fingerprint)
+        cols = checks.request_columns(list(requests))
+
+        def tx(con: duckdb.DuckDBPyConnection) -> ReserveResult:
+            if parameters is not None:
+                binding.check_binding(con, call.release_id, call.input_fingerprint,
+                                      call.parameters)
+            binding.check_metric(storage.load_domains(con), cols.domains, call.mechanism)
+            return reserve_tx(con, self._keys, self.actor, call, cols, write=False)
+
+        return self._read(tx)
 
     @staticmethod
     def _call(release_id: str, mechanism: str, parameters: dict[str, Any],
@@ -221,8 +377,7 @@ class Ledger:
         """
         check_id(release_id, "release_id")
         bound = canonical_json(parameters, "parameters")
-        self._transact(lambda con: binding.check_binding(con, release_id, input_fingerprint,
-                                                         bound))
+        self._read(lambda con: binding.check_binding(con, release_id, input_fingerprint, bound))
 
     def settle(self, release_id: str, settlements: Sequence[Settlement], *,
                input_fingerprint: str | None = None,
@@ -244,7 +399,6 @@ class Ledger:
             ReplayConflictError: the key was settled earlier with a different cost.
             LedgerInternalError: the actual cost exceeds the reservation (a bug).
         """
-        self._require_key()
         check_id(release_id, "release_id")
         cols = checks.settlement_columns(list(settlements))
         bound = None if parameters is None else canonical_json(parameters, "parameters")
@@ -252,7 +406,7 @@ class Ledger:
         def tx(con: duckdb.DuckDBPyConnection) -> None:
             if bound is not None:
                 binding.check_binding(con, release_id, input_fingerprint, bound)
-            settle_tx(con, self._key, self.actor, release_id, cols)
+            settle_tx(con, self._keys, self.actor, release_id, cols)
 
         self._transact(tx)
 
@@ -265,10 +419,9 @@ class Ledger:
         Raises:
             ParameterError: unknown release or empty reason.
         """
-        self._require_key()
         check_id(release_id, "release_id")
         check_id(reason, "reason")
-        self._transact(lambda con: close_tx(con, self._key, self.actor, release_id, reason))
+        self._transact(lambda con: close_tx(con, self._keys, self.actor, release_id, reason))
 
     # ------------------------------------------------------------------ releases
 
@@ -285,18 +438,19 @@ class Ledger:
         if not isinstance(manifest, dict):
             raise ParameterError("a release manifest must be a dict")
         text = canonical_json(manifest, "manifest")
-        self._transact(lambda con: releases.record(con, self._key, release_id, text, state,
+        self._transact(lambda con: releases.record(con, self._keys.noise_key, release_id, text,
+                                                   state,
                                                    storage.now()))
 
     def release(self, release_id: str) -> dict[str, Any] | None:
         """A release's record (state, manifest as a dict, timestamps) or None if unknown."""
         check_id(release_id, "release_id", allow_empty=True)
-        return self._transact(lambda con: releases.lookup(con, release_id))
+        return self._read(lambda con: releases.lookup(con, release_id))
 
     def entry_range(self, release_id: str) -> tuple[int, int] | None:
         """(first_seq, last_seq) of a release's entries, or None if it has none."""
         check_id(release_id, "release_id", allow_empty=True)
-        return self._transact(lambda con: releases.entry_range(con, release_id))
+        return self._read(lambda con: releases.entry_range(con, release_id))
 
     def noise_seeds(self, release_id: str, users: Sequence[str], fingerprints: Sequence[str],
                     parameters: dict[str, Any]) -> dict[str, int]:
@@ -324,7 +478,7 @@ class Ledger:
         out = {}
         for user_id, fp in zip(users, fingerprints, strict=True):
             check_id(user_id, "user_id")
-            out[user_id] = keys.noise_seed(self._key, release_id, user_id, fp, digest)
+            out[user_id] = keys.noise_seed(self._keys.noise_key, release_id, user_id, fp, digest)
         return out
 
     # ------------------------------------------------------------------ queries
@@ -337,22 +491,22 @@ class Ledger:
         """
         if domain is not None:
             check_id(domain, "domain", allow_empty=True)
-        return self._transact(lambda con: queries.balances(con, domain))
+        return self._read(lambda con: queries.balances(con, domain))
 
     def history(self, user_id: str, domain: str | None = None) -> list[dict[str, Any]]:
         """Every entry of one user in seq order, amounts as exact Fractions."""
         check_id(user_id, "user_id", allow_empty=True)
         if domain is not None:
             check_id(domain, "domain", allow_empty=True)
-        return self._transact(lambda con: queries.history(con, user_id, domain))
+        return self._read(lambda con: queries.history(con, user_id, domain))
 
     def releases(self) -> list[dict[str, Any]]:
         """Every release: id, state, admitted/denied user counts, net spent, seq range."""
-        return self._transact(queries.releases)
+        return self._read(queries.releases)
 
     def denials(self) -> list[dict[str, Any]]:
         """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
-        return self._transact(queries.denials)
+        return self._read(queries.denials)
 
     def release_charges(self, release_id: str) -> list[dict[str, Any]]:
         """What one release charged each account, net of refunds (`queries.release_charges`)."""
@@ -372,27 +526,34 @@ class Ledger:
                 ``releases`` or ``denials``.
         """
         queries.check_export(fmt, what)
-        return queries.write_table(self._transact(lambda con: queries.export_table(con, what)),
+        return queries.write_table(self._read(lambda con: queries.export_table(con, what)),
                                    path, fmt)
 
     # ------------------------------------------------------------------ verify
 
-    def verify(self) -> VerifyReport:
-        """Recompute the hash chain, its keyed seal, the key fingerprint and every balance.
+    def verify(self, expect: Sequence[tuple[str, SignedHead]] = ()) -> VerifyReport:
+        """Recompute the hash chain, every balance, the seal, the signature and every MAC.
+
+        Args:
+            expect: signed heads kept earlier (`heads.load_checkpoint`,
+                `heads.manifest_heads`), each with where it came from: a ledger
+                rolled back, truncated or re-keyed since does not verify.
 
         Returns:
             A report; ``ok`` is False and ``first_bad_seq``/``first_bad_entry_id``
-            name the first bad entry when anything does not verify.
+            name the first bad entry when anything does not verify. In auditor
+            mode ``not_checked`` lists what needs the noise key.
         """
-        if not self._key_ok:
+        if not self.auditor and not self._key_ok:
             return VerifyReport(False, 0, None, (
-                f"ledger integrity check failed: the noise key {str(self.key_path)!r} does not "
-                "match the fingerprint stored in the ledger (replaced or edited key)"))
-        return self._transact(lambda con: verify_tx(con, self._key))
+                f"ledger integrity check failed: the noise key {str(self.key_path)!r} or the "
+                "signing key does not match the fingerprints stored in the ledger (replaced "
+                "or edited key)"))
+        return self._read(lambda con: verify_tx(con, self._keys, expect))
 
-    def verify_or_raise(self) -> VerifyReport:
+    def verify_or_raise(self, expect: Sequence[tuple[str, SignedHead]] = ()) -> VerifyReport:
         """Like `verify`, but raise `LedgerIntegrityError` (exit 4) when it fails."""
-        rep = self.verify()
+        rep = self.verify(expect)
         if not rep.ok:
             raise LedgerIntegrityError(rep.message, seq=rep.first_bad_seq,
                                        entry_id=rep.first_bad_entry_id)

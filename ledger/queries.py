@@ -27,7 +27,7 @@ def _dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def balances(con: duckdb.DuckDBPyConnection, domain: str | None) -> list[dict[str, Any]]:
-    """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units."""
+    """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units, state."""
     out = _dicts(con.execute(
         "SELECT a.user_id, a.domain, a.stream_id, d.notion, a.cap, a.spent, "
         "d.units_label AS units FROM accounts a JOIN domains d ON d.domain = a.domain "
@@ -37,8 +37,18 @@ def balances(con: duckdb.DuckDBPyConnection, domain: str | None) -> list[dict[st
         cap, spent = int(r["cap"]), int(r["spent"])
         r["cap"], r["spent"], r["remaining"] = (from_units(cap), from_units(spent),
                                                 from_units(cap - spent))
+        r["state"] = account_state(cap, spent)
     return [{k: r[k] for k in ("user_id", "domain", "stream_id", "notion", "cap", "spent",
-                               "remaining", "units")} for r in out]
+                               "remaining", "units", "state")} for r in out]
+
+
+def account_state(cap: int, spent: int) -> str:
+    """``above a lowered cap`` (admits nothing), ``near cap`` (>= 90% spent) or ``ok``."""
+    if spent > cap:
+        return "above a lowered cap"
+    if cap == 0 or 10 * spent >= 9 * cap:
+        return "near cap"
+    return "ok"
 
 
 def history(con: duckdb.DuckDBPyConnection, user_id: str, domain: str | None

@@ -110,3 +110,30 @@ class VerifyReport:
     first_bad_seq: int | None
     message: str
     first_bad_entry_id: str | None = None
+    not_checked: tuple[str, ...] = ()
+    """What this verify could not check (auditor mode: what needs the noise key)."""
+
+
+@dataclass(frozen=True)
+class SignedHead:
+    """The chain head (seq, hash) of one ledger, signed with its Ed25519 key.
+
+    ``signature`` covers (ledger_id, schema_version, seq, hash), see
+    `ledger.signing.head_message`; ``key_fingerprint`` is the SHA-256 of the
+    raw public key (``public_key``, hex). An auditor keeps these (a checkpoint
+    file, a release manifest) to detect a later rollback, truncation or re-keying.
+    """
+
+    ledger_id: str
+    schema_version: int
+    seq: int
+    hash: str
+    signature: str
+    key_fingerprint: str
+    public_key: str
+
+    def to_dict(self) -> dict[str, object]:
+        """The head as plain JSON-ready data."""
+        return {"ledger_id": self.ledger_id, "schema_version": self.schema_version,
+                "seq": self.seq, "hash": self.hash, "signature": self.signature,
+                "key_fingerprint": self.key_fingerprint, "public_key": self.public_key}

@@ -21,14 +21,15 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ledger import accounting, admission, releases, storage
+from ledger import accounting, admission, history, releases, storage
 from ledger.accounting import Run
 from ledger.admission import Accounts, Charges, Decisions
 from ledger.amounts import from_units
 from ledger.checks import RequestColumns
 from ledger.columns import group_first, object_array
 from ledger.entries import append, canonical_json, meta
-from ledger.errors import ReplayConflictError
+from ledger.errors import LedgerIntegrityError, ReplayConflictError
+from ledger.keyring import Keyring
 from ledger.pricing import Prices, price_requests
 from ledger.records import Decision, ReserveResult
 from ledger.storage import AccountWrites, registered
@@ -177,7 +178,7 @@ def _in_order(values: list[Any], order: np.ndarray, identity: bool) -> list[Any]
     return values if identity else object_array(values)[order].tolist()
 
 
-def _write(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, call: ReserveCall,
+def _write(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: ReserveCall,
            now: str, cols: RequestColumns, prices: Prices, batch: _Batch, out: Decisions
            ) -> np.ndarray:
     """Append the decisions as entries and save the accounts; return each request's seq."""
@@ -211,7 +212,7 @@ def _write(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, call: Reserve
     return seq_of
 
 
-def reserve_tx(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, call: ReserveCall,
+def reserve_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: ReserveCall,
                cols: RequestColumns, *, write: bool = True) -> ReserveResult:
     """Reserve (or with ``write=False`` only plan) one call's requests in `con`'s transaction.
 
@@ -225,8 +226,12 @@ def reserve_tx(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, call: Res
     domains = storage.load_domains(con)
     prices = price_requests(cols, domains)
     storage.check_domain_macs(con, key, set(cols.domains))
+    fault = history.domain_faults(con, set(cols.domains))
+    if fault:
+        raise LedgerIntegrityError(f"{fault}; nothing was charged. Run `privpipe ledger "
+                                   "verify` and restore the ledger from backup.")
     if write:
-        state = releases.touch(con, key, call.release_id, now)
+        state = releases.touch(con, key.noise_key, call.release_id, now)
     else:
         state = releases.state(con, call.release_id)
     decisions: list[Decision | None] = [None] * len(cols)

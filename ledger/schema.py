@@ -7,16 +7,20 @@ Tables (amounts are integer quanta, see `ledger.amounts`):
   is refused (upgrade privpipe).
 * ``meta(key, value)``: ledger id, quantum, noise-key fingerprint (an HMAC, never
   the key).
-* ``chain_head(id, last_seq, last_hash, seal)``: the tip of the hash chain and a
-  keyed seal over it; every writing transaction updates this one row, which
-  also serialises concurrent writers inside one process.
-* ``domains``: the policy's domains (notion, cap, w, units), each row with a keyed
-  ``mac`` (schema v2) so a cap raised with plain SQL is detected.
+* ``chain_head(id, last_seq, last_hash, seal, signature)``: the tip of the hash
+  chain, a keyed seal over it (schema 3: also over the schema version) and an
+  Ed25519 signature (schema 3); every writing transaction updates this one row,
+  which also serialises concurrent writers inside one process.
+* ``domains``: the policy's domains (notion, cap, w, units; schema 3: the whole
+  definition as canonical JSON and the seq of the domain's latest ``policy``
+  entry), each row with a keyed ``mac`` (schema v2) so a cap raised with plain
+  SQL is detected.
 * ``accounts(user_id, domain, stream_id, cap, spent)``: ``stream_id`` is ``''``
   for curve domains. ``spent`` is the running total (gp, cgp) or the current
   largest window sum (wevent); `verify` recomputes it from the entries.
 * ``entries``: the append-only, hash-chained log (kinds reserve, settle,
-  refund, deny, close). ``cap`` and ``balance_after`` record what each decision
+  refund, deny, close; schema 3: policy, one per domain change, with the old
+  and new state in ``detail``). ``cap`` and ``balance_after`` record what each decision
   was checked against, so every admission can be re-checked by an auditor.
 * ``step_runs``: the w-event per-step costs of an entry as runs
   ``[run_start, run_stop)`` (its kind, user, domain and stream copied for
@@ -24,8 +28,10 @@ Tables (amounts are integer quanta, see `ledger.amounts`):
 * ``releases``: manifest JSON and state (reserved | settled | closed | failed), with
   a keyed ``mac`` (schema v2) so an edited manifest or state is detected.
 
-Views for auditors (plain ``duckdb`` CLI): ``balances``, ``release_summary``,
-``denials``, ``near_cap``, ``user_history``. ε/ρ columns in views are DOUBLE for
+Views for auditors (plain ``duckdb`` CLI): ``balances`` (with each account's
+``state``: ok, near cap or above a lowered cap), ``release_summary``,
+``denials``, ``near_cap``, ``above_cap``, ``user_history``, ``policy_history``
+(schema 3). ε/ρ columns in views are DOUBLE for
 reading; the exact values are the ``*_quanta`` columns divided by
 ``units_per_epsilon``.
 """
@@ -40,7 +46,7 @@ from ledger.amounts import UNITS_PER_EPSILON
 from ledger.keys import row_mac
 
 COMPONENT = "privpipe-ledger"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _U = f"CAST({UNITS_PER_EPSILON} AS DOUBLE)"
 
@@ -54,7 +60,8 @@ TABLES: tuple[str, ...] = (
         id INTEGER PRIMARY KEY,
         last_seq BIGINT NOT NULL,
         last_hash VARCHAR NOT NULL,
-        seal VARCHAR NOT NULL)""",
+        seal VARCHAR NOT NULL,
+        signature VARCHAR)""",
     """CREATE TABLE domains (
         domain VARCHAR PRIMARY KEY,
         kind VARCHAR NOT NULL,
@@ -67,7 +74,9 @@ TABLES: tuple[str, ...] = (
         units_label VARCHAR NOT NULL,
         created_at TIMESTAMP NOT NULL,
         updated_at TIMESTAMP NOT NULL,
-        mac VARCHAR)""",
+        mac VARCHAR,
+        definition VARCHAR,
+        policy_seq BIGINT)""",
     """CREATE TABLE accounts (
         user_id VARCHAR NOT NULL,
         domain VARCHAR NOT NULL,
@@ -119,6 +128,11 @@ TABLES: tuple[str, ...] = (
 # Signed contribution of an entry kind to an account's spend.
 _SIGN = "CASE e.kind WHEN 'reserve' THEN 1 WHEN 'refund' THEN -1 WHEN 'close' THEN -1 ELSE 0 END"
 
+ACCOUNT_STATE = ("CASE WHEN a.spent > a.cap THEN 'above a lowered cap' "
+                 "WHEN a.cap = 0 OR CAST(a.spent AS DOUBLE) >= 0.9 * CAST(a.cap AS DOUBLE) "
+                 "THEN 'near cap' ELSE 'ok' END")
+"""An account's state: above a lowered cap (admits nothing), near cap (>= 90%), ok."""
+
 VIEWS: tuple[str, ...] = (
     f"""CREATE OR REPLACE VIEW balances AS
     SELECT a.user_id, a.domain, a.stream_id, d.notion,
@@ -126,7 +140,8 @@ VIEWS: tuple[str, ...] = (
            CAST(a.spent AS DOUBLE) / {_U} AS spent,
            CAST(a.cap - a.spent AS DOUBLE) / {_U} AS remaining,
            d.units_label AS units,
-           a.cap AS cap_quanta, a.spent AS spent_quanta
+           a.cap AS cap_quanta, a.spent AS spent_quanta,
+           {ACCOUNT_STATE} AS state
     FROM accounts a JOIN domains d ON d.domain = a.domain""",  # noqa: S608 - constants only
     f"""CREATE OR REPLACE VIEW release_summary AS
     SELECT e.release_id, r.state, e.domain,
@@ -153,9 +168,16 @@ VIEWS: tuple[str, ...] = (
            CAST(e.cap - e.balance_after AS DOUBLE) / {_U} AS remaining_before,
            e.reason, e.mechanism, e.actor
     FROM entries e WHERE e.kind = 'deny'""",  # noqa: S608 - constants only
-    """CREATE OR REPLACE VIEW near_cap AS
-    SELECT * FROM balances
-    WHERE cap_quanta = 0 OR CAST(spent_quanta AS DOUBLE) >= 0.9 * CAST(cap_quanta AS DOUBLE)""",
+    """CREATE OR REPLACE VIEW near_cap AS SELECT * FROM balances WHERE state = 'near cap'""",
+    """CREATE OR REPLACE VIEW above_cap AS
+    SELECT * FROM balances WHERE state = 'above a lowered cap'""",
+    f"""CREATE OR REPLACE VIEW policy_history AS
+    SELECT e.seq, e.entry_id, e.created_at, e.actor, e.domain, e.step AS change,
+           CAST(e.cap AS DOUBLE) / {_U} AS cap_before,
+           CAST(e.amount AS DOUBLE) / {_U} AS cap_after,
+           e.cap AS cap_before_quanta, e.amount AS cap_after_quanta,
+           e.reason, e.detail
+    FROM entries e WHERE e.kind = 'policy'""",  # noqa: S608 - constants only
     f"""CREATE OR REPLACE VIEW user_history AS
     SELECT e.user_id, e.seq, e.entry_id, e.created_at, e.release_id, e.domain, e.step,
            e.stream_id, e.kind, e.notion,
@@ -178,22 +200,42 @@ def _v1_to_v2(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
     con.execute("ALTER TABLE domains ADD COLUMN mac VARCHAR")
     con.execute("ALTER TABLE releases ADD COLUMN mac VARCHAR")
     for (name,) in con.execute("SELECT domain FROM domains").fetchall():
-        seal_domain(con, key, name)
+        seal_domain(con, key, name, 2)
     for (rid,) in con.execute("SELECT release_id FROM releases").fetchall():
         seal_release(con, key, rid)
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
-"""``MIGRATIONS[v]`` upgrades a ledger from schema version v to v + 1 (in one transaction)."""
+def _v2_to_v3(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
+    """Schema v3 (tables): domain definitions and policy seqs, the head signature.
+
+    The rest of the upgrade (signing key, baseline policy entries, resealing)
+    is `ledger.migrate`, which runs this inside the same transaction.
+    """
+    con.execute("ALTER TABLE domains ADD COLUMN definition VARCHAR")
+    con.execute("ALTER TABLE domains ADD COLUMN policy_seq BIGINT")
+    con.execute("ALTER TABLE chain_head ADD COLUMN signature VARCHAR")
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
+"""``MIGRATIONS[v]`` upgrades the tables from schema version v to v + 1 (`ledger.migrate`)."""
 
 DOMAIN_MAC_COLUMNS = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit",
                       "value_unit", "units_label")
+"""The columns of a domain row the MAC covers (schema 2)."""
+DOMAIN_MAC_COLUMNS_V3 = (*DOMAIN_MAC_COLUMNS, "definition", "policy_seq")
+"""The columns of a domain row the MAC covers (schema 3: with the definition and policy seq)."""
 RELEASE_MAC_COLUMNS = ("release_id", "state", "manifest")
 
 
-def domain_mac(key: bytes, row: tuple) -> str:
-    """Keyed MAC of a domains row given as `DOMAIN_MAC_COLUMNS` values."""
-    return row_mac(key, "privpipe domain v1", [None if v is None else str(v) for v in row])
+def domain_mac_columns(version: int) -> tuple[str, ...]:
+    """The domain columns a MAC covers in a ledger of schema `version`."""
+    return DOMAIN_MAC_COLUMNS_V3 if version >= 3 else DOMAIN_MAC_COLUMNS
+
+
+def domain_mac(key: bytes, row: tuple, version: int = 2) -> str:
+    """Keyed MAC of a domains row given as `domain_mac_columns(version)` values."""
+    label = "privpipe domain v3" if version >= 3 else "privpipe domain v1"
+    return row_mac(key, label, [None if v is None else str(v) for v in row])
 
 
 def release_mac(key: bytes, row: tuple) -> str:
@@ -201,12 +243,14 @@ def release_mac(key: bytes, row: tuple) -> str:
     return row_mac(key, "privpipe release v1", [None if v is None else str(v) for v in row])
 
 
-def seal_domain(con: duckdb.DuckDBPyConnection, key: bytes, name: str) -> None:
+def seal_domain(con: duckdb.DuckDBPyConnection, key: bytes, name: str,
+                version: int = SCHEMA_VERSION) -> None:
     """Recompute the MAC of one domains row after privpipe changed it."""
-    cols = ", ".join(DOMAIN_MAC_COLUMNS)
+    cols = ", ".join(domain_mac_columns(version))
     row = first_row(con.execute(f"SELECT {cols} FROM domains WHERE domain = ?", [name]))  # noqa: S608
     if row is not None:
-        con.execute("UPDATE domains SET mac = ? WHERE domain = ?", [domain_mac(key, row), name])
+        con.execute("UPDATE domains SET mac = ? WHERE domain = ?",
+                    [domain_mac(key, row, version), name])
 
 
 def seal_release(con: duckdb.DuckDBPyConnection, key: bytes, release_id: str) -> None:

@@ -28,6 +28,7 @@ from ledger.checks import SettlementColumns
 from ledger.columns import group_first, group_running_sum, interleave, key_codes, object_array
 from ledger.entries import append, canonical_json, meta, refund_details, settle_details
 from ledger.errors import LedgerInternalError, ReplayConflictError
+from ledger.keyring import Keyring
 from ledger.pricing import Actual, price_settlements
 from ledger.storage import AccountWrites, registered
 from schemas.errors import ParameterError
@@ -266,7 +267,7 @@ def _entry_columns(cols: SettlementColumns, look: dict[str, list], f: _Fresh,
     return entry_cols, both(s_text, r_text), runs
 
 
-def settle_tx(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, release_id: str,
+def settle_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, release_id: str,
               cols: SettlementColumns) -> None:
     """Settle one call's settlements in `con`'s transaction (see the module docstring).
 
@@ -302,7 +303,7 @@ def settle_tx(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, release_id
     for c in ("users", "domains", "streams", "caps", "spents"):
         getattr(writes, c).extend(getattr(w_writes, c))
     storage.save_accounts(con, writes)
-    releases.mark_settled_if_done(con, key, release_id, now)
+    releases.mark_settled_if_done(con, key.noise_key, release_id, now)
 
 
 def _fresh(codes: np.ndarray, look: dict[str, list], actual: list[Any],
@@ -336,7 +337,7 @@ def _open_reservations(con: duckdb.DuckDBPyConnection, release_id: str
     return out
 
 
-def close_tx(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, release_id: str,
+def close_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, release_id: str,
              reason: str) -> None:
     """Close a release: refund its unsettled reservations with ``close`` entries.
 
@@ -387,4 +388,4 @@ def close_tx(con: duckdb.DuckDBPyConnection, key: bytes, actor: str, release_id:
     for k in keys:
         writes.add(*k, int(domains[k[1]]["cap"]), spent[k])
     storage.save_accounts(con, writes)
-    releases.set_state(con, key, release_id, "closed", now)
+    releases.set_state(con, key.noise_key, release_id, "closed", now)

@@ -28,11 +28,17 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from ledger import keys, schema
+from ledger import keys, schema, signing
 from ledger.accounting import KIND_SIGN, Run
 from ledger.amounts import UNITS_PER_EPSILON
 from ledger.chain import GENESIS_HASH, format_ts
-from ledger.errors import LedgerBusyError, LedgerIntegrityError, LedgerOpenError
+from ledger.errors import (
+    LedgerBusyError,
+    LedgerIntegrityError,
+    LedgerOpenError,
+    LedgerStorageError,
+)
+from ledger.keyring import Keyring
 from ledger.schema import first_row
 
 T = TypeVar("T")
@@ -97,6 +103,18 @@ def _is_lock_error(err: Exception) -> bool:
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
+def _is_conflict(err: Exception) -> bool:
+    """A transaction that lost a race with another one (retried)."""
+    return "conflict" in str(err).lower()
+
+
+def _is_write_failure(err: Exception) -> bool:
+    """The file system refused a write (full disk, size limit, I/O error)."""
+    text = str(err)
+    return any(s in text for s in ("Could not write", "No space left", "File too large",
+                                   "Input/output error", "Disk quota", "Failed to commit"))
+
+
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute("ROLLBACK")
@@ -106,15 +124,22 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 @dataclass
 class Store:
-    """A ledger database file and the transactions run on it."""
+    """A ledger database file and the transactions run on it.
+
+    A writing transaction is followed by a DuckDB ``CHECKPOINT`` before it
+    returns, so what a caller was told is committed lives in the database file
+    itself, not only in the write-ahead log (which a crash can leave behind and
+    an attacker can truncate). `read_only` opens the file read-only (auditors).
+    """
 
     path: Path
     lock_timeout: float
+    read_only: bool = False
 
     def _connect(self, deadline: float, attempt: int) -> duckdb.DuckDBPyConnection:
         while True:
             try:
-                return duckdb.connect(str(self.path))
+                return duckdb.connect(str(self.path), read_only=self.read_only)
             except duckdb.IOException as err:
                 if not _is_lock_error(err):
                     raise LedgerOpenError(
@@ -136,8 +161,32 @@ class Store:
         _sleep_backoff(attempt, deadline)
         return attempt + 1
 
-    def transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """Run `fn(con)` in one transaction, retrying on file locks and conflicts."""
+    def _checkpoint(self, con: duckdb.DuckDBPyConnection) -> None:
+        try:
+            con.execute("CHECKPOINT")
+        except duckdb.Error as err:
+            cause = str(err).splitlines()[0]
+            raise LedgerStorageError(
+                f"the ledger {str(self.path)!r} committed, but its write-ahead log could not be "
+                f"folded into the file ({cause}); free space and run the same command again "
+                "(it is idempotent)") from None
+
+    def _storage_error(self, err: Exception) -> LedgerStorageError:
+        cause = str(err).splitlines()[0]
+        cause = cause.removeprefix("TransactionContext Error: ")
+        return LedgerStorageError(
+            f"cannot write the ledger {str(self.path)!r}: {cause}; nothing was committed. "
+            "Free space on its file system (or fix the I/O error) and run the command again")
+
+    def transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, write: bool = True
+                 ) -> T:
+        """Run `fn(con)` in one transaction, retrying on file locks and conflicts.
+
+        Raises:
+            LedgerStorageError: the file system refused a write (nothing committed),
+                or the committed transaction could not be checkpointed.
+            LedgerBusyError: the file stayed locked or conflicting past `lock_timeout`.
+        """
         deadline = time.monotonic() + self.lock_timeout
         attempt = 0
         with _process_lock(self.path):
@@ -147,12 +196,18 @@ class Store:
                     con.execute("BEGIN TRANSACTION")
                     result = fn(con)
                     con.execute("COMMIT")
+                    if write and not self.read_only:
+                        self._checkpoint(con)
                     return result
-                except duckdb.TransactionException:
+                except duckdb.TransactionException as err:
                     _rollback(con)
+                    if _is_write_failure(err) and not _is_conflict(err):
+                        raise self._storage_error(err) from None
                     attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
                 except (duckdb.IOException, duckdb.SerializationException) as err:
                     _rollback(con)
+                    if _is_write_failure(err):
+                        raise self._storage_error(err) from None
                     raise LedgerOpenError(
                         f"cannot read the ledger {str(self.path)!r}: "
                         f"{str(err).splitlines()[0]} (truncated or corrupted file? restore it "
@@ -166,10 +221,14 @@ class Store:
 
 
 def create(p: Path, kp: Path) -> None:
-    """Create the database and its key unless both exist (the caller holds `init_lock`).
+    """Create the database, its noise key and its signing key unless they exist.
+
+    The caller holds `init_lock`. A ledger and noise key that both exist are
+    left as they are (`Ledger.init` then opens them).
 
     Raises:
-        LedgerOpenError: only one of the two files exists, or a file cannot be created.
+        LedgerOpenError: only one of the ledger and its noise key exists, or a
+            file cannot be created.
     """
     if p.exists() and kp.exists():
         return
@@ -183,40 +242,70 @@ def create(p: Path, kp: Path) -> None:
             f"a noise key {str(kp)!r} exists without its ledger {str(p)!r}; restore the "
             "ledger or move the key away before creating a new ledger"
         )
+    for f in (signing.signing_key_path(p), signing.public_key_path(p)):
+        if f.exists() or f.is_symlink():
+            raise LedgerOpenError(
+                f"{str(f)!r} exists without its ledger {str(p)!r}; move it away before "
+                "creating a new ledger")
     key = keys.create_key(kp)
+    made = [kp]
+    try:
+        signer = signing.create_signing_key(p)
+        made += [signing.signing_key_path(p), signing.public_key_path(p), p,
+                 Path(str(p) + ".wal")]
+        _create_tables(p, key, signer)
+    except BaseException:
+        for f in made:
+            f.unlink(missing_ok=True)
+        raise
+
+
+def _create_tables(p: Path, key: bytes, signer: Any) -> None:
     try:
         con = duckdb.connect(str(p))
     except duckdb.Error as err:
-        kp.unlink(missing_ok=True)
         raise LedgerOpenError(f"cannot create the ledger {str(p)!r}: {err}") from None
     try:
-        created = now()
+        created, ledger_id = now(), os.urandom(16).hex()
+        public = signing.public_bytes(signer)
         con.execute("BEGIN TRANSACTION")
         schema.create(con, created)
         con.executemany("INSERT INTO meta VALUES (?, ?)", [
-            ["ledger_id", os.urandom(16).hex()],
+            ["ledger_id", ledger_id],
             ["units_per_epsilon", str(UNITS_PER_EPSILON)],
             ["key_fingerprint", keys.key_fingerprint(key)],
+            ["signing_public_key", public.hex()],
+            ["signing_key_fingerprint", signing.fingerprint(public)],
             ["created_at", created],
         ])
-        con.execute("INSERT INTO chain_head VALUES (1, 0, ?, ?)",
-                    [GENESIS_HASH, keys.chain_seal(key, 0, GENESIS_HASH)])
+        v = schema.SCHEMA_VERSION
+        con.execute("INSERT INTO chain_head VALUES (1, 0, ?, ?, ?)",
+                    [GENESIS_HASH, keys.chain_seal_v2(key, v, 0, GENESIS_HASH),
+                     signing.sign_head(signer, ledger_id, v, 0, GENESIS_HASH)])
         con.execute("COMMIT")
-    except BaseException:
+        con.execute("CHECKPOINT")
+    finally:
         con.close()
-        p.unlink(missing_ok=True)
-        Path(str(p) + ".wal").unlink(missing_ok=True)
-        kp.unlink(missing_ok=True)
-        raise
-    con.close()
 
 
-def open_tx(con: duckdb.DuckDBPyConnection, path: Path, key: bytes) -> str:
-    """Check the schema version (upgrading an older one) and return the key fingerprint.
+@dataclass(frozen=True)
+class Meta:
+    """What a ledger file says about itself (table ``meta`` and ``schema_version``)."""
+
+    version: int
+    key_fingerprint: str
+    ledger_id: str
+    public_key: str | None  # hex; None before schema 3
+
+
+def open_tx(con: duckdb.DuckDBPyConnection, path: Path) -> Meta:
+    """Check that `con` holds a privpipe ledger this privpipe can read; return its metadata.
+
+    An older schema is read as it is (`Ledger.migrate` upgrades it, never this).
 
     Raises:
-        LedgerOpenError: not a privpipe ledger, a newer schema, a missing upgrade
-            step, missing metadata or another amount quantum.
+        LedgerOpenError: not a privpipe ledger, a newer schema, missing metadata
+            or another amount quantum.
     """
     try:
         version = schema.stored_version(con)
@@ -232,21 +321,16 @@ def open_tx(con: duckdb.DuckDBPyConnection, path: Path, key: bytes) -> str:
             f"the ledger {str(path)!r} has schema version {version}, newer than this "
             f"privpipe supports ({schema.SCHEMA_VERSION}); upgrade privpipe"
         )
-    if version < schema.SCHEMA_VERSION:
-        try:
-            schema.migrate(con, version, now(), key)
-        except LookupError as err:
-            raise LedgerOpenError(f"cannot upgrade {str(path)!r}: {err}") from None
-    row = first_row(con.execute("SELECT value FROM meta WHERE key = 'key_fingerprint'"))
-    units = first_row(con.execute("SELECT value FROM meta WHERE key = 'units_per_epsilon'"))
-    if not row or not units:
+    meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    if "key_fingerprint" not in meta or "units_per_epsilon" not in meta:
         raise LedgerOpenError(f"the ledger {str(path)!r} lacks its metadata")
-    if int(units[0]) != UNITS_PER_EPSILON:
+    if int(meta["units_per_epsilon"]) != UNITS_PER_EPSILON:
         raise LedgerOpenError(
             f"the ledger {str(path)!r} uses a different amount quantum; "
             "it was written by an incompatible privpipe"
         )
-    return str(row[0])
+    return Meta(version, str(meta["key_fingerprint"]), str(meta.get("ledger_id", "")),
+                meta.get("signing_public_key"))
 
 
 @contextlib.contextmanager
@@ -271,27 +355,24 @@ def head(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
     return int(row[0]), str(row[1])
 
 
-_DOMAIN_FIELDS = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit", "value_unit",
-                  "units_label")
-
-
 def load_domains(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
-    """Every domain row by name (cap in quanta, as stored)."""
-    cols = ", ".join(_DOMAIN_FIELDS)
-    rows = con.execute(f"SELECT {cols} FROM domains").fetchall()  # noqa: S608
-    return {r[0]: dict(zip(_DOMAIN_FIELDS, r, strict=True)) for r in rows}
+    """Every domain row by name, all columns (cap in quanta, as stored; any schema)."""
+    cur = con.execute("SELECT * FROM domains")
+    names = [d[0] for d in cur.description]
+    return {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
 
 
-def check_domain_macs(con: duckdb.DuckDBPyConnection, key: bytes, names: Iterable[str]) -> None:
+def check_domain_macs(con: duckdb.DuckDBPyConnection, key: Keyring, names: Iterable[str]
+                      ) -> None:
     """Refuse to charge against a domain row (cap, notion, w) edited outside privpipe.
 
     Raises:
         LedgerIntegrityError: a named domain's keyed MAC does not match; nothing is charged.
     """
     wanted = set(names)
-    cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
+    cols = ", ".join(schema.domain_mac_columns(key.version))
     for *row, mac in con.execute(f"SELECT {cols}, mac FROM domains").fetchall():  # noqa: S608
-        if row[0] in wanted and mac != schema.domain_mac(key, tuple(row)):
+        if row[0] in wanted and mac != schema.domain_mac(key.noise_key, tuple(row), key.version):
             raise LedgerIntegrityError(
                 f"domain {row[0]!r} was changed outside privpipe (its keyed MAC does not "
                 "match); nothing was charged. Run `privpipe ledger verify` and restore the "

@@ -15,6 +15,7 @@ that order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -22,22 +23,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger import accounting, keys, schema
+from ledger import accounting, heads, history, schema, signing
 from ledger.accounting import KIND_SIGN, Run
 from ledger.chain import GENESIS_HASH, HASHED_COLUMNS, canonical, entry_hash
 from ledger.columns import combine, group_running_sum, object_array
 from ledger.entries import ENTRY_COLUMNS
-from ledger.records import VerifyReport
+from ledger.keyring import Keyring
+from ledger.records import SignedHead, VerifyReport
 from ledger.schema import first_row
 from ledger.storage import head, load_domains, registered, runs_of
 
-KINDS = ("reserve", "settle", "refund", "deny", "close")
+KINDS = ("reserve", "settle", "refund", "deny", "close", "policy")
 
 # Chain problems, in the order they are checked for one entry.
 DUPLICATE, MISSING, RUN_MISMATCH, PREV_LINK, HASH = 1, 2, 3, 4, 5
 # Balance problems (after the chain checks of the entry).
-(KIND, NO_USER, DOMAIN, NOTION, NEGATIVE, RUNS_SUM, GP_RUNS, BELOW_ZERO, BALANCE,
- OVER_CAP) = range(6, 16)
+(KIND, NO_USER, DOMAIN, NOTION, NEGATIVE, CAP_IN_FORCE, RUNS_SUM, GP_RUNS, BELOW_ZERO,
+ BALANCE, OVER_CAP) = range(6, 17)
 
 _CHAIN_MESSAGES = {
     DUPLICATE: "duplicate sequence number",
@@ -199,24 +201,56 @@ class _Rows:
         """Per entry the first failing check of kind, user, domain, notion, sign (0: none)."""
         no_user = (self.user_id == "").astype(bool)
         marker = no_user & (self.kind == "close").astype(bool) & (self.amount == 0).astype(bool)
+        policy = (self.kind == "policy").astype(bool)
         known_kind = np.isin(self.kind, np.array(KINDS, object))
+        charge = ~no_user & ~policy  # an entry of an account
         return np.select([
             ~known_kind,
-            no_user & ~marker,
-            np.equal(self.dom_notion, None) & ~no_user,
-            (self.notion != self.dom_notion).astype(bool) & ~no_user,
-            (self.amount < 0).astype(bool) & ~no_user,
+            (no_user & ~marker & ~policy) | (policy & ~no_user),
+            np.equal(self.dom_notion, None) & (charge | policy),
+            (self.notion != self.dom_notion).astype(bool) & charge,
+            (self.amount < 0).astype(bool) & (charge | policy),
         ], [KIND, NO_USER, DOMAIN, NOTION, NEGATIVE], 0)
+
+    def cap_checks(self) -> np.ndarray:
+        """`CAP_IN_FORCE` where an account entry's cap is not the one the chain's policy set.
+
+        The cap in force at an entry is the new cap of the latest ``policy``
+        entry of its domain before it (entries before a domain's first policy
+        entry, written by a schema older than 3, are not compared).
+        """
+        out = np.zeros(self.n, np.int64)
+        self.in_force: dict[int, tuple[int, int]] = {}
+        policy = np.flatnonzero((self.kind == "policy").astype(bool))
+        charge = (self.user_id != "").astype(bool) & (self.kind != "policy").astype(bool)
+        dom = self.codes["domain"]
+        for d in np.unique(dom[policy]).tolist():
+            rows = policy[dom[policy] == d]  # in seq order
+            mine = np.flatnonzero(charge & (dom == d))
+            at = np.searchsorted(self.seq[rows], self.seq[mine]) - 1
+            mine, at = mine[at >= 0], at[at >= 0]
+            force = self.amount[rows][at]
+            bad = mine[(self.cap[mine] != force).astype(bool)]
+            for i in bad.tolist()[:1]:
+                k = int(np.searchsorted(self.seq[rows], self.seq[i])) - 1
+                self.in_force[i] = (int(self.seq[rows][k]), int(self.amount[rows][k]))
+            out[bad] = CAP_IN_FORCE
+        return out
 
     def message(self, code: int, i: int, after: int | None) -> str:
         """The text of problem `code` at row `i` (`after`: the recomputed balance)."""
         return {
             KIND: lambda: f"unknown entry kind {self.kind[i]!r}",
-            NO_USER: lambda: "entry without a user",
+            NO_USER: lambda: ("a policy entry with a user" if self.kind[i] == "policy"
+                              else "entry without a user"),
             DOMAIN: lambda: f"unknown domain {self.domain[i]!r}",
             NOTION: lambda: (f"notion {self.notion[i]!r} differs from domain notion "
                              f"{self.dom_notion[i]!r}"),
             NEGATIVE: lambda: "negative amount",
+            CAP_IN_FORCE: lambda: (f"recorded cap {self.cap[i]} differs from the cap "
+                                   f"{self.in_force[i][1]} that policy entry seq "
+                                   f"{self.in_force[i][0]} set (a cap changed outside the "
+                                   "chain)"),
             RUNS_SUM: lambda: "amount differs from the sum of its step runs",
             GP_RUNS: lambda: "a gp/cgp entry has step runs",
             BELOW_ZERO: lambda: "balance would become negative (refund without reservation)",
@@ -295,6 +329,7 @@ def _balances(con: duckdb.DuckDBPyConnection, domains: dict[str, dict[str, Any]]
     """
     r = _Rows(con.sql(_BALANCE_SQL).to_arrow_table(), domains)
     codes = r.checks()
+    codes = np.where(codes > 0, codes, r.cap_checks())
     has_user = (r.user_id != "").astype(bool)
     is_wevent = (r.dom_notion == "wevent").astype(bool)
     known = ~np.equal(r.dom_notion, None)
@@ -327,9 +362,34 @@ def _balances(con: duckdb.DuckDBPyConnection, domains: dict[str, dict[str, Any]]
                      "spent": pa.array([str(v) for v in afters[last].tolist()], pa.string())})
 
 
-def _tables(con: duckdb.DuckDBPyConnection, key: bytes, n: int, last_hash: str,
-            spent: pa.Table) -> VerifyReport:
-    """The checks after the entries: orphan runs, head, seal, MACs, accounts."""
+def _macs(con: duckdb.DuckDBPyConnection, key: Keyring, n: int) -> VerifyReport | None:
+    """The keyed MACs of the domain rows (schema 2 on); None when they all match."""
+    if key.version < 2:
+        return None
+    cols = ", ".join(schema.domain_mac_columns(key.version))
+    for *row, mac in con.execute(f"SELECT {cols}, mac FROM domains ORDER BY domain"  # noqa: S608
+                                 ).fetchall():
+        if mac != schema.domain_mac(key.noise_key, tuple(row), key.version):
+            return _bad(n, f"domain {row[0]!r}: its row (cap, notion, w or units) was changed "
+                           "outside privpipe (keyed MAC does not match)")
+    return None
+
+
+def _release_macs(con: duckdb.DuckDBPyConnection, key: Keyring, n: int) -> VerifyReport | None:
+    if key.version < 2:
+        return None
+    for rid, state, manifest, mac in con.execute(
+            "SELECT release_id, state, manifest, mac FROM releases ORDER BY release_id"
+    ).fetchall():
+        if mac != schema.release_mac(key.noise_key, (rid, state, manifest)):
+            return _bad(n, f"release {rid!r}: its state or manifest was changed outside "
+                           "privpipe (keyed MAC does not match)")
+    return None
+
+
+def _head(con: duckdb.DuckDBPyConnection, key: Keyring, n: int, last_hash: str,
+          expected: Sequence[tuple[str, SignedHead]]) -> VerifyReport | None:
+    """The chain head against the entries, its seal, its signature and the kept heads."""
     orphan = con.execute("SELECT min(s.seq) FROM step_runs s ANTI JOIN entries e "
                          "ON e.seq = s.seq").fetchall()[0][0]
     if orphan is not None:
@@ -340,26 +400,35 @@ def _tables(con: duckdb.DuckDBPyConnection, key: bytes, n: int, last_hash: str,
         return _bad(n, f"the chain head says {head_seq} entries ending in {head_hash[:12]}…, "
                        f"but the entries end at seq {n} (entries deleted from the end?)",
                     n + 1 if head_seq > n else None)
-    seal = con.execute("SELECT seal FROM chain_head WHERE id = 1").fetchall()
-    if not seal or seal[0][0] != keys.chain_seal(key, head_seq, head_hash):
+    cols = "seal, signature" if key.version >= 3 else "seal, NULL"
+    seal, signature = con.execute(f"SELECT {cols} FROM chain_head WHERE id = 1").fetchall()[0]  # noqa: S608
+    if key.noise is not None and seal != key.seal(head_seq, head_hash):
         return _bad(n, "the keyed seal over the chain head does not match (chain rewritten "
-                       "without the noise key)")
-    dom_cols = ", ".join(schema.DOMAIN_MAC_COLUMNS)
-    for *row, mac in con.execute(f"SELECT {dom_cols}, mac FROM domains ORDER BY domain"  # noqa: S608
-                                 ).fetchall():
-        if mac != schema.domain_mac(key, tuple(row)):
-            return _bad(n, f"domain {row[0]!r}: its row (cap, notion, w or units) was changed "
-                           "outside privpipe (keyed MAC does not match)")
-    for rid, state, manifest, mac in con.execute(
-            "SELECT release_id, state, manifest, mac FROM releases ORDER BY release_id"
-    ).fetchall():
-        if mac != schema.release_mac(key, (rid, state, manifest)):
-            return _bad(n, f"release {rid!r}: its state or manifest was changed outside "
-                           "privpipe (keyed MAC does not match)")
-    return _accounts(con, n, spent)
+                       "without the noise key, or its schema version edited)")
+    if key.version >= 3 and not key.signature_ok(signature, head_seq, head_hash):
+        return _bad(n, "the chain head's Ed25519 signature does not verify with the public key "
+                       f"{signing.fingerprint(key.public or b'')[:16]}… (head or schema "
+                       "version edited, or signed by another key)")
+    problem = heads.expected_faults(con, key, n, expected)
+    return None if problem is None else _bad(n, problem)
 
 
-def _accounts(con: duckdb.DuckDBPyConnection, n: int, spent: pa.Table) -> VerifyReport:
+def _tables(con: duckdb.DuckDBPyConnection, key: Keyring, n: int, last_hash: str,
+            spent: pa.Table, expected: Sequence[tuple[str, SignedHead]]) -> VerifyReport:
+    """The checks after the entries: head, seal, signature, kept heads, MACs, policy, accounts."""
+    rep = _head(con, key, n, last_hash, expected)
+    if rep is None and key.noise is not None:
+        rep = _macs(con, key, n)
+    if rep is None and key.version >= 3:
+        problem = history.domain_faults(con)
+        rep = None if problem is None else _bad(n, problem)
+    if rep is None and key.noise is not None:
+        rep = _release_macs(con, key, n)
+    return rep or _accounts(con, n, spent, key, len(expected))
+
+
+def _accounts(con: duckdb.DuckDBPyConnection, n: int, spent: pa.Table, key: Keyring,
+              n_expected: int) -> VerifyReport:
     """The stored accounts against the recomputed spend `spent` (see `_balances`)."""
     with registered(con, "_pp_spent", spent):
         row = first_row(con.execute(
@@ -390,13 +459,39 @@ def _accounts(con: duckdb.DuckDBPyConnection, n: int, spent: pa.Table) -> Verify
         return _bad(n, f"account {key!r}: its cap {row[6]} quanta differs from the domain's "
                        f"cap {row[7]} (edited outside privpipe)")
     stored = con.execute("SELECT count(*) FROM accounts").fetchall()[0][0]
+    return _ok(n, stored, key, n_expected)
+
+
+NEEDS_NOISE_KEY = ("the keyed seal over the chain head", "the noise key fingerprint",
+                   "the domain and release MACs")
+"""What an auditor without the noise key cannot check."""
+
+
+def _ok(n: int, accounts: int, key: Keyring, n_expected: int) -> VerifyReport:
+    signed = ""
+    if key.version >= 3:
+        signed = (f"; policy history and the Ed25519-signed head (key "
+                  f"{signing.fingerprint(key.public or b'')[:16]}…) verified")
+    if n_expected:
+        signed += f"; consistent with {n_expected} kept signed head(s)"
+    if key.noise is None:
+        return VerifyReport(
+            True, n, None,
+            f"ok (auditor mode, public key only): {n} entries, hash chain and {accounts} "
+            f"account balances verified{signed}; NOT checked without the noise key: "
+            f"{', '.join(NEEDS_NOISE_KEY)}", not_checked=NEEDS_NOISE_KEY)
     return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint, "
-                                       f"domain and release MACs and {stored} account "
-                                       "balances verified")
+                                       f"domain and release MACs and {accounts} account "
+                                       f"balances verified{signed}")
 
 
-def verify_tx(con: duckdb.DuckDBPyConnection, key: bytes) -> VerifyReport:
-    """Verify the whole ledger in `con`'s transaction (see the module docstring)."""
+def verify_tx(con: duckdb.DuckDBPyConnection, key: Keyring,
+              expected: Sequence[tuple[str, SignedHead]] = ()) -> VerifyReport:
+    """Verify the whole ledger in `con`'s transaction (see the module docstring).
+
+    `expected` are signed heads kept earlier (checkpoint files, release
+    manifests), each with where it came from; the ledger must extend them.
+    """
     domains = load_domains(con)
     found = _FirstFault()
     _chain(con, found)
@@ -406,4 +501,4 @@ def verify_tx(con: duckdb.DuckDBPyConnection, key: bytes) -> VerifyReport:
         return _bad(checked, msg, seq, eid)
     n, last = con.execute("SELECT count(*), (SELECT hash FROM entries ORDER BY seq DESC, "
                           "entry_id DESC LIMIT 1) FROM entries").fetchall()[0]
-    return _tables(con, key, int(n), last or GENESIS_HASH, spent)
+    return _tables(con, key, int(n), last or GENESIS_HASH, spent, expected)

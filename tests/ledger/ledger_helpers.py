@@ -22,6 +22,9 @@ POLICY = {
     }
 }
 
+POLICY_ENTRIES = 3
+"""Entries `apply_policy(POLICY)` writes on a new ledger: one ``policy`` entry per domain."""
+
 POLICY_TOML = """
 [domains.ais]
 kind = "curves"

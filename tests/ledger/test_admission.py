@@ -57,6 +57,11 @@ def _model(acc_rows, reqs, denied_before):
         for a in accs:
             cap, spent, w, hist, label, stream = acc_rows[a]
             rows = [i for i in mine if reqs[i][1] == a]
+            if spent > cap:  # a cap lowered below the spend: nothing is admitted
+                if not failure:
+                    failure, blamed = (f"above a lowered cap: spent {format_units(spent)} > cap "
+                                       f"{format_units(cap)} {label}; it admits nothing"), a
+                continue
             if w:
                 new = [run for i in rows for run in reqs[i][3]]
                 peak, s = _peak(hist + new, w)

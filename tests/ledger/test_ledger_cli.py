@@ -66,7 +66,7 @@ def test_charge_admitted_then_denied_with_requested_remaining_difference(cli_led
     rows = json.loads(r.output)
     assert rows == [{"user_id": "u", "domain": "ais", "stream_id": "", "notion": "gp",
                      "cap": "1", "spent": "0.8", "remaining": "0.2",
-                     "units": "L2 over m x s^(1/2)"}]
+                     "units": "L2 over m x s^(1/2)", "state": "ok"}]
     r = run("denials", "--ledger", cli_ledger, "--format", "csv")
     assert r.exit_code == 0 and r.output.count("\n") == 2 and ",r2,u,ais," in r.output
 
@@ -130,17 +130,18 @@ def test_releases_export_and_tampered_verify_exit_4(cli_ledger, tmp_path):
     assert r.exit_code == 0 and r.output.count("\n") == 5
     out = tmp_path / "e.parquet"
     r = run("export", "--ledger", cli_ledger, "--out", out, "--format", "parquet")
-    assert r.exit_code == 0 and "wrote 4 rows" in r.output
+    assert r.exit_code == 0 and "wrote 7 rows" in r.output  # 3 policy entries, 4 charges
     con = duckdb.connect()
-    users = con.execute("SELECT DISTINCT user_id FROM read_parquet(?)", [str(out)]).fetchall()
+    users = con.execute("SELECT DISTINCT user_id FROM read_parquet(?) WHERE kind <> 'policy'",
+                        [str(out)]).fetchall()
     con.close()
     assert users == [("u'; DROP TABLE entries; --",)]
     con = duckdb.connect(str(cli_ledger))
-    eid = con.execute("SELECT entry_id FROM entries WHERE seq = 3").fetchall()[0][0]
-    con.execute("UPDATE entries SET amount = amount - 1 WHERE seq = 3")
+    eid = con.execute("SELECT entry_id FROM entries WHERE seq = 6").fetchall()[0][0]
+    con.execute("UPDATE entries SET amount = amount - 1 WHERE seq = 6")
     con.close()
     r = run("verify", "--ledger", cli_ledger)
-    assert r.exit_code == 4 and "seq 3" in r.output and eid in r.output.replace("\n", "")
+    assert r.exit_code == 4 and "seq 6" in r.output and eid in r.output.replace("\n", "")
 
 
 def test_default_ledger_path_from_privpipe_home(tmp_path, monkeypatch):

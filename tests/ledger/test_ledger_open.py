@@ -69,27 +69,30 @@ def test_newer_schema_is_refused(led, ledger_path):
         Ledger(ledger_path)
 
 
-def test_migration_path_runs_in_order(led, ledger_path, monkeypatch):
+def test_migration_path_runs_in_order(tmp_path, monkeypatch):
+    from ledger_helpers import load_fixture
+
     from ledger import schema
 
-    con = duckdb.connect(str(ledger_path))
+    path = load_fixture("ledger_v2", tmp_path / "old.duckdb")
+    con = duckdb.connect(str(path))
     con.execute("UPDATE schema_version SET version = 0")
     con.close()
     calls = []
     monkeypatch.setitem(schema.MIGRATIONS, 0, lambda c, key: calls.append(
         c.execute("SELECT count(*) FROM entries").fetchall()[0][0]))
     monkeypatch.setitem(schema.MIGRATIONS, 1, lambda c, key: calls.append("v1->v2"))
-    Ledger(ledger_path)
-    assert calls == [0, "v1->v2"]
-    con = duckdb.connect(str(ledger_path))
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
-    con.close()
-    monkeypatch.delitem(schema.MIGRATIONS, 0)
-    con = duckdb.connect(str(ledger_path))
+    led = Ledger(path)
+    assert calls == []  # opening never migrates
+    led.migrate()
+    assert calls == [13, "v1->v2"]
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
     con.execute("UPDATE schema_version SET version = 0")
     con.close()
-    with pytest.raises(LedgerOpenError, match="no migration"):
-        Ledger(ledger_path)
+    monkeypatch.delitem(schema.MIGRATIONS, 0)
+    with pytest.raises((LedgerOpenError, LedgerIntegrityError)):
+        Ledger(path).migrate()  # a schema-3 ledger set back to 0 fails its seal anyway
 
 
 def test_missing_key_is_an_error_never_regenerated(led, ledger_path):
@@ -123,20 +126,30 @@ def test_unreadable_or_malformed_key(led, ledger_path):
         Ledger(ledger_path)
 
 
-def test_noise_seed_is_hmac_sha256_of_canonical_ids(led, ledger_path):
+def _seed(led, rid, user, fp="fp-1", params=None):
+    return led.noise_seeds(rid, [user], [fp], params or {"m": "x"})[user]
+
+
+def test_noise_seed_is_hmac_sha256_of_ids_data_and_parameters(led, ledger_path):
     key = bytes.fromhex(key_path_for(ledger_path).read_text().strip())
-    msg = json.dumps(["privpipe noise seed v1", "rel-1", "user'1"], ensure_ascii=False)
+    digest = hashlib.sha256(b'{"m":"x"}').hexdigest()
+    msg = json.dumps(["privpipe noise seed v2", "rel-1", "user'1", "fp-1", digest],
+                     ensure_ascii=False)
     expected = int.from_bytes(hmac.new(key, msg.encode(), hashlib.sha256).digest(), "big")
-    assert led.noise_seed("rel-1", "user'1") == expected
+    assert _seed(led, "rel-1", "user'1") == expected
     assert 0 < expected < 2**256
     # deterministic across ledger objects; different ids give different seeds
-    assert Ledger(ledger_path).noise_seed("rel-1", "user'1") == expected
-    assert led.noise_seed("rel-2", "user'1") != expected
-    assert led.noise_seed("rel-1", "user'2") != expected
+    assert _seed(Ledger(ledger_path), "rel-1", "user'1") == expected
+    assert _seed(led, "rel-2", "user'1") != expected
+    assert _seed(led, "rel-1", "user'2") != expected
+    # Attack (issue #10): one release id on other data, or with other parameters, must
+    # never reuse the noise (subtracting two outputs would reveal the difference).
+    assert _seed(led, "rel-1", "user'1", fp="fp-2") != expected
+    assert _seed(led, "rel-1", "user'1", params={"m": "y"}) != expected
     # no separator ambiguity: ("a,b", "c") vs ("a", "b,c")
-    assert led.noise_seed("a,b", "c") != led.noise_seed("a", "b,c")
-    a = np.random.default_rng(led.noise_seed("r", "u")).normal(size=3)
-    b = np.random.default_rng(led.noise_seed("r", "u")).normal(size=3)
+    assert _seed(led, "a,b", "c") != _seed(led, "a", "b,c")
+    a = np.random.default_rng(_seed(led, "r", "u")).normal(size=3)
+    b = np.random.default_rng(_seed(led, "r", "u")).normal(size=3)
     assert np.array_equal(a, b)
 
 
@@ -149,7 +162,7 @@ def test_replaced_key_is_detected(led, ledger_path):
     rep = other.verify()
     assert not rep.ok and "noise key" in rep.message
     with pytest.raises(LedgerIntegrityError):
-        other.noise_seed("r", "u")
+        _seed(other, "r", "u")
     with pytest.raises(LedgerIntegrityError):
         other.reserve("r2", [Request("u", "ais", amount=0.1)], mechanism="m", parameters={})
 
@@ -187,22 +200,31 @@ def test_default_ledger_path(monkeypatch, tmp_path):
     assert default_ledger_path() == tmp_path / ".privpipe" / "ledger.duckdb"
 
 
-def test_a_version_1_ledger_is_upgraded_and_sealed(led, ledger_path):
-    led.reserve("r", [Request("u", "ais", amount=0.5)], mechanism="m", parameters={})
-    led.record_release("r", {"files": 1}, "settled")
+def test_a_version_1_ledger_is_read_as_it_is_and_migrated_only_on_request(tmp_path):
+    from ledger_helpers import load_fixture
+
+    path = load_fixture("ledger_v2", tmp_path / "old.duckdb")
     # turn the file into what schema version 1 wrote: no MAC columns
-    con = duckdb.connect(str(ledger_path))
+    con = duckdb.connect(str(path))
     con.execute("ALTER TABLE domains DROP COLUMN mac")
     con.execute("ALTER TABLE releases DROP COLUMN mac")
     con.execute("UPDATE schema_version SET version = 1")
     con.close()
-    upgraded = Ledger(ledger_path)
-    con = duckdb.connect(str(ledger_path))
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    old = Ledger(path)
+    assert old.verify().ok and old.schema_version == 1
+    assert old.release("r1")["manifest"] == {"files": {"curves": "curves.parquet"}, "eps": "1/2"}
+    with pytest.raises(LedgerOpenError, match="ledger migrate"):
+        old.close("r1", "writes need the current schema")
+    lines = old.migrate()
+    assert any("schema 1 -> 3" in line for line in lines)
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
     assert con.execute("SELECT count(*) FROM domains WHERE mac IS NULL").fetchall() == [(0,)]
     con.close()
-    assert upgraded.verify().ok
-    assert upgraded.release("r")["manifest"] == {"files": 1}
+    rep = old.verify()
+    assert rep.ok and rep.entries_checked == 13 + 3, rep.message  # a baseline per domain
+    assert [h["change"] for h in old.policy_history()] == ["baseline"] * 3
+    assert old.migrate() == ["already at schema 3: nothing to migrate"]
 
 
 def test_truncated_ledger_is_an_open_error_not_a_crash(led, ledger_path):
@@ -226,14 +248,20 @@ def test_ids_with_lone_surrogates_are_bad_input_in_queries(led):
             call()
 
 
-def test_a_ledger_written_before_the_package_split_opens_verifies_and_continues(tmp_path):
+def test_a_ledger_written_before_the_package_split_verifies_migrates_and_continues(tmp_path):
     from fractions import Fraction
 
-    from ledger_helpers import load_fixture
+    from ledger_helpers import POLICY, load_fixture
 
-    led = Ledger(load_fixture("ledger_v2", tmp_path / "old.duckdb"))
+    from schemas.policy import parse_policy
+
+    path = load_fixture("ledger_v2", tmp_path / "old.duckdb")
+    led = Ledger(path)
     rep = led.verify()
     assert rep.ok and rep.entries_checked == 13, rep.message
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(2,)]  # untouched
+    con.close()
     bal = {(b["user_id"], b["domain"]): b["spent"] for b in led.balances()}
     # u: 1/2 reserved, 1/8 + 1/8 settled; ecg: ε = 1/4 settled on a CGP domain is (1/4)²/2;
     # m: steps 0..6 at 1/4 reserved, 0..4 settled: the largest window of 4 steps holds 1
@@ -242,10 +270,35 @@ def test_a_ledger_written_before_the_package_split_opens_verifies_and_continues(
                    ("m", "power"): 1}
     assert led.release("r1")["manifest"] == {"files": {"curves": "curves.parquet"}, "eps": "1/2"}
     assert led.release("dead")["state"] == "closed"
+    led.migrate(parse_policy(POLICY))  # the policy it was charged under: whole definitions
+    assert led.domain("ais").value_columns == ("x", "y") and led.domain("ais").public.points
     again = led.reserve("r1", [Request("u", "ais", amount=0.5)], mechanism="privfuncseg",
                         parameters={"epsilon": "1/2"})
     assert again.admitted[0].replayed and again.admitted[0].entry_seq == 1
     more = led.reserve("r2", [Request("u", "ais", amount=0.75), Request("v", "ais", amount=1.5)],
                        mechanism="m", parameters={})
-    assert [d.user_id for d in more.admitted] == ["u"] and more.admitted[0].entry_seq == 14
+    assert [d.user_id for d in more.admitted] == ["u"] and more.admitted[0].entry_seq == 17
     assert led.verify().ok
+
+
+def test_a_migration_without_a_policy_records_definitions_when_one_is_applied(tmp_path):
+    from ledger_helpers import POLICY, load_fixture
+
+    from schemas.errors import ParameterError
+    from schemas.policy import parse_policy
+
+    led = Ledger(load_fixture("ledger_v2", tmp_path / "old.duckdb"))
+    led.migrate()
+    with pytest.raises(ParameterError, match="no complete definition"):
+        led.domain("ais")
+    lines = led.apply_policy(parse_policy(POLICY))
+    assert any("'ais': changed definition" in line for line in lines)
+    assert led.domain("power").w == 4
+    assert led.verify().ok
+    other = json.loads(json.dumps(POLICY))
+    other["domains"]["ais"]["notion"] = "cgp"  # a charged domain's meaning: refused
+    from ledger import PolicyChangeError
+
+    fresh = Ledger(load_fixture("ledger_v2", tmp_path / "again.duckdb"))
+    with pytest.raises(PolicyChangeError, match="does not describe domain 'ais'"):
+        fresh.migrate(parse_policy(other))

@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import duckdb
 import pytest
+from ledger_helpers import POLICY_ENTRIES
 
 from ledger import (
     Ledger,
@@ -20,11 +21,13 @@ from mechanisms.cost import Cost, CostItem, StepRun
 from schemas.errors import ParameterError
 from schemas.policy import parse_policy
 
+P = POLICY_ENTRIES  # the fixture's policy writes these entries (seq 1..P) before any charge
+
 # curves domains declare what they release outside the noise
 PUBLIC = {"public": {"duration": True, "points": True}}
 
 
-def _count(path, sql="SELECT count(*) FROM entries", params=()):
+def _count(path, sql="SELECT count(*) FROM entries WHERE kind <> 'policy'", params=()):
     con = duckdb.connect(str(path))
     try:
         return con.execute(sql, list(params)).fetchall()[0][0]
@@ -187,7 +190,7 @@ def test_close_of_a_release_without_reservations_is_still_audited(led):
     led.reserve("r", [Request("a", "ais", amount=5)], mechanism="m", parameters={})
     led.close("r", "nothing admitted")
     rng = led.entry_range("r")
-    assert rng == (1, 2)
+    assert rng == (P + 1, P + 2)
     assert led.verify().ok
 
 
@@ -207,15 +210,15 @@ def test_hostile_ids_are_stored_and_shown_verbatim(led, ledger_path, tmp_path):
         [h] = led.history(u)
         assert h["step"] == u[:50] and h["release_id"] == HOSTILE[1]
         assert h["mechanism"] == HOSTILE[2]
-    assert led.entry_range(HOSTILE[1]) == (1, len(HOSTILE))
+    assert led.entry_range(HOSTILE[1]) == (P + 1, P + len(HOSTILE))
     assert _count(ledger_path, "SELECT count(*) FROM information_schema.tables "
                                "WHERE table_name = 'entries'") == 1
     led.export(tmp_path / "e.json", fmt="json")
     import json
     rows = json.loads((tmp_path / "e.json").read_text())
-    assert {r["user_id"] for r in rows} == set(HOSTILE)
+    assert {r["user_id"] for r in rows if r["kind"] != "policy"} == set(HOSTILE)
     assert led.verify().ok
-    assert led.noise_seed(HOSTILE[1], HOSTILE[4]) > 0
+    assert led.noise_seeds(HOSTILE[1], [HOSTILE[4]], ["fp"], {})[HOSTILE[4]] > 0
 
 
 def test_apply_policy_is_idempotent_and_refuses_meaning_changes(led, policy):
@@ -273,7 +276,7 @@ def test_queries(led):
     assert rels[0]["users_denied"] == 1 and rels[0]["net_spent"] == Fraction(1, 2)
     [den] = led.denials()
     assert den["user_id"] == "b" and den["requested"] == 3 and "cap" in den["reason"]
-    assert led.entry_range("r1") == (1, 2) and led.entry_range("zz") is None
+    assert led.entry_range("r1") == (P + 1, P + 2) and led.entry_range("zz") is None
     assert Ledger(led.path).balances("ecg") == []
 
 
@@ -293,7 +296,7 @@ def test_auditor_views_answer_with_plain_duckdb(led, ledger_path):
         assert con.execute("SELECT user_id FROM near_cap").fetchall() == [("full",)]
         summary = con.execute("SELECT users_admitted, users_denied, refunded, net_spent, "
                               "first_seq, last_seq FROM release_summary").fetchall()
-        assert summary == [(2, 1, pytest.approx(0.05), pytest.approx(1.0), 1, 5)]
+        assert summary == [(2, 1, pytest.approx(0.05), pytest.approx(1.0), P + 1, P + 5)]
         den = con.execute("SELECT user_id, requested, remaining_before FROM denials").fetchall()
         assert den == [("deny", 2.0, 1.0)]
         hist = con.execute("SELECT kind FROM user_history WHERE user_id = 'low' "
@@ -396,4 +399,37 @@ def test_shared_and_distinct_amount_objects_write_the_same_entries(tmp_path, pol
     assert runs[True] == runs[False]
     (entries, accounts), decisions = runs[True]
     assert [e[5] for e in entries].count("refund") == 4 and len(accounts) == 5
-    assert ("u0", False, eps, Fraction(1, 10), 2) in decisions
+    assert ("u0", False, eps, Fraction(1, 10), P + 2) in decisions
+
+
+def _decisions(res):
+    return [(d.user_id, d.domain, d.step, d.stream_id, d.admitted, d.reason, d.requested,
+             d.remaining, d.replayed, d.notion, d.units) for d in res.admitted + res.denied]
+
+
+def test_plan_decides_as_reserve_and_writes_nothing(led, ledger_path):
+    wev = Request("w", "power", notion="wevent", stream_id="s",
+                  runs=(StepRun(0, 4, Fraction(1, 4)),))
+    led.reserve("r0", [Request("u", "ais", amount=0.75), wev], mechanism="m", parameters={})
+    calls = [
+        ("r1", [Request("u", "ais", amount=0.25), Request("v", "ais", amount=2),
+                Request("u", "ecg", step="e", notion="gp", amount=0.5),
+                Request("w", "power", notion="wevent", stream_id="s",
+                        runs=(StepRun(2, 6, Fraction(1, 4)),)),
+                Request("x", "power", notion="wevent", stream_id="s",
+                        runs=(StepRun(0, 2, Fraction(1, 2)),))]),
+        ("r0", [Request("u", "ais", amount=0.75), Request("new", "ais", amount=0.5)]),
+    ]
+    for rid, reqs in calls:
+        n, known = _count(ledger_path), led.release(rid) is not None
+        planned = led.plan(rid, reqs)
+        assert _count(ledger_path) == n and (led.release(rid) is not None) == known
+        assert all(d.entry_seq == 0 for d in planned.admitted + planned.denied if not d.replayed)
+        reserved = led.reserve(rid, reqs, mechanism="m", parameters={})
+        assert _decisions(planned) == _decisions(reserved)
+    with pytest.raises(ReplayConflictError):
+        led.plan("r0", [Request("u", "ais", amount=0.5)])
+    led.close("r1", "test")
+    with pytest.raises(ParameterError, match="closed"):
+        led.plan("r1", [Request("late", "ais", amount=0.1)])
+    assert led.verify().ok

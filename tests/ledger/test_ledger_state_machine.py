@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from ledger_helpers import POLICY
+from ledger_helpers import POLICY, POLICY_ENTRIES
 
 from ledger import Ledger, Request, Settlement
 from ledger.admission import Accounts, Charges, admit
@@ -51,7 +51,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.res: dict[tuple[str, str, str], dict] = {}
         self.calls: list[tuple[str, list[Request], list[tuple[str, str, bool]]]] = []
         self.closed: set[str] = set()
-        self.n_entries = 0
+        self.n_entries = POLICY_ENTRIES
         self.n_rel = 0
 
     def teardown(self):

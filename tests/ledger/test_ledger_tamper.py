@@ -9,11 +9,14 @@ import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ledger_helpers import POLICY_ENTRIES
 
 from ledger import Ledger, LedgerIntegrityError, Request, Settlement
 from ledger.chain import HASHED_COLUMNS, BatchEncoder, canonical
 from mechanisms.cost import Cost, CostItem, StepRun
 from schemas.errors import EXIT_INTEGRITY
+
+P = POLICY_ENTRIES  # the fixture's policy writes these entries (seq 1..P) before any charge
 
 
 @pytest.fixture
@@ -60,9 +63,9 @@ def _fails_at(led, seq, entry_id=None):
 
 
 def test_changed_amount_is_named(filled, ledger_path):
-    eid = _entry_id(ledger_path, 5)
-    _sql(ledger_path, "UPDATE entries SET amount = amount + 1 WHERE seq = 5")
-    rep = _fails_at(filled, 5, eid)
+    eid = _entry_id(ledger_path, P + 5)
+    _sql(ledger_path, f"UPDATE entries SET amount = amount + 1 WHERE seq = {P + 5}")
+    rep = _fails_at(filled, P + 5, eid)
     assert "does not match its hash" in rep.message
 
 
@@ -80,24 +83,24 @@ def _forge(path, seq, **changes):
 
 
 def test_forged_entry_with_recomputed_hash_breaks_the_next_link(filled, ledger_path):
-    _forge(ledger_path, 3, actor="someone else")
-    rep = _fails_at(filled, 4, _entry_id(ledger_path, 4))
+    _forge(ledger_path, P + 3, actor="someone else")
+    rep = _fails_at(filled, P + 4, _entry_id(ledger_path, P + 4))
     assert "prev_hash" in rep.message
 
 
 def test_forged_amount_with_recomputed_hash_fails_the_balance_replay(filled, ledger_path):
     con = duckdb.connect(str(ledger_path))
-    amount = con.execute("SELECT amount FROM entries WHERE seq = 3").fetchall()[0][0]
+    amount = con.execute("SELECT amount FROM entries WHERE seq = ?", [P + 3]).fetchall()[0][0]
     con.close()
-    _forge(ledger_path, 3, amount=int(amount) // 2)
-    rep = _fails_at(filled, 3, _entry_id(ledger_path, 3))
+    _forge(ledger_path, P + 3, amount=int(amount) // 2)
+    rep = _fails_at(filled, P + 3, _entry_id(ledger_path, P + 3))
     assert "balance_after" in rep.message
 
 
 def test_deleted_entry_is_named(filled, ledger_path):
-    _sql(ledger_path, "DELETE FROM entries WHERE seq = 6")
-    rep = _fails_at(filled, 6)
-    assert "missing" in rep.message and _entry_id(ledger_path, 7) in rep.message
+    _sql(ledger_path, f"DELETE FROM entries WHERE seq = {P + 6}")
+    rep = _fails_at(filled, P + 6)
+    assert "missing" in rep.message and _entry_id(ledger_path, P + 7) in rep.message
 
 
 def test_deleted_last_entry_is_detected_by_the_head(filled, ledger_path):
@@ -108,11 +111,11 @@ def test_deleted_last_entry_is_detected_by_the_head(filled, ledger_path):
 
 
 def test_swapped_entries_are_named(filled, ledger_path):
-    eid3 = _entry_id(ledger_path, 3)
-    _sql(ledger_path, "UPDATE entries SET seq = -1 WHERE seq = 3",
-         "UPDATE entries SET seq = 3 WHERE seq = 4",
-         "UPDATE entries SET seq = 4 WHERE seq = -1")
-    rep = _fails_at(filled, 3)
+    eid3 = _entry_id(ledger_path, P + 3)
+    _sql(ledger_path, f"UPDATE entries SET seq = -1 WHERE seq = {P + 3}",
+         f"UPDATE entries SET seq = {P + 3} WHERE seq = {P + 4}",
+         f"UPDATE entries SET seq = {P + 4} WHERE seq = -1")
+    rep = _fails_at(filled, P + 3)
     assert eid3 not in rep.message  # the entry now at seq 3 is the former seq 4
 
 
@@ -227,16 +230,18 @@ def test_vectorised_encoding_is_canonical_for_any_text(rows, shared):
 
 
 _TAMPERING = {
-    "amount": ["UPDATE entries SET amount = amount + 1 WHERE seq = 5"],
-    "reason": ["UPDATE entries SET reason = 'x' WHERE seq = 2"],
+    "amount": [f"UPDATE entries SET amount = amount + 1 WHERE seq = {P + 5}"],
+    "reason": [f"UPDATE entries SET reason = 'x' WHERE seq = {P + 2}"],
+    "policy entry": ["UPDATE entries SET amount = amount * 2 WHERE kind = 'policy'"],
     "hostile-id entry": ["UPDATE entries SET detail = '{}' WHERE user_id = 'q\"\\\n'"],
     "created_at": ["UPDATE entries SET created_at = created_at + INTERVAL 1 MICROSECOND "
-                   "WHERE seq = 3"],
-    "deleted": ["DELETE FROM entries WHERE seq = 6"],
+                   f"WHERE seq = {P + 3}"],
+    "deleted": [f"DELETE FROM entries WHERE seq = {P + 6}"],
     "deleted last": ["DELETE FROM step_runs WHERE seq = (SELECT max(seq) FROM entries)",
                      "DELETE FROM entries WHERE seq = (SELECT max(seq) FROM entries)"],
-    "swapped": ["UPDATE entries SET seq = -1 WHERE seq = 3", "UPDATE entries SET seq = 3 "
-                "WHERE seq = 4", "UPDATE entries SET seq = 4 WHERE seq = -1"],
+    "swapped": [f"UPDATE entries SET seq = -1 WHERE seq = {P + 3}",
+                f"UPDATE entries SET seq = {P + 3} WHERE seq = {P + 4}",
+                f"UPDATE entries SET seq = {P + 4} WHERE seq = -1"],
     "step run": ["UPDATE step_runs SET run_stop = run_stop - 1"],
     "step run kind": ["UPDATE step_runs SET kind = 'refund'"],
     "orphan step run": ["INSERT INTO step_runs SELECT 999, kind, user_id, domain, stream_id, "

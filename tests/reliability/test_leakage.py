@@ -64,8 +64,19 @@ def leak_run(setup, tmp_path_factory):
     bad[bad.index("1/2")] = "-1"
     runs.append(harness.run_cli(bad, env, cwd=root))
     led = Ledger(ledger)
-    users = [f"user-{u}" for u in range(6)] + [f"meter-{u}" for u in range(4)]
-    seeds = [led.noise_seed(rid, u) for rid in ("leak-c", "leak-s") for u in users]
+    seeds = []
+    for rid, inp, domain in (("leak-c", curves, "tracks"), ("leak-s", streams, "meters")):
+        # the seeds the release drew from: over each user's data fingerprint and the
+        # release's parameters (as the manifest records them)
+        import json
+
+        from ingest import scan
+        from schemas.policy import load_policy
+
+        fps = scan(inp, load_policy(setup.policy).domain(domain)).user_fingerprints
+        params = json.loads((out / rid / "manifest.json").read_text())["parameters"]
+        seeds += list(led.noise_seeds(rid, list(fps), list(fps.values()), params).values())
+    assert len(seeds) == 6 + 3  # the out-of-range meter is rejected: no seed drawn
     key = bytes.fromhex(Path(str(ledger) + ".key").read_text().strip())
     return {"root": root, "out": out, "runs": runs, "key": key, "seeds": seeds,
             "ledger": ledger}
