@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flows import preflight
-from flows.settings import BUNDLED_POLICY, privpipe_home
+from flows.settings import privpipe_home
 from mechanisms.cost import exact
 
 _session = contextlib.ExitStack()
@@ -89,7 +89,8 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
         input_path=str(input_path), domain=domain, mechanism=mechanism,
         epsilon=_amount_text(epsilon), rho=_amount_text(rho), options=dict(options or {}),
         release_id=release_id, out_dir=str(out_dir), ledger_path=ledger,
-        policy_path=str(policy_path or BUNDLED_POLICY), chunk_users=chunk_users, table=table,
+        policy_path=None if policy_path is None else str(policy_path),
+        chunk_users=chunk_users, table=table,
         evaluate_on=evaluate_on)
 
 
@@ -123,7 +124,7 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
     return flow.with_options(task_runner=make_task_runner(task_runner))(
         input_path=str(input_path), domain=domain, epsilon=_amount_text(epsilon),
         reconstruct=reconstruct, release_id=release_id, out_dir=str(out_dir),
-        ledger_path=ledger, policy_path=str(policy_path or BUNDLED_POLICY),
+        ledger_path=ledger, policy_path=None if policy_path is None else str(policy_path),
         chunk_users=chunk_users, table=table)
 
 

@@ -26,7 +26,7 @@ from flows.cli_common import (
     print_rows,
 )
 from flows.outcome import ReleaseNotMadeError, counts_line
-from flows.settings import BUNDLED_POLICY, privpipe_home
+from flows.settings import privpipe_home
 from schemas.errors import ParameterError
 from schemas.names import check_name
 
@@ -37,6 +37,10 @@ LedgerOpt = typer.Option(None, "--ledger", help="Ledger file (default: $PRIVPIPE
                          "ledger.duckdb, else ./.privpipe/ledger.duckdb).")
 PolicyOpt = typer.Option(None, "--policy", help="Policy TOML (default: the bundled "
                          "data/policy.toml).")
+CrossCheckPolicyOpt = typer.Option(
+    None, "--policy", help="Optional cross-check: refuse the release if this policy file "
+    "disagrees with the ledger's domain. The release always charges the ledger's domain "
+    "definition (apply policy changes with `privpipe ledger policy apply`).")
 OutOpt = typer.Option(Path("out"), "--out", help="Output directory; each release writes "
                       "OUT/<release_id>/.")
 RunnerOpt = typer.Option("threads", "--task-runner",
@@ -109,7 +113,8 @@ def release_curves_cmd(
     evaluate_on: str = typer.Option("grid", "--evaluate-on",
                                     help="grid (N evenly spaced times) | input (the input "
                                          "times: releases them as-is)."),
-    out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
+    out: Path = OutOpt, ledger: Path | None = LedgerOpt,
+    policy: Path | None = CrossCheckPolicyOpt,
     task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/.
@@ -128,7 +133,8 @@ def release_curves_cmd(
     _run_release(
         "release_curves", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
         mechanism=mechanism, epsilon=epsilon, rho=rho, options=opts, release_id=release_id,
-        out_dir=str(out), ledger_path=str(ledger_path), policy_path=str(policy or BUNDLED_POLICY),
+        out_dir=str(out), ledger_path=str(ledger_path),
+        policy_path=None if policy is None else str(policy),
         chunk_users=chunk_users, table=table, evaluate_on=evaluate_on)
 
 
@@ -145,7 +151,8 @@ def release_streams_cmd(
     population_period: int | None = typer.Option(
         None, "--population-period", help="Public period in steps (e.g. 48 half-hours) of the "
         "population view's per-phase tables; post-processing, charges nothing."),
-    out: Path = OutOpt, ledger: Path | None = LedgerOpt, policy: Path | None = PolicyOpt,
+    out: Path = OutOpt, ledger: Path | None = LedgerOpt,
+    policy: Path | None = CrossCheckPolicyOpt,
     task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR.
@@ -163,7 +170,7 @@ def release_streams_cmd(
     _run_release(
         "release_streams", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
         epsilon=epsilon, reconstruct=reconstruct, release_id=release_id, out_dir=str(out),
-        ledger_path=str(ledger_path), policy_path=str(policy or BUNDLED_POLICY),
+        ledger_path=str(ledger_path), policy_path=None if policy is None else str(policy),
         chunk_users=chunk_users, table=table, population_period=population_period)
 
 

@@ -11,6 +11,7 @@ still before any budget is reserved.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -18,7 +19,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
 from mechanisms import registry
 from mechanisms.cost import exact
@@ -128,25 +128,40 @@ def chunk_users(n: int) -> int:
 
 def release_domain(ledger: Ledger, policy_path: str | os.PathLike[str] | None, name: str,
                    kind: str) -> Domain:
-    """The domain a release charges: defined by the policy, known to the ledger, of `kind`.
+    """The domain a release charges: the ledger's MAC-checked definition, of `kind`.
+
+    The ledger is the source of truth for a domain's kind, notion, metric, units,
+    w, cap, projection and public metadata: a release never takes them from a
+    file. A `policy_path` given as well is only a cross-check: any key that
+    disagrees with the ledger is refused, all of them named.
 
     Raises:
-        PolicyError: the policy has no such domain (lists the ones it has).
-        ParameterError: the domain holds the other kind, or the ledger lacks it.
+        ParameterError: the ledger lacks the domain, it holds the other kind, or the
+            policy file disagrees with the ledger's definition.
+        PolicyError: the policy file is invalid or has no such domain.
     """
-    dom = load_policy(policy_path or BUNDLED_POLICY).domain(name)
+    dom = ledger.domain(name)
     if dom.kind != kind:
-        raise ParameterError(f"domain {name!r} holds {dom.kind}, not {kind}")
-    known = {d["domain"]: d for d in ledger.domains()}
-    if name not in known:
-        have = ", ".join(sorted(known)) or "(none)"
-        raise ParameterError(
-            f"the ledger {str(ledger.path)!r} has no domain {name!r} (it has: {have}); "
-            "apply the policy first: privpipe ledger policy apply POLICY.toml")
-    if known[name]["kind"] != kind:
-        raise ParameterError(f"the ledger's domain {name!r} holds {known[name]['kind']}, "
-                             f"not {kind}")
+        raise ParameterError(f"the ledger's domain {name!r} holds {dom.kind}, not {kind}")
+    if policy_path is not None:
+        differs = policy_disagreement(load_policy(policy_path).domain(name), dom)
+        if differs:
+            raise ParameterError(
+                f"--policy {str(policy_path)!r} disagrees with the ledger's domain {name!r}, "
+                "which is what a release charges: " + "; ".join(differs) + ". Apply the "
+                "change first (privpipe ledger policy apply FILE refuses changes of units or "
+                "metric on a charged domain), or release without --policy")
     return dom
+
+
+def policy_disagreement(file_domain: Domain, ledger_domain: Domain) -> list[str]:
+    """``domains.NAME.key: file X, ledger Y`` for every field the two definitions differ in."""
+    out = []
+    for f in dataclasses.fields(Domain):
+        a, b = getattr(file_domain, f.name), getattr(ledger_domain, f.name)
+        if a != b:
+            out.append(f"domains.{ledger_domain.name}.{f.name}: file {a!r}, ledger {b!r}")
+    return out
 
 
 def mechanism_for(dom: Domain, name: str, notion: str,

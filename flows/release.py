@@ -23,15 +23,20 @@ from prefect.utilities.annotations import quote
 
 from flows.faults import fault_point
 from flows.outcome import release_state
-from flows.preflight import CURVE_MECHANISMS, EVALUATE_ON, RECONSTRUCT, STREAM_MECHANISMS
+from flows.preflight import (
+    CURVE_MECHANISMS,
+    EVALUATE_ON,
+    RECONSTRUCT,
+    STREAM_MECHANISMS,
+    release_domain,
+)
 from flows.run_labels import label_run, release_tags, run_name
-from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
 from mechanisms import registry
 from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.names import check_name
-from schemas.policy import Domain, load_policy
+from schemas.policy import Domain
 from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk
 from tasks.outputs import ParquetAppender
 from tasks.privatize import (
@@ -61,12 +66,9 @@ def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters
     return f"{prefix}-{domain}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def _domain(policy_path: str | None, name: str, kind: str) -> Domain:
-    policy = load_policy(policy_path or BUNDLED_POLICY)
-    dom = policy.domain(name)
-    if dom.kind != kind:
-        raise ParameterError(f"domain {name!r} holds {dom.kind}, not {kind}")
-    return dom
+def _domain(ledger_path: str, policy_path: str | None, name: str, kind: str) -> Domain:
+    """The ledger's definition of the domain (`flows.preflight.release_domain`)."""
+    return release_domain(Ledger(ledger_path), policy_path, name, kind)
 
 
 def _check_metric(dom: Domain, mechanism: str) -> None:
@@ -389,7 +391,7 @@ def release_curves(
         scheduled_date: the date of a scheduled run (set by deployments).
         evaluate_on: grid (evenly spaced times) or input (the input times, released as-is).
     """
-    dom = _domain(policy_path, domain, "curves")
+    dom = _domain(ledger_path, policy_path, domain, "curves")
     _check_metric(dom, mechanism)
     spec = CurveSpec(mechanism, None if epsilon is None else str(epsilon),
                      None if rho is None else str(rho), dict(options or {}),
@@ -450,7 +452,7 @@ def release_streams(
         population_period: public period in steps (e.g. 48 half-hours) of the population
             view's per-phase tables (post-processing; none: per-step tables only).
     """
-    dom = _domain(policy_path, domain, "streams")
+    dom = _domain(ledger_path, policy_path, domain, "streams")
     if dom.w is None:
         raise ParameterError(f"domain {domain!r} has no w")
     _check_metric(dom, mechanism)

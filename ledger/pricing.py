@@ -33,8 +33,9 @@ Domains = dict[str, dict[str, Any]]
 
 def unknown_domain(name: str, domains: Domains) -> ParameterError:
     """The error for a domain the ledger does not know, listing the ones it does."""
-    known = ", ".join(sorted(domains)) or "(none: run `privpipe ledger policy apply`)"
-    return ParameterError(f"unknown domain {name!r}; the ledger knows: {known}")
+    known = ", ".join(sorted(domains)) or "(none)"
+    return ParameterError(f"unknown domain {name!r}; the ledger knows: {known}. A domain is "
+                          "defined in the ledger first: privpipe ledger policy apply FILE")
 
 
 def object_codes(values: Sequence[Any]) -> np.ndarray:

@@ -201,3 +201,27 @@ def test_a_mechanism_failure_after_reservation_names_the_user_and_marks_the_rele
 
 def _boom(*args, **kwargs):
     raise FloatingPointError("overflow in a planted bug")
+
+
+def test_the_release_takes_its_domain_from_the_ledger_not_from_the_policy_file(
+        curves_csv, truth_policy, truth_ledger, tmp_path):
+    # Attack (issue #10): a --policy whose domain says hours, while the ledger's domain
+    # (already charged) says seconds, released in hours and charged the seconds domain:
+    # a 60x weaker guarantee than recorded.
+    _release(curves_csv, truth_policy, truth_ledger, tmp_path / "o", "tracks",
+             release_id="charged-in-seconds")
+    hours = tmp_path / "hours.toml"
+    hours.write_text(truth_policy.read_text().replace('time_unit = "s"', 'time_unit = "h"', 1))
+    before = _entries(truth_ledger)
+    with pytest.raises(ParameterError, match=r"domains\.tracks\.time_unit: file 'h', ledger 's'"):
+        _release(curves_csv, hours, truth_ledger, tmp_path / "o", "tracks", release_id="in-h")
+    assert _entries(truth_ledger) == before, "nothing may be charged"
+    # without --policy the ledger's definition is used as it is
+    res = release_curves(input_path=str(curves_csv), domain="tracks", epsilon="0.5",
+                         out_dir=str(tmp_path / "o"), ledger_path=str(truth_ledger),
+                         chunk_users=3, release_id="no-policy-file")
+    assert res["manifest"]["units"] == "L2 over m x s^(1/2)"
+    # a domain the ledger does not know must be applied first
+    with pytest.raises(ParameterError, match="policy apply"):
+        release_curves(input_path=str(curves_csv), domain="elsewhere", epsilon="0.5",
+                       out_dir=str(tmp_path / "o"), ledger_path=str(truth_ledger))
