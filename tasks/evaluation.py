@@ -30,7 +30,7 @@ from mechanisms import curves as mc
 from mechanisms.metrics import cosine_distance, l2_distance
 from schemas.errors import ParameterError
 from schemas.policy import Domain
-from tasks.privatize import CurveFraming, CurveSpec, _run_curve
+from tasks.privatize import CurveFraming, CurveSpec, run_one_curve
 
 
 @dataclass
@@ -97,7 +97,7 @@ def curve_errors(data: Loaded, dom: Domain, mechanism: str, options: dict[str, A
     out = Outcome()
     for i, (_, _, t, v) in enumerate(data.items):
         k = max(2, len(t) // 10)
-        fitted = _run_curve(t, v, spec, spec.framing.frame(t), rng)
+        fitted = run_one_curve(t, v, spec, rng)
         priv = {mechanism: np.asarray(fitted.evaluate(t)).reshape(v.shape),
                 "baseline": np.asarray(mc.baseline_points(
                     t, v, k, smooth=max(1, k // 20), rng=rng, **exact_kw).evaluate(t)

@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mechanisms import registry
 from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
-from mechanisms.curves import CurveBatch, PrivateFunctionBatch, noise_scale
+from mechanisms.curves import CurveBatch, PrivateFunction, PrivateFunctionBatch, noise_scale
 from mechanisms.curves.release import (
     PublicFrame,
     PublicFrames,
@@ -220,6 +220,19 @@ def _run_curves(batch: CurveBatch, rngs: list[np.random.Generator], spec: CurveS
         except Exception as err:
             raise MechanismRunError(chunk.user_ids[c], chunk.curve_ids[c], err) from err
     return PrivateFunctionBatch.from_functions(fns)
+
+
+def run_one_curve(t: np.ndarray, values: np.ndarray, spec: CurveSpec,
+                  rng: np.random.Generator) -> PrivateFunction:
+    """The spec's mechanism on one curve, on its public frame (evaluation; no ledger).
+
+    The same entry, frame and options a release uses for the curve; the cost is
+    `spec.amount`. Used by `privpipe evaluate` on public or synthetic data.
+    """
+    frame = spec.framing.frame(t)
+    ft, fv = on_frame(t, values, frame)
+    return spec.entry.run(ft, fv, notion=spec.notion, amount=spec.amount, rng=rng, frame=frame,
+                          options=spec.options)
 
 
 def _name_the_curve(batch: CurveBatch, spec: CurveSpec, frames: PublicFrames,
