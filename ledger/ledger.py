@@ -466,7 +466,11 @@ class Ledger:
         Args:
             release_id: the release.
             users: user ids.
-            fingerprints: each user's own data fingerprint (aligned with `users`).
+            fingerprints: each user's own data fingerprint (aligned with `users`): for
+                a release of whole inputs the user's fingerprint from ingestion; for an
+                incremental stream release the keyed fingerprint(s) of the ranges it
+                charges (as recorded in the chain), so that a later release can redraw
+                an earlier range with exactly the seed it was drawn with.
             parameters: the release's parameters (as passed to `reserve`).
 
         Raises:
