@@ -270,34 +270,37 @@ def demo_cmd(
 def serve_cmd(
     config: Path = typer.Option(..., "--config", help="Schedules TOML (\\[\\[release]] tables)."),
     port: int = typer.Option(4200, "--port", help="Port of the loopback Prefect server started "
-                             "when PREFECT_API_URL is not set."),
-    check: bool = typer.Option(False, "--check", help="Validate the schedules and build the "
-                               "deployments, then exit without serving."),
-    verbose: bool = VerboseOpt,
+                             "when no Prefect API is configured."),
+    check: bool = typer.Option(False, "--check", help="Validate every schedule (keys, cron, "
+                               "parameters, files, ledger, domains) and exit: 0 valid, 2 "
+                               "listing every problem."),
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Serve the release flows on cron schedules (needs a real Prefect server).
 
-    Uses PREFECT_API_URL when set; otherwise starts `prefect server start` on
-    127.0.0.1:PORT. Runs until interrupted.
+    Uses the configured Prefect API (PREFECT_API_URL or the active profile);
+    otherwise starts a Prefect server (UI and scheduler) on 127.0.0.1:PORT that
+    stops with this command. Every schedule is checked first. Runs until interrupted.
     """
-    from flows.serve import build_deployments, ensure_server, load_schedules
+    from flows.serve import build_deployments, check_schedules, load_schedules
+    from flows.settings import configure_prefect
 
+    configure_prefect()
+    if verbose:
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
     schedules = load_schedules(config)
-    _prepare(verbose)
+    check_schedules(schedules, config)
     if check:
-        deployments = build_deployments(schedules)
-        print_rows([{"deployment": d.name, "flow": s.flow, "cron": s.cron,
-                     "timezone": s.timezone} for d, s in zip(deployments, schedules, strict=True)],
-                   title="Schedules (not served: --check)")
+        print_rows([{"deployment": s.name, "flow": s.flow, "cron": s.cron,
+                     "timezone": s.timezone} for s in schedules], fmt,
+                   title="Schedules: valid (not served: --check)")
         return
-    server = ensure_server(port)
-    try:
+    from flows.prefect_server import prefect_session
+
+    with prefect_session(serve_port=port) as url:
         from prefect import serve
 
         deployments = build_deployments(schedules)
-        console.print(f"serving {len(deployments)} deployment(s) against "
-                      f"{os.environ.get('PREFECT_API_URL')}; Ctrl-C to stop")
+        console.print(f"serving {len(deployments)} deployment(s) against {url}; Ctrl-C to stop",
+                      highlight=False)
         serve(*deployments)
-    finally:
-        if server is not None:
-            server.terminate()

@@ -72,9 +72,17 @@ def _healthy(url: str) -> bool:
 class TemporaryServer:
     """A loopback Prefect API server owned by this process (see the module docstring)."""
 
-    def __init__(self, home: Path, port: int | None = None):
-        """Remember where the server keeps its database; nothing starts yet."""
+    def __init__(self, home: Path, port: int | None = None, *, full: bool = False):
+        """Remember where the server keeps its database; nothing starts yet.
+
+        Args:
+            home: its PREFECT_HOME (database, logs).
+            port: loopback port (default: a free one).
+            full: run Prefect's services and UI too (the scheduler that makes cron
+                schedules fire; `privpipe serve`), not only the API.
+        """
         self.home = home
+        self.full = full
         self.port = port or _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -98,9 +106,10 @@ class TemporaryServer:
             # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends:
             # only the main thread lives as long as the process.
             argv.append("--pdeathsig")
-        env = {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT_UI_ENABLED": "0",
-               "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+        env = {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT__SERVER_FINAL": "1",
                "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        if not self.full:
+            env.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1")
         env.pop("PREFECT_API_URL", None)
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
@@ -179,12 +188,18 @@ def _api_url_set(url: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def prefect_session(preload: Sequence[str] = ()) -> Iterator[str]:
+def prefect_session(preload: Sequence[str] = (), *, serve_port: int | None = None
+                    ) -> Iterator[str]:
     """Reach a Prefect API for the duration of the block; yield its URL.
 
     Uses the configured API (checked to answer); otherwise starts the temporary
     server, imports the `preload` modules while it boots, and stops it on exit
     (after Prefect's log and event queues are delivered).
+
+    Args:
+        preload: modules to import while a server starts.
+        serve_port: start a full server (scheduler and UI) on this port instead of
+            the API-only temporary one (`privpipe serve`).
 
     Raises:
         PrefectUnavailableError: the configured API does not answer, or the
@@ -199,7 +214,7 @@ def prefect_session(preload: Sequence[str] = ()) -> Iterator[str]:
                 f"the configured Prefect API {url} does not answer; start that server, or "
                 "unset PREFECT_API_URL (and the active profile's) to use a temporary one")
     else:
-        server = TemporaryServer(prefect_home()).start()
+        server = TemporaryServer(prefect_home(), serve_port, full=serve_port is not None).start()
         url = server.url
     try:
         for name in preload:

@@ -23,7 +23,7 @@ from ledger import Ledger
 from mechanisms import registry
 from mechanisms.cost import exact
 from mechanisms.errors import MechanismParameterError
-from schemas.errors import ParameterError
+from schemas.errors import BadInputError, ParameterError
 from schemas.policy import Domain, load_policy
 
 # Choices of the CLI and of the flows' parameters: the registry's releasable mechanisms.
@@ -174,6 +174,104 @@ def mechanism_for(dom: Domain, name: str, notion: str,
     return entry
 
 
+class _Gather:
+    """Runs independent checks, keeping every problem (parameter name, message)."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    def run(self, param: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BadInputError as err:
+            self.problems.append((param, str(err)))
+            return None
+
+    def raise_if_any(self) -> None:
+        if len(self.problems) == 1:
+            raise ParameterError(self.problems[0][1])
+        if self.problems:
+            raise ParameterError(f"{len(self.problems)} problems:\n"
+                                 + "\n".join(f"  - {m}" for _, m in self.problems))
+
+
+def _opt(name: str, cli: bool) -> str:
+    return "--" + name.replace("_", "-") if cli else name
+
+
+def curves_release_problems(params: dict[str, Any], *, cli: bool = False
+                            ) -> tuple[list[tuple[str, str]], CheckedRelease | None]:
+    """Every problem of a curve release's parameters (flow parameter names), and the result.
+
+    `params` are `release_curves`' parameters; `cli` names options as ``--epsilon``.
+    """
+    g = _Gather()
+    epsilon, rho = params.get("epsilon"), params.get("rho")
+    x = None
+    if (epsilon is None) == (rho is None):
+        g.problems.append(("epsilon", f"give exactly one of {_opt('epsilon', cli)} or "
+                                      f"{_opt('rho', cli)}"))
+    else:
+        which = "epsilon" if epsilon is not None else "rho"
+        x = g.run(which, amount, params[which], _opt(which, cli))
+    evaluate_on = params.get("evaluate_on", "grid")
+    g.run("evaluate_on", choice, evaluate_on, EVALUATE_ON, _opt("evaluate_on", cli))
+    _files(g, params, cli)
+    ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
+    dom = None if ledger is None else g.run(
+        "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"),
+        "curves")
+    if dom is not None and x is not None:
+        notion = "gp" if rho is None else "cgp"
+        if notion == "cgp" and dom.notion == "gp":
+            g.problems.append(("rho", f"domain {dom.name!r} is a GP (ε) domain: a ρ-CGP "
+                                      f"mechanism cannot be charged to it; pass "
+                                      f"{_opt('epsilon', cli)} instead"))
+        else:
+            g.run("mechanism", mechanism_for, dom, params.get("mechanism", "privfuncseg"),
+                  notion, params.get("options"))
+    done = None if g.problems or ledger is None or dom is None or x is None else (
+        CheckedRelease(dom, x, ledger))
+    return g.problems, done
+
+
+def streams_release_problems(params: dict[str, Any], *, cli: bool = False
+                             ) -> tuple[list[tuple[str, str]], CheckedRelease | None]:
+    """Every problem of a stream release's parameters (flow parameter names), and the result."""
+    g = _Gather()
+    x = g.run("epsilon", amount, params.get("epsilon"), _opt("epsilon", cli))
+    g.run("reconstruct", choice, params.get("reconstruct", "cpr"), RECONSTRUCT,
+          _opt("reconstruct", cli))
+    _files(g, params, cli)
+    ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
+    dom = None if ledger is None else g.run(
+        "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"),
+        "streams")
+    if dom is not None and x is not None:
+        if x > dom.cap:
+            g.problems.append(("epsilon", f"{_opt('epsilon', cli)} {params['epsilon']} per "
+                                          f"window exceeds the domain's cap {dom.cap} "
+                                          f"({dom.units_label()})"))
+        g.run("mechanism", mechanism_for, dom, params.get("mechanism", "square_wave"), "wevent")
+    done = None if g.problems or ledger is None or dom is None or x is None else (
+        CheckedRelease(dom, x, ledger))
+    return g.problems, done
+
+
+def _files(g: _Gather, params: dict[str, Any], cli: bool) -> None:
+    g.run("chunk_users", chunk_users, params.get("chunk_users", 200))
+    g.run("input_path", input_file, params.get("input_path", ""), params.get("table"))
+    g.run("out_dir", out_dir, params.get("out_dir", "out"))
+
+
+def _checked(problems: list[tuple[str, str]], done: CheckedRelease | None) -> CheckedRelease:
+    g = _Gather()
+    g.problems = problems
+    g.raise_if_any()
+    assert done is not None, "no problem means every check ran"
+    return done
+
+
 def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mechanism: str,
                          epsilon: Any, rho: Any, out: str | os.PathLike[str],
                          ledger_path: str | os.PathLike[str],
@@ -184,23 +282,13 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
     """Every check of a curve release that needs no Prefect and reads no row.
 
     Raises:
-        BadInputError: the first problem, naming the option or file.
+        ParameterError: listing every problem found, each naming the option or file.
     """
-    if (epsilon is None) == (rho is None):
-        raise ParameterError("give exactly one of --epsilon or --rho")
-    x = amount(epsilon, "--epsilon") if epsilon is not None else amount(rho, "--rho")
-    choice(evaluate_on, EVALUATE_ON, "--evaluate-on")
-    chunk_users(chunk)
     task_runner_spec(task_runner)
-    input_file(input_path, table)
-    out_dir(out)
-    ledger = Ledger(ledger_path)
-    dom = release_domain(ledger, policy_path, domain, "curves")
-    if rho is not None and dom.notion == "gp":
-        raise ParameterError(f"domain {domain!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be "
-                             "charged to it; pass --epsilon instead")
-    mechanism_for(dom, mechanism, "gp" if rho is None else "cgp", options)
-    return CheckedRelease(dom, x, ledger)
+    return _checked(*curves_release_problems(dict(
+        input_path=input_path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
+        out_dir=out, ledger_path=ledger_path, policy_path=policy_path, table=table,
+        chunk_users=chunk, evaluate_on=evaluate_on, options=options), cli=True))
 
 
 def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, epsilon: Any,
@@ -212,18 +300,10 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
     """Every check of a stream release that needs no Prefect and reads no row.
 
     Raises:
-        BadInputError: the first problem, naming the option or file.
+        ParameterError: listing every problem found, each naming the option or file.
     """
-    x = amount(epsilon, "--epsilon")
-    choice(reconstruct, RECONSTRUCT, "--reconstruct")
-    chunk_users(chunk)
     task_runner_spec(task_runner)
-    input_file(input_path, table)
-    out_dir(out)
-    ledger = Ledger(ledger_path)
-    dom = release_domain(ledger, policy_path, domain, "streams")
-    if x > dom.cap:
-        raise ParameterError(f"--epsilon {epsilon} per window exceeds the domain's cap "
-                             f"{dom.cap} ({dom.units_label()})")
-    mechanism_for(dom, mechanism, "wevent")
-    return CheckedRelease(dom, x, ledger)
+    return _checked(*streams_release_problems(dict(
+        input_path=input_path, domain=domain, epsilon=epsilon, out_dir=out,
+        ledger_path=ledger_path, policy_path=policy_path, table=table, chunk_users=chunk,
+        reconstruct=reconstruct, mechanism=mechanism), cli=True))

@@ -18,19 +18,22 @@ Each scheduled run derives its release id from the scheduled date, so a
 retried or re-triggered run of the same day reuses the same id (no second
 charge) and the next day's run is a new release.
 
+`check_schedules` (``serve --check``) validates every schedule before anything
+is served and lists every problem: the file's keys, the cron and timezone, the
+parameters against the flow's signature and types, and what a release would
+check before Prefect starts (input file, ledger and key, the ledger's domain,
+ε/ρ, mechanism). Relative paths are read from the directory serve runs in.
+
 Schedules do not fire on Prefect's temporary server (its scheduler does not
-run): `serve` uses PREFECT_API_URL when set, and otherwise starts
-``prefect server start`` on 127.0.0.1 and points itself at it.
+run): `serve` uses the configured Prefect API (PREFECT_API_URL or the active
+profile) and otherwise starts a full Prefect server (UI and scheduler) on
+127.0.0.1 that stops with it (`flows.prefect_server`).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+import inspect
 import tomllib
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from typing import Any
 from schemas.errors import PolicyError, Problem
 
 FLOWS = ("release_curves", "release_streams", "audit")
+_KEYS = {"name", "flow", "cron", "timezone", "parameters"}
 
 
 @dataclass(frozen=True)
@@ -49,72 +53,158 @@ class ScheduledRelease:
     cron: str
     timezone: str = "UTC"
     parameters: dict[str, Any] = field(default_factory=dict)
+    index: int = 0
+
+    @property
+    def key(self) -> str:
+        """Where this schedule sits in the file: ``release[I]``."""
+        return f"release[{self.index}]"
+
+
+def _problem(path: Path, key: str, message: str) -> Problem:
+    return Problem(str(path), None, key, "schedule", message)
+
+
+def _raise_all(problems: list[Problem]) -> None:
+    if not problems:
+        return
+    if len(problems) == 1:
+        raise PolicyError(problems)
+    raise PolicyError(problems, f"{problems[0].file}: {len(problems)} problems:\n" + "\n".join(
+        f"  - {p.column}: {p.message}" for p in problems))
 
 
 def load_schedules(path: str | Path) -> list[ScheduledRelease]:
-    """Read and validate a schedules TOML file (errors name the key and allowed values)."""
+    """Read a schedules TOML file; every problem of its shape is listed at once.
+
+    Raises:
+        PolicyError: naming each key (``release[I].KEY``) and its allowed values.
+    """
     p = Path(path)
-
-    def fail(key: str, msg: str) -> PolicyError:
-        return PolicyError(Problem(str(p), None, key, "schedule", msg))
-
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as err:
-        raise fail("<file>", f"cannot read: {err.strerror}") from None
+        raise PolicyError(_problem(p, "<file>", f"cannot read: {err.strerror}")) from None
     except tomllib.TOMLDecodeError as err:
-        raise fail("<file>", f"not valid TOML: {err}") from None
+        raise PolicyError(_problem(p, "<file>", f"not valid TOML: {err}")) from None
     entries = data.get("release")
     if not isinstance(entries, list) or not entries:
-        raise fail("release", "needs at least one [[release]] table")
+        raise PolicyError(_problem(p, "release", "needs at least one [[release]] table"))
+    problems: list[Problem] = []
     out: list[ScheduledRelease] = []
+    names: set[str] = set()
     for i, e in enumerate(entries):
         k = f"release[{i}]"
-        if not isinstance(e.get("name"), str) or not e["name"]:
-            raise fail(f"{k}.name", "is required: a deployment name")
+        before = len(problems)
+        for extra in sorted(set(e) - _KEYS):
+            problems.append(_problem(p, f"{k}.{extra}",
+                                     f"unknown key; allowed: {', '.join(sorted(_KEYS))}"))
+        name = e.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(_problem(p, f"{k}.name", "is required: a deployment name"))
+        elif name in names:
+            problems.append(_problem(p, f"{k}.name", f"{name!r} is used twice"))
+        names.add(name if isinstance(name, str) else "")
         if e.get("flow") not in FLOWS:
-            raise fail(f"{k}.flow", f"must be one of {', '.join(FLOWS)}")
-        cron = e.get("cron")
-        if not isinstance(cron, str) or len(cron.split()) != 5:
-            raise fail(f"{k}.cron", "must be a 5-field cron string, e.g. \"0 2 * * *\"")
+            problems.append(_problem(p, f"{k}.flow", f"must be one of {', '.join(FLOWS)}"))
+        problems += _cron_problems(p, k, e.get("cron"), e.get("timezone", "UTC"))
         params = e.get("parameters", {})
         if not isinstance(params, dict):
-            raise fail(f"{k}.parameters", "must be a table of flow parameters")
-        out.append(ScheduledRelease(e["name"], e["flow"], cron, e.get("timezone", "UTC"), params))
+            problems.append(_problem(p, f"{k}.parameters", "must be a table of flow parameters"))
+        if len(problems) == before:
+            out.append(ScheduledRelease(name, e["flow"], e["cron"], e.get("timezone", "UTC"),
+                                        params, i))
+    _raise_all(problems)
     return out
+
+
+_CRON_HINTS = {"cron": 'e.g. "0 2 * * *"', "timezone": "an IANA time zone, e.g. UTC"}
+
+
+def _cron_problems(path: Path, k: str, cron: Any, timezone: Any) -> list[Problem]:
+    if not isinstance(cron, str) or len(cron.split()) != 5:
+        return [_problem(path, f"{k}.cron", "must be a 5-field cron string, e.g. \"0 2 * * *\"")]
+    from prefect.client.schemas.schedules import CronSchedule
+
+    out = []
+    for key, kwargs in (("cron", {"cron": cron}),
+                        ("timezone", {"cron": "0 0 * * *", "timezone": str(timezone)})):
+        try:
+            CronSchedule(**kwargs)
+        except ValueError:  # pydantic's ValidationError is a ValueError
+            out.append(_problem(path, f"{k}.{key}",
+                                f"{kwargs[key]!r} is not valid; {_CRON_HINTS[key]}"))
+    return out
+
+
+def _flows() -> dict[str, Any]:
+    from flows.audit import audit
+    from flows.release import release_curves, release_streams
+
+    return {"release_curves": release_curves, "release_streams": release_streams,
+            "audit": audit}
+
+
+def _signature_problems(flow: Any, params: dict[str, Any]) -> list[tuple[str, str]]:
+    sig = inspect.signature(flow.fn)
+    allowed = [n for n in sig.parameters if n != "scheduled_date"]
+    out = [(n, f"unknown parameter of {flow.fn.__name__}; allowed: {', '.join(allowed)}")
+           for n in params if n not in allowed]
+    out += [(n, f"is required by {flow.fn.__name__}") for n, prm in sig.parameters.items()
+            if prm.default is inspect.Parameter.empty and n not in params]
+    if out:
+        return out
+    try:
+        flow.validate_parameters(params)
+    except Exception as err:  # noqa: BLE001 - Prefect's ParameterTypeError and pydantic's
+        return [("parameters", str(err).strip().replace("\n", "; "))]
+    return []
+
+
+def _audit_problems(params: dict[str, Any]) -> list[tuple[str, str]]:
+    from flows import preflight
+    from ledger import Ledger
+    from schemas.errors import BadInputError
+
+    out = []
+    try:
+        Ledger(params.get("ledger_path", ".privpipe/ledger.duckdb"))
+    except BadInputError as err:
+        out.append(("ledger_path", str(err)))
+    try:
+        preflight.out_dir(params.get("out_dir", "out"))
+    except BadInputError as err:
+        out.append(("out_dir", str(err)))
+    return out
+
+
+def check_schedules(schedules: list[ScheduledRelease], source: str | Path) -> None:
+    """Validate every schedule as its runs would be, without running or charging anything.
+
+    Raises:
+        PolicyError: one problem per bad parameter (``release[I].parameters.NAME``).
+    """
+    from flows import preflight
+
+    flows = _flows()
+    problems: list[Problem] = []
+    for s in schedules:
+        found = _signature_problems(flows[s.flow], s.parameters)
+        if not found:
+            if s.flow == "release_curves":
+                found = preflight.curves_release_problems(s.parameters)[0]
+            elif s.flow == "release_streams":
+                found = preflight.streams_release_problems(s.parameters)[0]
+            else:
+                found = _audit_problems(s.parameters)
+        problems += [_problem(Path(source), f"{s.key}.parameters.{n}", m) for n, m in found]
+    _raise_all(problems)
 
 
 def build_deployments(schedules: list[ScheduledRelease]) -> list[Any]:
     """Turn schedules into Prefect deployments (`flow.to_deployment`)."""
     from prefect.schedules import Cron
 
-    from flows.audit import audit
-    from flows.release import release_curves, release_streams
-
-    flows = {"release_curves": release_curves, "release_streams": release_streams,
-             "audit": audit}
+    flows = _flows()
     return [flows[s.flow].to_deployment(name=s.name, schedule=Cron(s.cron, timezone=s.timezone),
                                         parameters=s.parameters) for s in schedules]
-
-
-def ensure_server(port: int = 4200, timeout: float = 90.0) -> subprocess.Popen[bytes] | None:
-    """Use PREFECT_API_URL if set; otherwise start a Prefect server on loopback."""
-    if os.environ.get("PREFECT_API_URL"):
-        return None
-    url = f"http://127.0.0.1:{port}/api"
-    proc = subprocess.Popen(  # noqa: S603 - fixed argv, our own interpreter
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:  # noqa: S310
-                if r.status == 200:
-                    os.environ["PREFECT_API_URL"] = url
-                    return proc
-        except OSError:
-            time.sleep(1)
-        if proc.poll() is not None:
-            break
-    proc.terminate()
-    raise RuntimeError(f"the Prefect server did not start on 127.0.0.1:{port}")
