@@ -31,7 +31,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from flows.settings import configure_prefect, configured_api_url, prefect_home
+from flows.settings import (
+    configure_prefect,
+    configured_api_url,
+    ensure_prefect_home,
+    prefect_home,
+)
 from schemas.errors import BadInputError
 from tasks.safe_files import open_append
 
@@ -206,6 +211,7 @@ def prefect_session(preload: Sequence[str] = (), *, serve_port: int | None = Non
             temporary server did not start.
     """
     configure_prefect()
+    ensure_prefect_home()
     url = configured_api_url()
     server: TemporaryServer | None = None
     if url is not None:

@@ -116,3 +116,17 @@ def configure_prefect(home: Path | None = None) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     # Results that could hold raw data are never persisted (docs/design.md): pass paths.
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "false")
+
+
+def ensure_prefect_home() -> Path | None:
+    """Create PREFECT_HOME (mode 0700, with its parents) so Prefect can use it.
+
+    Prefect creates its home itself but not the parents, which rule 3's
+    directory may not have yet. Returns the directory (None: Prefect's default).
+    """
+    home = os.environ.get("PREFECT_HOME")
+    if not home:
+        return None
+    path = Path(home).expanduser()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path

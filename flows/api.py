@@ -1,0 +1,148 @@
+"""The Python API for notebooks and scripts: ``from flows import release_curves``.
+
+The same path as the CLI: the parameters are checked first (`flows.preflight`:
+ε/ρ read as the ledger reads them, `mechanisms.cost.exact`, so ``0.05``,
+``"0.05"`` and ``"1/20"`` are one amount and one release id), then the flow runs
+against the configured Prefect API, or a temporary server this process starts
+once and stops at exit (see `flows.settings` for the PREFECT_HOME rule, which
+the CLI follows too). Example (docs/python-api.md, run by a test)::
+
+    from flows import audit, release_curves
+
+    res = release_curves("tracks.csv", domain="tracks", epsilon=0.5,
+                         ledger_path="ledger.duckdb", out_dir="out")
+    print(res["release_id"], res["manifest"]["counts"])
+    print(audit(ledger_path="ledger.duckdb", out_dir="out")["ok"])
+
+A release in which nobody was released raises `ReleaseNotMadeError` (exit code
+3 for budget, 2 for rejected input); its ``result`` holds the report and counts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from flows import preflight
+from flows.settings import BUNDLED_POLICY, privpipe_home
+from mechanisms.cost import exact
+
+_session = contextlib.ExitStack()
+atexit.register(_session.close)
+_url: str | None = None
+
+
+def _prefect() -> None:
+    """Reach Prefect once per process (the temporary server, if any, lives until exit)."""
+    global _url
+    if _url is None:
+        from flows.prefect_server import prefect_session
+
+        _url = _session.enter_context(prefect_session(preload=("flows.release",)))
+
+
+def _ledger(path: str | os.PathLike[str] | None) -> str:
+    return str(Path(path) if path is not None else privpipe_home() / "ledger.duckdb")
+
+
+def _amount_text(value: Any) -> str | None:
+    return None if value is None else str(exact(value))
+
+
+def release_curves(input_path: str | os.PathLike[str], *, domain: str,
+                   epsilon: float | str | None = None, rho: float | str | None = None,
+                   mechanism: str = "privfuncseg", options: dict[str, Any] | None = None,
+                   release_id: str | None = None, out_dir: str | os.PathLike[str] = "out",
+                   ledger_path: str | os.PathLike[str] | None = None,
+                   policy_path: str | os.PathLike[str] | None = None, chunk_users: int = 200,
+                   table: str | None = None, evaluate_on: str = "grid",
+                   task_runner: str = "threads") -> dict[str, Any]:
+    """Release every user's curves under ε-GP (or ρ-CGP) w.r.t. L2; charges the ledger.
+
+    Each curve costs ε (or ρ) in the domain's units; a user is admitted only if
+    all its curves fit under the cap, and nothing is drawn for denied users.
+    Arguments as `flows.release.release_curves`; ε/ρ may be a float, an int or
+    a string such as ``"1/3"``.
+
+    Returns:
+        ``release_id``, ``out`` (the release directory), ``report`` (HTML) and
+        ``manifest`` (counts, files, fingerprint, parameters).
+
+    Raises:
+        BadInputError: a parameter, the policy, the domain, the input path or the
+            ledger is wrong (before Prefect starts; nothing charged).
+        ReleaseNotMadeError: nobody was released (``.result`` has the report).
+    """
+    ledger = _ledger(ledger_path)
+    preflight.check_curves_release(
+        input_path=input_path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
+        out=out_dir, ledger_path=ledger, policy_path=policy_path, table=table,
+        chunk=chunk_users, evaluate_on=evaluate_on, options=options, task_runner=task_runner)
+    _prefect()
+    from flows.release import release_curves as flow
+    from flows.runners import make_task_runner
+
+    return flow.with_options(task_runner=make_task_runner(task_runner))(
+        input_path=str(input_path), domain=domain, mechanism=mechanism,
+        epsilon=_amount_text(epsilon), rho=_amount_text(rho), options=dict(options or {}),
+        release_id=release_id, out_dir=str(out_dir), ledger_path=ledger,
+        policy_path=str(policy_path or BUNDLED_POLICY), chunk_users=chunk_users, table=table,
+        evaluate_on=evaluate_on)
+
+
+def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon: float | str,
+                    reconstruct: str = "cpr", release_id: str | None = None,
+                    out_dir: str | os.PathLike[str] = "out",
+                    ledger_path: str | os.PathLike[str] | None = None,
+                    policy_path: str | os.PathLike[str] | None = None, chunk_users: int = 200,
+                    table: str | None = None, task_runner: str = "threads") -> dict[str, Any]:
+    """Release every user's streams with Square Wave under ε-w-event LDP; charges the ledger.
+
+    Each sample costs ε/w (w from the domain), so any w consecutive steps of a
+    stream cost at most ε across releases; CPR reconstruction is post-processing.
+
+    Returns:
+        As `release_curves`.
+
+    Raises:
+        BadInputError: as `release_curves`.
+        ReleaseNotMadeError: nobody was released (``.result`` has the report).
+    """
+    ledger = _ledger(ledger_path)
+    preflight.check_streams_release(
+        input_path=input_path, domain=domain, epsilon=epsilon, out=out_dir, ledger_path=ledger,
+        policy_path=policy_path, table=table, chunk=chunk_users, reconstruct=reconstruct,
+        task_runner=task_runner)
+    _prefect()
+    from flows.release import release_streams as flow
+    from flows.runners import make_task_runner
+
+    return flow.with_options(task_runner=make_task_runner(task_runner))(
+        input_path=str(input_path), domain=domain, epsilon=_amount_text(epsilon),
+        reconstruct=reconstruct, release_id=release_id, out_dir=str(out_dir),
+        ledger_path=ledger, policy_path=str(policy_path or BUNDLED_POLICY),
+        chunk_users=chunk_users, table=table)
+
+
+def audit(*, ledger_path: str | os.PathLike[str] | None = None,
+          out_dir: str | os.PathLike[str] = "out",
+          near_cap_fraction: float = 0.1) -> dict[str, Any]:
+    """Compliance report of the ledger (balances, near-cap users, denials, verification).
+
+    Charges nothing. Returns the audit flow's result (``ok``, ``report``, ...).
+
+    Raises:
+        LedgerOpenError: the ledger path is not an openable ledger (before Prefect starts).
+    """
+    from ledger import Ledger
+
+    ledger = _ledger(ledger_path)
+    Ledger(ledger)
+    preflight.out_dir(out_dir)
+    _prefect()
+    from flows.audit import audit as flow
+
+    return flow(ledger_path=ledger, out_dir=str(out_dir), near_cap_fraction=near_cap_fraction)
