@@ -242,7 +242,8 @@ def verify(ledger: LedgerOpt = None) -> None:
 @handle_errors
 def export(
     out: Annotated[Path, typer.Option("--out", help="Output file.")],
-    fmt: Annotated[str, typer.Option("--fmt", help="csv, parquet or json.")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="File format: csv, parquet or json.")
+                   ] = "csv",
     table: Annotated[str, typer.Option(
         "--table", help="entries, balances, releases or denials.")] = "entries",
     ledger: LedgerOpt = None,

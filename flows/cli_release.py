@@ -184,8 +184,7 @@ def audit_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     near_cap: float = typer.Option(0.1, "--near-cap", help="Fraction of the cap that counts as "
                                    "near."),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format"),
-    verbose: bool = VerboseOpt,
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Compliance report: balances per domain, users near cap, denials, chain verification.
 
@@ -211,7 +210,7 @@ def evaluate_cmd(
                                         help="Comma-separated ε values for every data set "
                                              "(default: a grid per data set, in its units)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise (public data)."),
-    verbose: bool = VerboseOpt,
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Run the mechanisms on bundled public data; plot raw against private; error tables.
 
@@ -230,20 +229,32 @@ def evaluate_cmd(
 
     with _spinner("evaluating mechanisms on bundled data"):
         res = evaluate(out_dir=str(out), epsilons=eps, seed=seed)
-    print_rows(res["rows"], title="Mean normalised error (lower is better)")
+    print_rows(res["rows"], fmt, title="Mean normalised error (lower is better)")
     console.print(f"report: {res['report']}")
 
 
 @handle_errors
 def demo_cmd(
     out: Path = typer.Option(Path("out/demo"), "--out", help="Output directory."),
-    ledger: Path | None = LedgerOpt, task_runner: str = RunnerOpt, verbose: bool = VerboseOpt,
+    ledger: Path | None = LedgerOpt, task_runner: str = RunnerOpt,
+    prepare_only: bool = typer.Option(False, "--prepare-only",
+                                      help="Only initialise the ledger with the bundled policy "
+                                           "and write the inputs to OUT/inputs (no release)."),
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
 ) -> None:
     """Demo release on the bundled data into an embedded ledger, then an audit."""
+    ledger_path = _ledger_path(ledger)
+    if prepare_only:
+        from flows.demo import prepare_demo
+
+        inputs = prepare_demo(out, ledger_path)
+        print_rows([{"domain": d, "input": str(p)} for d, p in inputs.items()], fmt,
+                   title=f"demo inputs (ledger: {ledger_path})")
+        return
+    preflight.task_runner_spec(task_runner)
     _prepare(verbose)
     from flows.demo import run_demo
 
-    ledger_path = _ledger_path(ledger)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console)
     with progress:
@@ -257,13 +268,10 @@ def demo_cmd(
         rows = run_demo(out, ledger_path, task_runner=task_runner, on_step=on_step)
         if "id" in current:
             progress.update(current["id"], completed=1, total=1)
-    print_rows(rows, title=f"privpipe demo (ledger: {ledger_path})",
-               columns=["step", "release_id", "released", "denied", "rejected"])
-    console.print("Reports:")
-    for r in rows:
-        console.print(f"  {r['step']}: {r['report']}", highlight=False, soft_wrap=True)
+    print_rows(rows, fmt, title=f"privpipe demo (ledger: {ledger_path})",
+               columns=["step", "release_id", "released", "denied", "rejected", "report"])
     console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
-                  "it reproduces the same outputs and charges nothing more.")
+                  "it reproduces the same outputs and charges nothing more.", highlight=False)
 
 
 @handle_errors

@@ -35,6 +35,20 @@ DEMO_RELEASES: list[dict[str, Any]] = [
 ]
 
 
+def prepare_demo(out_dir: str | Path, ledger_path: str | Path, *,
+                 policy_path: str | Path = BUNDLED_POLICY) -> dict[str, Path]:
+    """Initialise the ledger with the policy and write the demo inputs; charge nothing.
+
+    Idempotent. The bundled deployments (prefect.yaml) run this as a pull step,
+    so they release the bundled data.
+
+    Returns:
+        Domain name -> input CSV under ``OUT_DIR/inputs``.
+    """
+    Ledger.init(ledger_path).apply_policy(load_policy(policy_path))
+    return write_demo_inputs(Path(out_dir) / "inputs")
+
+
 def run_demo(out_dir: str | Path, ledger_path: str | Path, *,
              policy_path: str | Path = BUNDLED_POLICY, task_runner: str = "threads",
              on_step: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
@@ -46,9 +60,7 @@ def run_demo(out_dir: str | Path, ledger_path: str | Path, *,
     out = Path(out_dir)
     step = on_step or (lambda _label: None)
     step("initialising the ledger and applying the bundled policy")
-    ledger = Ledger.init(ledger_path)
-    ledger.apply_policy(load_policy(policy_path))
-    inputs = write_demo_inputs(out / "inputs")
+    inputs = prepare_demo(out, ledger_path, policy_path=policy_path)
     rows: list[dict[str, Any]] = []
     runner = make_task_runner(task_runner)
     for spec in DEMO_RELEASES:

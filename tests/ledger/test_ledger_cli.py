@@ -129,7 +129,7 @@ def test_releases_export_and_tampered_verify_exit_4(cli_ledger, tmp_path):
             "--format", "csv")
     assert r.exit_code == 0 and r.output.count("\n") == 5
     out = tmp_path / "e.parquet"
-    r = run("export", "--ledger", cli_ledger, "--out", out, "--fmt", "parquet")
+    r = run("export", "--ledger", cli_ledger, "--out", out, "--format", "parquet")
     assert r.exit_code == 0 and "wrote 4 rows" in r.output
     con = duckdb.connect()
     users = con.execute("SELECT DISTINCT user_id FROM read_parquet(?)", [str(out)]).fetchall()
