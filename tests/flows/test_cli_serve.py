@@ -148,3 +148,18 @@ def test_deployments_carry_descriptions_and_choices(tmp_path, curves_csv, ledger
     assert "ε per curve" in props["epsilon"]["description"]
     assert props["evaluate_on"]["enum"] == ["grid", "input"]
     assert all(p.get("description") for p in props.values()), props
+
+
+def test_the_example_schedules_check_after_the_demo_is_prepared(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PRIVPIPE_HOME", raising=False)
+    r = runner.invoke(app, ["demo", "--prepare-only", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert {row["domain"] for row in json.loads(r.stdout)} >= {"ais_tracks", "power_taylor"}
+    r = runner.invoke(app, ["serve", "--config", str(repo / "examples" / "schedules.toml"),
+                            "--check", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert [row["deployment"] for row in json.loads(r.stdout)] == ["daily-ais", "weekly-audit"]
