@@ -15,7 +15,6 @@ import markdown as md_lib
 from prefect import task
 
 from ledger import Ledger, format_fraction
-from tasks import plots
 from tasks.artifacts import artifact_key, embed_images
 from tasks.safe_files import write_file
 
@@ -103,6 +102,8 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     directory); `publish_dir` (default `rdir`) is where they will be once the
     release is published, which the Prefect artifact's plot links point to.
     """
+    from tasks import plots  # matplotlib: imported when a report is drawn, not at start-up
+
     out = Path(rdir)
     counts = manifest["counts"]
     params = manifest["parameters"]
