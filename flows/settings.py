@@ -90,6 +90,15 @@ def configured_api_url() -> str | None:
     return os.environ.get("PREFECT_API_URL") or profile_api_url()
 
 
+# The PREFECT_HOME `configure_prefect` set by rule 3 (an explicit `home` may replace
+# it; a PREFECT_HOME the operator set is never replaced).
+_rule_home: str | None = None
+
+
+def _rule_3_home() -> Path:
+    return privpipe_home() / "prefect"
+
+
 def prefect_home() -> Path:
     """The PREFECT_HOME that rule 1-3 of the module docstring gives."""
     explicit = os.environ.get("PREFECT_HOME")
@@ -97,7 +106,7 @@ def prefect_home() -> Path:
         return Path(explicit).expanduser()
     if os.environ.get("PREFECT_API_URL") or profile_api_url():
         return _prefect_default_home()
-    return privpipe_home() / "prefect"
+    return _rule_3_home()
 
 
 def configure_prefect(home: Path | None = None) -> None:
@@ -108,9 +117,13 @@ def configure_prefect(home: Path | None = None) -> None:
     Args:
         home: use ``HOME/prefect`` instead of rule 3's directory (benchmarks, tests).
     """
-    if not os.environ.get("PREFECT_HOME") and not (
+    global _rule_home
+    current = os.environ.get("PREFECT_HOME")
+    chosen_by_rule = current is not None and current == _rule_home
+    if (not current or (home is not None and chosen_by_rule)) and not (
             os.environ.get("PREFECT_API_URL") or profile_api_url()):
-        os.environ["PREFECT_HOME"] = str(home / "prefect" if home else prefect_home())
+        _rule_home = str(home / "prefect" if home else _rule_3_home())
+        os.environ["PREFECT_HOME"] = _rule_home
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "60")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
