@@ -64,3 +64,10 @@ def test_relative_links_resolve():
             if "://" in target:
                 continue
             assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_every_page_of_docs_is_linked_from_the_index():
+    index = (DOCS / "index.md").read_text()
+    missing = [p.name for p in DOCS.glob("*.md") if p.name != "index.md"
+               and f"]({p.name})" not in index]
+    assert missing == [], f"link these from docs/index.md: {missing}"
