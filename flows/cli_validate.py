@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from flows.cli_common import OutputFormat, err_console, handle_errors, print_rows
-from ingest import IngestReport, default_domain, scan
-from ingest.pipeline import INPUT_TIME_UNITS
 from schemas.errors import EXIT_BAD_INPUT, ParameterError, Problem, ValidationError
-from schemas.policy import Domain, load_policy
+from schemas.policy import TIME_UNITS, Domain, load_policy
+
+if TYPE_CHECKING:
+    from ingest import IngestReport
+
+# ingest (pandas, pandera) is imported when a file is validated, not when the CLI starts;
+# these are the keys of ingest.pipeline.INPUT_TIME_UNITS (a test checks they agree).
+INPUT_TIME_UNIT_NAMES = ("ns", "us", *TIME_UNITS)
 
 
 class Kind(str, Enum):  # noqa: UP042 - same style as cli_common.OutputFormat
@@ -78,6 +83,8 @@ def _pick_domain(policy_path: Path | None, name: str | None, kind: str, file: Pa
     if policy_path is None:
         if name is not None:
             raise ParameterError("--domain needs --policy")
+        from ingest import default_domain
+
         dom = default_domain(kind, file, table=table)
         if kind == "curves":
             note = (f"no --policy: default curves domain (value columns "
@@ -112,7 +119,7 @@ def validate(
         "--table", help="Table name inside a DuckDB file.")] = None,
     input_time_unit: Annotated[str | None, typer.Option(
         "--input-time-unit",
-        help=f"Unit of plain numbers in t ({', '.join(INPUT_TIME_UNITS)}); default: "
+        help=f"Unit of plain numbers in t ({', '.join(INPUT_TIME_UNIT_NAMES)}); default: "
              "already in the domain's time unit.")] = None,
     show_values: Annotated[bool, typer.Option(
         "--show-values", help="Also print offending raw values (local terminal only).")] = False,
@@ -120,6 +127,8 @@ def validate(
         "--format", help="Output format.")] = OutputFormat.table,
 ) -> None:
     """Validate an input file; exit 0 when valid, 2 when anything is rejected."""
+    from ingest import scan
+
     dom, note = _pick_domain(policy, domain, kind.value, file, table)
     try:
         report = scan(file, dom, table=table, input_time_unit=input_time_unit)

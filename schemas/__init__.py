@@ -7,6 +7,9 @@
 - `schemas.errors`: the error family and exit codes.
 """
 
+from importlib import import_module
+from typing import Any
+
 from schemas.errors import (
     EXIT_BAD_INPUT,
     EXIT_DENIED,
@@ -20,15 +23,24 @@ from schemas.errors import (
     Problem,
     ValidationError,
 )
-from schemas.policy import Domain, Policy, load_policy, parse_policy
-from schemas.policy_table import PolicyTable, policy_table, validate_policy_table
-from schemas.problems import problems_from_schema_errors
-from schemas.samples import (
-    CurveSamples,
-    StreamSamples,
-    curve_samples_schema,
-    stream_samples_schema,
-)
+
+# The pandera-based names load on first use (PEP 562): importing the error family
+# (every CLI command does) must not import pandas and pandera.
+_LAZY = {
+    "Domain": "schemas.policy", "Policy": "schemas.policy", "load_policy": "schemas.policy",
+    "parse_policy": "schemas.policy", "PolicyTable": "schemas.policy_table",
+    "policy_table": "schemas.policy_table", "validate_policy_table": "schemas.policy_table",
+    "problems_from_schema_errors": "schemas.problems", "CurveSamples": "schemas.samples",
+    "StreamSamples": "schemas.samples", "curve_samples_schema": "schemas.samples",
+    "stream_samples_schema": "schemas.samples",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'schemas' has no attribute {name!r}")
+
 
 __all__ = [
     "EXIT_BAD_INPUT",

@@ -54,3 +54,10 @@ def test_one_spelling_of_the_format_option():
                 ["ledger", "releases"], ["ledger", "denials"], ["ledger", "export"]):
         r = runner.invoke(app, [*cmd, "--help"])
         assert "--format" in r.stdout and "--fmt" not in r.stdout, cmd
+
+
+def test_validate_help_lists_the_ingest_time_units():
+    from flows.cli_validate import INPUT_TIME_UNIT_NAMES
+    from ingest.pipeline import INPUT_TIME_UNITS
+
+    assert INPUT_TIME_UNIT_NAMES == tuple(INPUT_TIME_UNITS)
