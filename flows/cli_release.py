@@ -27,7 +27,7 @@ from flows.cli_common import (
 )
 from flows.outcome import ReleaseNotMadeError, counts_line
 from flows.settings import privpipe_home
-from schemas.errors import ParameterError
+from schemas.errors import EXIT_BAD_INPUT, EXIT_DENIED, ParameterError
 from schemas.names import check_name
 
 release_app = typer.Typer(help="Release a data set under local privacy (charges the ledger).",
@@ -48,6 +48,9 @@ RunnerOpt = typer.Option("threads", "--task-runner",
                               "scheduler) | ray://HOST:PORT (needs prefect-ray).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Show Prefect's logs.")
 FormatOpt = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP)
+DryRunOpt = typer.Option(False, "--dry-run", help="Validate and show who would be admitted or "
+                         "denied, each user's cost and the budget left after; charge nothing, "
+                         "draw no noise, write nothing (exit 3 if nobody would be admitted).")
 
 RESULT_COLUMNS = ("release_id", "released", "denied", "rejected", "users", "fingerprint",
                   "output", "report")
@@ -86,9 +89,26 @@ def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, verbose: b
         print_rows([_result_row(err.result)], fmt, title="Release (nobody released)",
                    columns=RESULT_COLUMNS)
         raise
+    if res.get("dry_run"):
+        _show_plan(res, fmt)
+        return
     print_rows([_result_row(res)], fmt, title="Release", columns=RESULT_COLUMNS)
     counts = res["manifest"]["counts"]
     console.print(f"release {res['release_id']}: {counts_line(counts)}", highlight=False)
+
+
+def _show_plan(res: dict[str, Any], fmt: OutputFormat) -> None:
+    """A dry run's table; exit 3 if nobody would be admitted (2 if nobody is valid)."""
+    from flows.dry_run import PLAN_COLUMNS
+
+    counts = res["counts"]
+    print_rows(res["users"], fmt, title=f"Dry run of {res['release_id']} (nothing charged)",
+               columns=PLAN_COLUMNS)
+    console.print(f"dry run of {res['release_id']}: "
+                  f"{counts_line(counts).replace(' released;', ' would be released;')}; "
+                  "nothing charged, no noise drawn", highlight=False)
+    if counts["users_released"] == 0:
+        raise typer.Exit(EXIT_DENIED if counts["users_denied"] else EXIT_BAD_INPUT)
 
 
 @release_app.command("curves")
@@ -115,7 +135,8 @@ def release_curves_cmd(
                                          "times: releases them as-is)."),
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     policy: Path | None = CrossCheckPolicyOpt,
-    task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+    task_runner: str = RunnerOpt, dry_run: bool = DryRunOpt, fmt: OutputFormat = FormatOpt,
+    verbose: bool = VerboseOpt,
 ) -> None:
     """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/.
 
@@ -135,7 +156,7 @@ def release_curves_cmd(
         mechanism=mechanism, epsilon=epsilon, rho=rho, options=opts, release_id=release_id,
         out_dir=str(out), ledger_path=str(ledger_path),
         policy_path=None if policy is None else str(policy),
-        chunk_users=chunk_users, table=table, evaluate_on=evaluate_on)
+        chunk_users=chunk_users, table=table, evaluate_on=evaluate_on, dry_run=dry_run)
 
 
 @release_app.command("streams")
@@ -153,7 +174,8 @@ def release_streams_cmd(
         "population view's per-phase tables; post-processing, charges nothing."),
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     policy: Path | None = CrossCheckPolicyOpt,
-    task_runner: str = RunnerOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+    task_runner: str = RunnerOpt, dry_run: bool = DryRunOpt, fmt: OutputFormat = FormatOpt,
+    verbose: bool = VerboseOpt,
 ) -> None:
     """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR.
 
@@ -171,7 +193,8 @@ def release_streams_cmd(
         "release_streams", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
         epsilon=epsilon, reconstruct=reconstruct, release_id=release_id, out_dir=str(out),
         ledger_path=str(ledger_path), policy_path=None if policy is None else str(policy),
-        chunk_users=chunk_users, table=table, population_period=population_period)
+        chunk_users=chunk_users, table=table, population_period=population_period,
+        dry_run=dry_run)
 
 
 class _spinner:

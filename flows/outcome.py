@@ -42,6 +42,8 @@ def release_state(result: dict[str, Any]) -> Any:
     Args:
         result: what a release returns (``release_id``, ``manifest`` with ``counts``, ...).
     """
+    if result.get("dry_run"):
+        return result  # a forecast: the caller reads its counts (flows/dry_run.py)
     counts = result["manifest"]["counts"]
     if counts["users_released"] > 0:
         return result

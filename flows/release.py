@@ -21,6 +21,7 @@ from prefect import flow
 from prefect.context import get_run_context
 from prefect.utilities.annotations import quote
 
+from flows.dry_run import dry_run_result
 from flows.faults import fault_point
 from flows.outcome import release_state
 from flows.preflight import (
@@ -130,7 +131,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int, table: str | None,
              scheduled_date: str | None, in_flight: int = 8,
-             settle_batch: int = 2000, population_period: int | None = None) -> dict[str, Any]:
+             settle_batch: int = 2000, population_period: int | None = None,
+             dry_run: bool = False) -> dict[str, Any]:
     flow_name = "release_curves" if kind == "curves" else "release_streams"
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
@@ -146,11 +148,17 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         fault_point("after_ingest")
         rid = release_id or default_release_id(flow_name, dom.name, plan.fingerprint, parameters,
                                                scheduled_date)
-        label_run(rid, release_tags(dom.name, spec.mechanism, parameters["notion"]))
+        label_run(rid, release_tags(dom.name, spec.mechanism, parameters["notion"]), dry_run)
         ledger = Ledger(ledger_path)
         # An early, clear refusal of a release id bound to other data or parameters;
         # the reserve below checks the binding again in its own transaction (races).
         ledger.check_binding(rid, plan.fingerprint, parameters)
+        if dry_run:  # the decisions reserve would make (flows/dry_run.py); nothing written
+            return dry_run_result(ledger, rid, plan, dom.name, parameters["notion"],
+                                  amount=getattr(spec, "amount", None),
+                                  per_step=getattr(spec, "epsilon_per_step", None),
+                                  mechanism=spec.mechanism, parameters=parameters,
+                                  input_fingerprint=plan.fingerprint)
         # A published release is checked against the ledger's manifest, never rewritten.
         published = published_release(out_root, rid, ledger.release(rid))
         if published is not None:
@@ -365,6 +373,7 @@ def release_curves(
     table: str | None = None,
     scheduled_date: str | None = None,
     evaluate_on: EvaluateOn = "grid",
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Release every user's curves of `domain` under ε-GP (or ρ-CGP) w.r.t. L2.
 
@@ -390,6 +399,8 @@ def release_curves(
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         evaluate_on: grid (evenly spaced times) or input (the input times, released as-is).
+        dry_run: only report who would be admitted or denied and at what cost
+            (flows/dry_run.py): nothing charged, no noise drawn, nothing written.
     """
     dom = _domain(ledger_path, policy_path, domain, "curves")
     _check_metric(dom, mechanism)
@@ -407,7 +418,8 @@ def release_curves(
     return release_state(_release(
         "curves", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
         release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
-        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date))
+        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date,
+        dry_run=dry_run))
 
 
 @flow(name="release-streams", flow_run_name=run_name, persist_result=False,
@@ -426,6 +438,7 @@ def release_streams(
     table: str | None = None,
     scheduled_date: str | None = None,
     population_period: int | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Release every user's streams of `domain` with Square Wave under ε-w-event LDP.
 
@@ -451,6 +464,8 @@ def release_streams(
         scheduled_date: the date of a scheduled run (set by deployments).
         population_period: public period in steps (e.g. 48 half-hours) of the population
             view's per-phase tables (post-processing; none: per-step tables only).
+        dry_run: only report who would be admitted or denied and at what cost
+            (flows/dry_run.py): nothing charged, no noise drawn, nothing written.
     """
     dom = _domain(ledger_path, policy_path, domain, "streams")
     if dom.w is None:
@@ -470,4 +485,4 @@ def release_streams(
         "streams", input_path=input_path, dom=dom, spec=spec, parameters=parameters,
         release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
         chunk_users=chunk_users, table=table, scheduled_date=scheduled_date,
-        population_period=population_period))
+        population_period=population_period, dry_run=dry_run))

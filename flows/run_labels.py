@@ -26,8 +26,12 @@ def release_tags(domain: str, mechanism: str, notion: str) -> list[str]:
     return [f"domain:{domain}", f"mechanism:{mechanism}", f"notion:{notion}"]
 
 
-def label_run(release_id: str, tags: list[str]) -> None:
-    """Rename the current flow run to `release_id` and add `tags` (no-op outside a run)."""
+def label_run(release_id: str, tags: list[str], dry_run: bool = False) -> None:
+    """Rename the current flow run to `release_id` and add `tags` (no-op outside a run).
+
+    A dry run is named ``<release_id>-dry-run`` and tagged ``dry-run``, so the
+    release's own run keeps the plain id.
+    """
     from prefect.client.orchestration import get_client
     from prefect.context import FlowRunContext
 
@@ -35,7 +39,8 @@ def label_run(release_id: str, tags: list[str]) -> None:
     run = ctx.flow_run if ctx is not None else None
     if run is None:
         return
-    merged = sorted(set(run.tags) | set(tags))
+    name = f"{release_id}-dry-run" if dry_run else release_id
+    merged = sorted(set(run.tags) | set(tags) | ({"dry-run"} if dry_run else set()))
     with get_client(sync_client=True) as client:
-        client.update_flow_run(run.id, name=release_id, tags=merged)
-    run.name, run.tags = release_id, merged
+        client.update_flow_run(run.id, name=name, tags=merged)
+    run.name, run.tags = name, merged
