@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.plots import _save, plt  # Agg, the deterministic rcParams, the one safe savefig
+from tasks.plots import _png, plt  # Agg, the deterministic rcParams, PNG bytes
+from tasks.report_files import save_bytes
 
 #: at most this many steps are drawn in the per-step plot (the first ones)
 MAX_STEPS = 336
@@ -41,5 +42,6 @@ def plot_population(tables: dict[str, pd.DataFrame], out_dir: Path, *, value_uni
         ax.legend(fontsize=7)
     fig.suptitle("Population view: post-processing of the released reports (charges nothing)",
                  fontsize=9)
-    names.append(_save(fig, out_dir / "population.png"))
+    save_bytes(out_dir / "population.png", _png(fig))
+    names.append("population.png")
     return names

@@ -118,5 +118,5 @@ def test_domain_missing_from_the_ledger_is_named(tmp_path, curves_csv, policy_fi
     res = _run(_curves(curves_csv, policy_file, "--domain", "tracks", "--epsilon", "1"), h,
                tmp_path)
     assert res.returncode == 2
-    assert "has no domain 'tracks'" in res.stderr and "policy apply" in res.stderr, res.stderr
+    assert "unknown domain 'tracks'" in res.stderr and "policy apply" in res.stderr, res.stderr
     assert not (h / "prefect").exists()

@@ -101,7 +101,7 @@ def test_release_id_reuse_with_other_parameters_is_refused(curves_csv, policy_fi
     from schemas.errors import ParameterError
 
     _curves(curves_csv, policy_file, ledger_path, tmp_path / "o", release_id="fixed")
-    with pytest.raises(ParameterError, match="already used"):
+    with pytest.raises(ParameterError, match="reserved with other parameters"):
         release_curves(input_path=str(curves_csv), domain="tracks", epsilon="0.25",
                        out_dir=str(tmp_path / "o"), ledger_path=str(ledger_path),
                        policy_path=str(policy_file), release_id="fixed")

@@ -273,7 +273,7 @@ def test_a_ledger_written_before_the_package_split_verifies_migrates_and_continu
     led.migrate(parse_policy(POLICY))  # the policy it was charged under: whole definitions
     assert led.domain("ais").value_columns == ("x", "y") and led.domain("ais").public.points
     again = led.reserve("r1", [Request("u", "ais", amount=0.5)], mechanism="privfuncseg",
-                        parameters={"epsilon": "1/2"})
+                        parameters={"epsilon": "1/2"}, input_fingerprint="fp-1")
     assert again.admitted[0].replayed and again.admitted[0].entry_seq == 1
     more = led.reserve("r2", [Request("u", "ais", amount=0.75), Request("v", "ais", amount=1.5)],
                        mechanism="m", parameters={})

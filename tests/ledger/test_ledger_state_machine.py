@@ -92,7 +92,8 @@ class LedgerMachine(RuleBasedStateMachine):
                 "domain": r.domain, "eps": r.amount, "charged": _cost(r.domain, r.amount),
                 "status": "reserved" if expect[(r.user_id, r.step)] else "denied"}
         self.n_entries += len(reqs)
-        self.calls.append((rel, reqs, sorted((k[0], k[1], v) for k, v in expect.items())))
+        self.calls.append((rel, reqs, sorted((k[0], k[1], v) for k, v in expect.items()),
+                           {"n": self.n_rel}))
 
     def _admit_directly(self, reqs):
         """The pure admission function on the model's balances: {(user, step): admitted}."""
@@ -119,8 +120,8 @@ class LedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.calls)
     @rule(i=st.integers(0, 10**6))
     def replay(self, i):
-        rel, reqs, expected = self.calls[i % len(self.calls)]
-        result = self.led.reserve(rel, reqs, mechanism="m", parameters={})
+        rel, reqs, expected, params = self.calls[i % len(self.calls)]
+        result = self.led.reserve(rel, reqs, mechanism="m", parameters=params)
         got = sorted((d.user_id, d.step, d.admitted) for d in result.admitted + result.denied)
         assert got == expected
         assert all(d.replayed for d in result.admitted + result.denied)
