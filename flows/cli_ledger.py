@@ -13,6 +13,7 @@ integrity failure. See docs/ledger.md.
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,7 +30,7 @@ from ledger import (
     key_path_for,
 )
 from ledger.heads import load_checkpoint, manifest_heads
-from ledger.signing import public_key_path
+from ledger.signing import public_key_path, signing_key_path
 from mechanisms.cost import Cost, CostItem, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
 from schemas.policy import load_policy
@@ -105,7 +106,9 @@ def init(
 ) -> None:
     """Create the ledger and its noise key (or open them if both exist)."""
     led = Ledger.init(_path(ledger))
-    console.print(f"ledger: {led.path}\nnoise key: {led.key_path} (mode 0600; back it up)",
+    console.print(f"ledger: {led.path}\nnoise key: {led.key_path} (mode 0600; back it up)\n"
+                  f"signing key: {signing_key_path(led.path)} (mode 0600; back it up)\n"
+                  f"public key: {public_key_path(led.path)} (give a copy to auditors)",
                   highlight=False, markup=False)
     if policy is not None:
         for line in led.apply_policy(load_policy(policy)) or ["policy: no changes"]:
@@ -310,16 +313,15 @@ def migrate(
 
 @ledger_app.command("pubkey")
 @handle_errors
-def pubkey(
-    ledger: LedgerOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Also write it to this file.")] = None,
-) -> None:
-    """Print the ledger's Ed25519 public key (hex) and its fingerprint, for auditors."""
+def pubkey(ledger: LedgerOpt = None) -> None:
+    """Print the ledger's Ed25519 public key (hex) for auditors: ``pubkey > auditor.pub``.
+
+    The key alone goes to stdout; its SHA-256 fingerprint and file to stderr.
+    """
     h = Ledger.open(_path(ledger)).head()
-    if out is not None:
-        out.write_text(h.public_key + "\n", encoding="ascii")
-    console.print(f"{h.public_key}\nfingerprint (SHA-256): {h.key_fingerprint}\n"
-                  f"file: {public_key_path(_path(ledger))}", highlight=False, markup=False)
+    sys.stdout.write(h.public_key + "\n")
+    console.print(f"fingerprint (SHA-256): {h.key_fingerprint}; file: "
+                  f"{public_key_path(_path(ledger))}", highlight=False, markup=False)
 
 
 @ledger_app.command("checkpoint")

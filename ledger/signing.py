@@ -57,7 +57,9 @@ def fingerprint(public: bytes) -> str:
 
 
 def create_signing_key(ledger_path: Path) -> Ed25519PrivateKey:
-    """Create ``<ledger>.sign`` (0600) and ``<ledger>.pub``; refuse to overwrite either.
+    """Create ``<ledger>.sign`` (0600) and ``<ledger>.pub`` (the umask's mode, like the ledger).
+
+    Neither file is ever overwritten.
 
     Raises:
         LedgerOpenError: a file exists or cannot be created.
@@ -67,7 +69,7 @@ def create_signing_key(ledger_path: Path) -> Ed25519PrivateKey:
     try:
         for path, data, mode in ((signing_key_path(ledger_path), key.private_bytes_raw().hex(),
                                   0o600),
-                                 (public_key_path(ledger_path), public_bytes(key).hex(), 0o644)):
+                                 (public_key_path(ledger_path), public_bytes(key).hex(), None)):
             _write_new(path, data, mode)
             made.append(path)
     except BaseException:
@@ -77,15 +79,18 @@ def create_signing_key(ledger_path: Path) -> Ed25519PrivateKey:
     return key
 
 
-def _write_new(path: Path, data: str, mode: int) -> None:
+def _write_new(path: Path, data: str, mode: int | None) -> None:
+    """Create `path` with `data`: mode 0600 forced for a secret, else the umask decides."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o644 if mode is None else mode)
     except FileExistsError:
         raise LedgerOpenError(f"{str(path)!r} already exists; not overwriting it") from None
     except OSError as err:
         raise LedgerOpenError(f"cannot create {str(path)!r}: {err.strerror}") from None
     try:
-        os.fchmod(fd, mode)
+        if mode is not None:
+            os.fchmod(fd, mode)  # in case the umask or file system changed it
         os.write(fd, data.encode("ascii") + b"\n")
         os.fsync(fd)
     finally:

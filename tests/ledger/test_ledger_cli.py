@@ -200,3 +200,30 @@ def test_acceptance_four_processes_ten_charges_each(cli_ledger):
     p = subprocess.run([*cli, "verify", "--ledger", str(cli_ledger)], capture_output=True,
                        text=True, env=env, cwd=REPO)
     assert p.returncode == 4 and "seq 7" in p.stderr
+
+
+def test_pubkey_checkpoint_and_migrate_commands(cli_ledger, tmp_path):
+    from ledger_helpers import load_fixture
+
+    from ledger.signing import public_key_path
+
+    r = runner.invoke(ledger_app, ["pubkey", "--ledger", str(cli_ledger)])
+    assert r.exit_code == 0
+    assert public_key_path(cli_ledger).read_text().strip() in r.stdout.splitlines()
+    cp = tmp_path / "cp.json"
+    assert run("checkpoint", "--out", cp, "--ledger", cli_ledger).exit_code == 0
+    assert json.loads(cp.read_text())["format"] == "privpipe-ledger-checkpoint-v1"
+    r = run("checkpoint", "--out", cp, "--ledger", cli_ledger)
+    assert r.exit_code == 2 and "never overwritten" in r.output
+    r = run("verify", "--expect-head", cp, "--ledger", cli_ledger)
+    assert r.exit_code == 0 and "1 kept signed head" in r.output
+    old = load_fixture("ledger_v2", tmp_path / "old.duckdb")
+    r = run("charge", "--ledger", old, "--user", "u", "--domain", "ais", "--epsilon", "0.1",
+            "--release", "new")
+    assert r.exit_code == 2 and "ledger migrate" in r.output
+    r = run("migrate", "--ledger", old, "--policy", tmp_path / "policy.toml")
+    assert r.exit_code == 0 and "schema 2 -> 3" in r.output, r.output
+    r = run("charge", "--ledger", old, "--user", "u", "--domain", "ais", "--epsilon", "0.1",
+            "--release", "new")
+    assert r.exit_code == 0, r.output
+    assert run("verify", "--ledger", old).exit_code == 0

@@ -78,8 +78,9 @@ def leak_run(setup, tmp_path_factory):
         seeds += list(led.noise_seeds(rid, list(fps), list(fps.values()), params).values())
     assert len(seeds) == 6 + 3  # the out-of-range meter is rejected: no seed drawn
     key = bytes.fromhex(Path(str(ledger) + ".key").read_text().strip())
+    sign = bytes.fromhex(Path(str(ledger) + ".sign").read_text().strip())
     return {"root": root, "out": out, "runs": runs, "key": key, "seeds": seeds,
-            "ledger": ledger}
+            "ledger": ledger, "signing_key": sign}
 
 
 def _haystacks(leak_run) -> dict[str, bytes]:
@@ -113,6 +114,16 @@ def test_noise_key_never_leaves_the_key_file(leak_run):
     for name, data in _haystacks(leak_run).items():
         for n in needles:
             assert n not in data, f"noise key found in {name}"
+
+
+def test_signing_key_never_leaves_its_file(leak_run):
+    key = leak_run["signing_key"]
+    needles = [key, key.hex().encode(), key.hex().upper().encode(), base64.b64encode(key)]
+    hay = _haystacks(leak_run)
+    hay["ledger"] = Path(leak_run["ledger"]).read_bytes()
+    for name, data in hay.items():
+        for n in needles:
+            assert n not in data, f"the signing key found in {name}"
 
 
 def test_noise_seeds_never_leave_the_process(leak_run):

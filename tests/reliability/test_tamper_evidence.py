@@ -162,11 +162,14 @@ def test_truncated_or_corrupted_database_is_never_ok(ledger, how):
 
 
 def test_key_bytes_are_not_recoverable_from_the_database(ledger):
-    # the ledger stores an HMAC fingerprint of the key, never the key or its hash
+    # the ledger stores an HMAC fingerprint of the noise key and the signing key's public
+    # half, never a secret key or its hash
     key_hex = Path(str(ledger) + ".key").read_text().strip()
     key = bytes.fromhex(key_hex)
+    sign_hex = Path(str(ledger) + ".sign").read_text().strip()
     blob = ledger.read_bytes()
-    for needle in (key, key_hex.encode(), hashlib.sha256(key).hexdigest().encode()):
+    for needle in (key, key_hex.encode(), hashlib.sha256(key).hexdigest().encode(),
+                   bytes.fromhex(sign_hex), sign_hex.encode()):
         assert needle not in blob
 
 
