@@ -192,13 +192,16 @@ class Ledger:
 
     def _transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Run a writing operation (the ledger must be current and its keys genuine)."""
+        self._require_current()
+        return self._store.transact(fn)
+
+    def _require_current(self) -> None:
         self._require_key()
         if self._keys.version < SCHEMA_VERSION:
             raise LedgerOpenError(
                 f"the ledger {str(self.path)!r} has schema version {self._keys.version}; this "
                 f"privpipe writes version {SCHEMA_VERSION}. Run `privpipe ledger migrate` "
                 "(after it verifies); reading and verifying work as they are")
-        return self._store.transact(fn)
 
     def _read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         return self._store.transact(fn, write=False)
@@ -337,7 +340,7 @@ class Ledger:
         Raises:
             The errors of `reserve`, for the same requests.
         """
-        self._require_key()
+        self._require_current()
         call = self._call(release_id, mechanism, parameters or {}, None, input_fingerprint)
         cols = checks.request_columns(list(requests))
 
