@@ -158,7 +158,7 @@ def stream_plot(view: StreamView, *, raw: np.ndarray | None = None,
 
 
 def users_histogram(values: Sequence[float], title: str, xlabel: str,
-                    cap: float | None = None, lowered: float | None = None) -> bytes:
+                    cap: float | None = None) -> bytes:
     """How many users (integer counts) spent how much, with the cap as a red line."""
     vals = np.asarray(values, dtype=float)
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
@@ -171,10 +171,7 @@ def users_histogram(values: Sequence[float], title: str, xlabel: str,
         ax.hist(vals, bins=40, range=(0.0, top * 1.02), color="tab:blue", alpha=0.85)
     if cap is not None:
         ax.axvline(cap, color="tab:red", ls="--", lw=1.2, label=f"cap {cap:g}")
-    if lowered is not None:
-        ax.axvline(lowered, color="tab:orange", ls=":", lw=1.2,
-                   label=f"lowered cap {lowered:g}")
-    if cap is not None or lowered is not None:
+    if cap is not None:
         ax.legend(fontsize=7, loc="upper center")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
