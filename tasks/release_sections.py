@@ -92,8 +92,8 @@ def header(ctx: ReleaseContext) -> list[str]:
              + f"; metric: {cell(m['units'])}",
              f"- Mechanism: `{m['mechanism']}`; notion `{ctx.notion}`; "
              f"{_symbol(ctx.notion)} = {format_fraction(ctx.amount)}{per}",
-             f"- Reserved at {utc_text(rec.get('created_at'))}; settled at "
-             f"{utc_text(rec.get('updated_at'))}; this report written {ctx.written_at}",
+             f"- Budget reserved at {utc_text(rec.get('created_at'))} (ledger); this report "
+             f"written after settlement, {ctx.written_at}",
              f"- Policy digest: `{policy.get('digest', 'not recorded')}`",
              f"- Input fingerprint: `{m['input_fingerprint']}`",
              f"- Ledger entries of this release: seq {entries.get('first_seq')}–"
