@@ -317,6 +317,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                        **({"points": plan.points} if _points_public(dom) else {}), **counts},
             "files": files,
             "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
+            "ledger_head": ledger.head().to_dict(),  # kept by auditors: `ledger verify`
             "error_bound": {"beta": getattr(spec, "beta", None),
                             "max": max(bounds) if bounds else None,
                             "mean": sum(bounds) / len(bounds) if bounds else None,

@@ -518,7 +518,7 @@ class Ledger:
     def release_charges(self, release_id: str) -> list[dict[str, Any]]:
         """What one release charged each account, net of refunds (`queries.release_charges`)."""
         check_id(release_id, "release_id", allow_empty=True)
-        return self._transact(lambda con: queries.release_charges(con, release_id))
+        return self._read(lambda con: queries.release_charges(con, release_id))
 
     def export(self, path: str | os.PathLike[str], fmt: str = "csv", what: str = "entries") -> int:
         """Write a table for auditors to `path` as csv, parquet or json; returns the row count.

@@ -2,8 +2,10 @@
 
 The audit reads the ledger through its public API only: `Ledger.export` of
 the hash-chained entries (one consistent snapshot, queried here with an
-in-memory DuckDB), `balances`, `domains`, `releases`, `release` (manifests)
-and `release_charges` (w-event windows). Every amount is exact (integer
+in-memory DuckDB), `balances`, `domains`, `releases`, `release` (manifests),
+`release_charges` (w-event windows), `head` (the signed chain head) and
+`policy_history`. Without the noise key it reads as an auditor (public key
+only; `verify` then names what it could not check). Every amount is exact (integer
 quanta -> Fraction) until it is formatted. Nothing here reads release
 outputs or raw data, and nothing is written to the ledger.
 """
@@ -19,7 +21,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ledger import Ledger, VerifyReport, from_units
+from ledger import Ledger, VerifyReport, from_units, key_path_for
 
 
 @dataclass
@@ -44,8 +46,11 @@ class AuditData:
 
     ledger_path: str
     verification: VerifyReport
-    head: dict[str, Any]
+    head: dict[str, Any]                   # last entry of the export: seq, hash, time
+    signed_head: dict[str, Any]            # Ledger.head(): seq, hash, signature, key
+    auditor: bool                          # opened with the public key only
     domains: list[dict[str, Any]]
+    policy_history: list[dict[str, Any]]   # Ledger.policy_history(): every change, in order
     balances: list[dict[str, Any]]
     releases: list[dict[str, Any]]
     spend: dict[str, DomainSpend]
@@ -170,9 +175,15 @@ def _denials(con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]],
     return per_user, per_day
 
 
+def open_for_audit(ledger_path: str) -> Ledger:
+    """The ledger, or as an auditor (public key only) when its noise key is not here."""
+    return (Ledger(ledger_path) if key_path_for(ledger_path).exists()
+            else Ledger.open_auditor(ledger_path))
+
+
 def collect(ledger_path: str) -> AuditData:
     """Export the ledger once, verify it, and compute every figure of the audit."""
-    ledger = Ledger(ledger_path)
+    ledger = open_for_audit(ledger_path)
     with tempfile.TemporaryDirectory(prefix="privpipe-audit-") as tmp:
         path = Path(tmp) / "entries.parquet"
         n = ledger.export(path, fmt="parquet", what="entries")
@@ -187,5 +198,7 @@ def collect(ledger_path: str) -> AuditData:
             con.close()
     return AuditData(
         ledger_path=str(Path(ledger_path).resolve()), verification=ledger.verify(), head=head,
-        domains=ledger.domains(), balances=ledger.balances(),
-        releases=releases, spend=spend, denials=denials, denials_per_day=per_day, entries=n)
+        signed_head=ledger.head().to_dict(), auditor=ledger.auditor,
+        domains=ledger.domains(), policy_history=ledger.policy_history(),
+        balances=ledger.balances(), releases=releases, spend=spend, denials=denials,
+        denials_per_day=per_day, entries=n)

@@ -58,16 +58,33 @@ def domain_summary(data: AuditData) -> list[dict[str, Any]]:
     return rows
 
 
+def _account_row(b: dict[str, Any]) -> dict[str, Any]:
+    return {"domain": b["domain"], "user_id": b["user_id"], "stream_id": b["stream_id"],
+            "spent": _f(b["spent"]), "cap": _f(b["cap"]), "remaining": _f(b["remaining"])}
+
+
 def near_cap(data: AuditData, fraction: float) -> list[dict[str, Any]]:
-    """Accounts whose remaining budget is at most `fraction` of their cap (or below zero)."""
-    out = []
-    for b in data.balances:
-        if b["remaining"] <= b["cap"] * Fraction(fraction).limit_denominator(10**6):
-            out.append({"domain": b["domain"], "user_id": b["user_id"],
-                        "stream_id": b["stream_id"], "spent": _f(b["spent"]),
-                        "cap": _f(b["cap"]), "remaining": _f(b["remaining"]),
-                        "above cap": "yes" if b["spent"] > b["cap"] else ""})
-    return sorted(out, key=lambda r: (r["domain"], r["user_id"], r["stream_id"]))
+    """Accounts within the cap whose remaining budget is at most `fraction` of it."""
+    limit = Fraction(fraction).limit_denominator(10**6)
+    return sorted((_account_row(b) for b in data.balances
+                   if b["spent"] <= b["cap"] and b["remaining"] <= b["cap"] * limit),
+                  key=lambda r: (r["domain"], r["user_id"], r["stream_id"]))
+
+
+def above_cap(data: AuditData) -> list[dict[str, Any]]:
+    """Accounts that spent more than the cap now in force (charged before it was lowered)."""
+    return sorted((_account_row(b) for b in data.balances if b["spent"] > b["cap"]),
+                  key=lambda r: (r["domain"], r["user_id"], r["stream_id"]))
+
+
+def policy_rows(data: AuditData) -> list[dict[str, Any]]:
+    """The policy change log, from the chain: one row per change, in seq order."""
+    return [{"time (UTC)": utc_text(p["created_at"]), "seq": p["seq"], "domain": p["domain"],
+             "change": p["change"], "cap": (f"{_f(p['cap_before'])} → " if p["cap_before"]
+                                            is not None else "") + _f(p["cap_after"]),
+             "fields changed": ", ".join(p.get("changed") or []),
+             "accounts above cap": p.get("accounts_above_cap", 0), "actor": p["actor"],
+             "source": p.get("source", "")} for p in data.policy_history]
 
 
 def release_rows(data: AuditData) -> list[dict[str, Any]]:
@@ -104,18 +121,24 @@ def spend_rows(domain: str, s: DomainSpend) -> list[dict[str, Any]]:
 
 
 def _header(data: AuditData, audited_at: str) -> list[str]:
-    v = data.verification
-    head = data.head
+    v, head, signed = data.verification, data.head, data.signed_head
     lines = ["# privpipe compliance audit", "",
-             f"- Ledger: {cell(data.ledger_path)}",
+             f"- Ledger: {cell(data.ledger_path)}"
+             + (" (read as an auditor: public key only)" if data.auditor else ""),
              f"- Audited at: {audited_at}",
-             f"- Ledger head: seq {head['seq']}, hash `{head['hash']}`"
+             f"- Ledger head: seq {signed['seq']}, hash `{signed['hash']}`"
              + (f", last entry at {utc_text(head['created_at'])}"
-                if head.get("created_at") else ""),
-             f"- Entries exported for this audit: {data.entries}", "",
+                if head.get("created_at") and head["seq"] == signed["seq"] else ""),
+             f"- Head signature (Ed25519): `{signed['signature']}`; signing key fingerprint "
+             f"`{signed['key_fingerprint']}`",
+             f"- Entries exported for this audit: {data.entries}"
+             + ("" if head["seq"] == signed["seq"] else
+                f" (up to seq {head['seq']}: the ledger grew during the audit)"), "",
              "## Hash chain and balances", "",
              f"**{'VERIFIED' if v.ok else 'FAILED'}**: {v.entries_checked} entries checked. "
              f"{cell(v.message)}", ""]
+    if v.not_checked:
+        lines += [f"Not checked without the noise key: {cell('; '.join(v.not_checked))}.", ""]
     if not v.ok:
         lines += [f"> **The ledger does not verify** (first bad entry: seq {v.first_bad_seq}). "
                   "The figures below are read from a ledger that has been altered; do not sign "
@@ -172,15 +195,10 @@ def _spend_distribution(data: AuditData, dom: dict[str, Any], fraction: float,
                   f"![spend per account {name}](plots/accounts_{name}.png)", ""]
     near = [r for r in near_cap(data, fraction) if r["domain"] == name]
     lines += [f"### Accounts within {fraction:.0%} of the cap", ""]
-    lines += ([md_table(near, ["user_id", "stream_id", "spent", "cap", "remaining",
-                               "above cap"], 50)] if near else
+    lines += ([md_table(near, ["user_id", "stream_id", "spent", "cap", "remaining"], 50)]
+              if near else
               [f"No account of `{name}` has less than {fraction:.0%} of its cap left.", ""])
-    above = [r for r in near if r["above cap"]]
-    if above:
-        lines += ["", f"> {len(above)} account(s) spent more than the cap now in force: the cap "
-                  "was lowered after they were charged (every admission is checked against the "
-                  "cap recorded on its entry, which `verify` re-checks). They get nothing more "
-                  "until the cap is raised.", ""]
+    lines += _above_cap_section(data, name)
     days = data.denials_per_day.get(name, [])
     lines += ["### Denials over time", ""]
     if days:
@@ -192,16 +210,39 @@ def _spend_distribution(data: AuditData, dom: dict[str, Any], fraction: float,
     return lines
 
 
+def _above_cap_section(data: AuditData, name: str) -> list[str]:
+    above = [r for r in above_cap(data) if r["domain"] == name]
+    if not above:
+        return []
+    lowered = [p for p in data.policy_history if p["domain"] == name
+               and p["cap_before"] is not None and p["cap_after"] < p["cap_before"]]
+    when = (f" (seq {lowered[-1]['seq']}, {utc_text(lowered[-1]['created_at'])}: "
+            f"{_f(lowered[-1]['cap_before'])} → {_f(lowered[-1]['cap_after'])})"
+            if lowered else "")
+    return ["### Accounts above a lowered cap", "",
+            f"The cap was lowered after these accounts were charged{when}. Every admission "
+            "was checked against the cap recorded on its entry (`verify` re-checks it); they "
+            "are admitted nothing until the cap is raised.", "",
+            md_table(above, ["user_id", "stream_id", "spent", "cap", "remaining"], 50), ""]
+
+
 def _policy(data: AuditData) -> list[str]:
     rows = _policy_rows(data)
+    log = policy_rows(data)
     return ["## Policy in force (the ledger's domains)", "",
-            md_table(rows, list(rows[0]) if rows else []), ""]
+            md_table(rows, list(rows[0]) if rows else []), "",
+            "## Policy change log (from the hash chain)", "",
+            md_table(log, ["time (UTC)", "seq", "domain", "change", "cap", "fields changed",
+                           "accounts above cap", "actor", "source"], 100)
+            if log else "No policy change is recorded.\n", ""]
 
 
 #: Columns of the CSV files whose tables can be empty (an empty table keeps its header).
 CSV_COLUMNS = {
-    "accounts_near_cap": ["domain", "user_id", "stream_id", "spent", "cap", "remaining",
-                          "above cap"],
+    "accounts_near_cap": ["domain", "user_id", "stream_id", "spent", "cap", "remaining"],
+    "accounts_above_cap": ["domain", "user_id", "stream_id", "spent", "cap", "remaining"],
+    "policy_changes": ["time (UTC)", "seq", "domain", "change", "cap", "fields changed",
+                       "accounts above cap", "actor", "source"],
     "denials_per_user": ["domain", "user_id", "denied_requests", "releases", "first_denied",
                          "last_denied"],
     "releases": ["time (UTC)", "release_id", "domain", "state", "actor", "mechanism", "notion",
@@ -233,6 +274,7 @@ def write_audit_report(data: AuditData, out_dir: str | Path, near_cap_fraction: 
     tables = {
         "domains": summary, "releases": release_rows(data),
         "accounts_near_cap": near_cap(data, near_cap_fraction),
+        "accounts_above_cap": above_cap(data), "policy_changes": policy_rows(data),
         "denials_per_user": [{**r, "first_denied": utc_text(r["first_denied"]),
                               "last_denied": utc_text(r["last_denied"])} for r in data.denials],
         "spend_over_time": [row for dom, s in sorted(data.spend.items())
@@ -261,7 +303,8 @@ def write_audit_report(data: AuditData, out_dir: str | Path, near_cap_fraction: 
         save_text(out / f"{name}.csv", _csv(rows, CSV_COLUMNS.get(name)))
     result = {"ok": bool(data.verification.ok), "entries": int(data.verification.entries_checked),
               "message": data.verification.message, "ledger": data.ledger_path,
-              "audited_at": audited_at, "head": {k: str(v) for k, v in data.head.items()},
+              "audited_at": audited_at, "head": data.signed_head, "auditor": data.auditor,
+              "not_checked": list(data.verification.not_checked),
               "domains": summary, "near_cap": len(tables["accounts_near_cap"]),
               "denials": sum(r["denied_requests"] for r in data.denials),
               "users_denied": len(data.denials), "report": str(html), "tables": tables}

@@ -42,7 +42,6 @@ class ReleaseContext:
     balances: list[dict[str, Any]]      # Ledger.balances(domain)
     record: dict[str, Any] | None       # Ledger.release(release_id)
     written_at: str
-    head: dict[str, Any] | None = None  # the ledger head after the release
     plots: dict[str, bytes] = field(default_factory=dict)
 
     @property
@@ -98,11 +97,12 @@ def header(ctx: ReleaseContext) -> list[str]:
              f"- Input fingerprint: `{m['input_fingerprint']}`",
              f"- Ledger entries of this release: seq {entries.get('first_seq')}–"
              f"{entries.get('last_seq')}"]
-    if ctx.head:
-        lines.append(f"- Ledger head after this release: seq {ctx.head['seq']}, hash "
-                     f"`{ctx.head['hash']}`" + (f", signature `{ctx.head['signature']}` (key "
-                                               f"`{ctx.head['fingerprint']}`)"
-                                               if ctx.head.get("signature") else ""))
+    head = m.get("ledger_head")
+    if head:
+        lines += [f"- Ledger head after this release: seq {head['seq']}, hash `{head['hash']}`",
+                  f"- Head signature (Ed25519): `{head['signature']}`; signing key "
+                  f"fingerprint `{head['key_fingerprint']}` (keep this page: `privpipe ledger "
+                  "verify --manifests OUT` detects a later rollback or rewrite)"]
     lines.append(f"- Parameters: `{_compact(m['parameters'])}`")
     return [*lines, ""]
 

@@ -97,13 +97,48 @@ def test_budget_over_time_is_per_account_after_each_release(history):
                    ("r4", 0, 0, 0, 4, 1.0, 3.0, 4)]  # the denied user's account holds 0
 
 
-def test_lowered_cap_shows_accounts_above_it(history):
+def test_lowered_cap_shows_accounts_above_it_apart_from_near_cap(history):
     page = history["page"]
     [geo] = [r for r in page.table_after("Domains") if r["domain"] == "geo"]
     assert geo["cap"] == "2" and geo["accounts above cap"] == "2"
-    near = page.table_after("Accounts within 10% of the cap")
-    assert {(r["user_id"], r["above cap"]) for r in near} == {("u1", "yes"), ("u2", "yes")}
-    assert "the cap was lowered after they were charged" in page.text
+    # u1 (3) and u2 (2.5) are above the lowered cap 2: a state of their own, not "near";
+    # u3 (1 of 2) has half its cap left
+    assert "No account of geo has less than 10% of its cap left." in page.text
+    above = page.table_after("Accounts above a lowered cap")
+    assert {(r["user_id"], r["spent"], r["cap"]) for r in above} == {("u1", "3", "2"),
+                                                                      ("u2", "2.5", "2")}
+    assert re.search(r"The cap was lowered after these accounts were charged \(seq \d+, "
+                     r"[\d-]+ [\d:]+ UTC: 4 → 2\)", page.text)
+
+
+def test_policy_change_log_comes_from_the_chain(history):
+    rows = [r for r in history["page"].table_after("Policy change log") if r["domain"] == "geo"]
+    assert [r["cap"] for r in rows] == ["4", "4 → 2"]
+    assert rows[-1]["accounts above cap"] == "2" and rows[-1]["actor"] == ACTOR
+    assert rows[-1]["source"] == "lowered"
+
+
+def test_the_signed_head_on_the_page_verifies_with_the_public_key(history):
+    from ledger.signing import head_signature_ok
+
+    head = Ledger(history["path"]).head()
+    text = history["page"].text
+    sig = re.search(r"Head signature \(Ed25519\): ([0-9a-f]+)\s*; signing key fingerprint "
+                    r"([0-9a-f]{64})", text)
+    assert sig.group(1) == head.signature and sig.group(2) == head.key_fingerprint
+    assert head_signature_ok(bytes.fromhex(head.public_key), sig.group(1), head.ledger_id,
+                             head.schema_version, head.seq, head.hash)
+
+
+def test_an_auditor_without_the_noise_key_gets_the_same_figures(history, tmp_path):
+    shutil.copy(history["path"], tmp_path / "ledger.duckdb")
+    shutil.copy(str(history["path"]) + ".pub", tmp_path / "ledger.duckdb.pub")
+    res = audit(ledger_path=str(tmp_path / "ledger.duckdb"), out_dir=str(tmp_path / "out"))
+    page = parse(res["report"])
+    assert "(read as an auditor: public key only)" in page.text
+    assert "Not checked without the noise key:" in page.text
+    assert page.table_after("Budget spent over time") == history["page"].table_after(
+        "Budget spent over time")
 
 
 def test_denials_are_counted_per_user_not_per_curve(history):
@@ -143,6 +178,11 @@ def test_tables_are_also_csv_and_json(history):
     data = json.loads((out / "audit.json").read_text())
     assert data["ok"] is True and data["users_denied"] == 2 and data["denials"] == 3
     assert data["ledger"] == str(history["path"].resolve())
+    assert data["head"] == Ledger(history["path"]).head().to_dict()
+    with open(out / "accounts_above_cap.csv", newline="") as fh:
+        assert {r["user_id"] for r in csv.DictReader(fh)} == {"u1", "u2"}
+    with open(out / "policy_changes.csv", newline="") as fh:
+        assert [r["cap"] for r in csv.DictReader(fh) if r["domain"] == "geo"] == ["4", "4 → 2"]
     assert len(data["tables"]["spend_over_time"]) == 4
 
 
@@ -159,7 +199,8 @@ def test_audit_page_alone_renders_every_image(history, tmp_path):
 def test_a_tampered_ledger_is_reported_failed_and_exits_4(history, tmp_path):
     path = tmp_path / "ledger.duckdb"
     shutil.copy(history["path"], path)
-    shutil.copy(str(history["path"]) + ".key", str(path) + ".key")
+    for suffix in (".key", ".sign", ".pub"):  # the operator's keys, next to the copy
+        shutil.copy(str(history["path"]) + suffix, str(path) + suffix)
     con = duckdb.connect(str(path))
     con.execute("UPDATE entries SET amount = amount / 2 WHERE seq = 1")
     con.close()

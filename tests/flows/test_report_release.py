@@ -23,6 +23,7 @@ from flows.outcome import ReleaseNotMadeError
 from flows.release import release_curves, release_streams
 from ingest.projection import project
 from ledger import Ledger
+from ledger.signing import head_signature_ok
 from mechanisms.streams import square_wave_worst_variance
 from schemas.policy import load_policy
 from tests.flows import report_inputs as inputs
@@ -82,6 +83,14 @@ def test_header_states_time_policy_digest_and_entries(geo, setup):
     assert manifest["policy"]["definition"]["ref_lat"] == 40.6
     first, last = Ledger(setup["ledger"]).entry_range("geo-1")
     assert f"seq {first}–{last}" in text
+    # the signed head the release ended at: in the manifest, on the page, and genuine
+    head = manifest["ledger_head"]
+    assert head["seq"] >= last
+    assert f"Ledger head after this release: seq {head['seq']}, hash {head['hash']}" in text
+    assert re.search(rf"Head signature \(Ed25519\): {head['signature']}\s*;", text)
+    assert head_signature_ok(bytes.fromhex(head["public_key"]), head["signature"],
+                             head["ledger_id"], head["schema_version"], head["seq"],
+                             head["hash"])
 
 
 def test_guarantee_reading_gives_the_shift_for_ratio_e(geo):

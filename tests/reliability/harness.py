@@ -196,8 +196,10 @@ def output_users(rdir: Path) -> set[str]:
 
 
 #: The release report states when it was written and the ledger's state after the
-#: release, so two runs of one release differ there by design; the manifest still seals
-#: its digest, and everything else (outputs, plots, the rest of the manifest) must match.
+#: release, and the manifest carries the signed ledger head the release ended at: two
+#: runs of one release differ there by design (the entries' times are hashed into the
+#: head); the manifest still seals the report's digest, and everything else (outputs,
+#: plots, the rest of the manifest) must match.
 TIMESTAMPED = ("report.md", "report.html")
 
 
@@ -210,6 +212,7 @@ def digest(rdir: Path) -> dict[str, str]:
         manifest = json.loads(path.read_bytes())
         for name in TIMESTAMPED:
             manifest.get("sha256", {}).pop(name, None)
+        manifest.pop("ledger_head", None)
         text = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
         out[path.name] = hashlib.sha256(text.encode()).hexdigest()
     return out
