@@ -7,7 +7,7 @@ measured per run:
              (ingest, reserve, PrivFuncSeg over chunks, settle, outputs, report)
              with the default task runner;
   * `loop`:  read the same CSV with pandas and run the same mechanism in a plain
-             loop, chunk by chunk of 250 users with a generator per user
+             loop, chunk by chunk of 250 users with the release's generator per user
              (`privfuncseg_batch` per chunk; a tree without it: `privfuncseg` per
              curve), no validation, no ledger, no outputs;
   * `empty`: one empty Prefect flow run (Prefect's fixed start-up cost), run
@@ -72,17 +72,20 @@ if mode == "flow":
 elif mode == "loop":
     import numpy as np, pandas as pd
     import mechanisms.curves as mc
+    try:  # the release's own generator (keyed ChaCha20), where the tree has one
+        from tasks.keyed_rng import release_generator as generator
+    except ImportError:
+        generator = np.random.default_rng
     extra = 0
     pending = []
 
     def run(chunk):
         if hasattr(mc, "privfuncseg_batch"):
             batch = mc.CurveBatch.from_curves([(t, v) for t, v, _ in chunk])
-            mc.privfuncseg_batch(batch, rngs=[np.random.default_rng(s) for _, _, s in chunk],
-                                 epsilon=1.0)
+            mc.privfuncseg_batch(batch, rngs=[generator(s) for _, _, s in chunk], epsilon=1.0)
         else:
             for t, v, s in chunk:
-                mc.privfuncseg(t, v, epsilon=1.0, rng=np.random.default_rng(s))
+                mc.privfuncseg(t, v, epsilon=1.0, rng=generator(s))
 
     for frame in pd.read_csv(csv, chunksize=1_000_000):
         for _, g in frame.groupby(["user_id", "curve_id"], sort=False):
