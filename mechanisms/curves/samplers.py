@@ -65,11 +65,11 @@ def slap_rows(dims: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarray:
     normals, radii = [], []
     for d, rng in zip(dims.tolist(), rngs, strict=True):
         normals.append(rng.standard_normal(d))
-        radii.append(rng.gamma(shape=d, scale=1.0, size=(1,)))
+        radii.append(rng.gamma(d))  # the draw of gamma(shape=d, scale=1.0, size=(1,))
     g = np.concatenate(normals)
     starts = np.cumsum(dims) - dims
     norm = np.sqrt(np.add.reduceat(g * g, starts))
-    return _on_sphere(g, np.repeat(norm, dims), np.repeat(np.concatenate(radii), dims))
+    return _on_sphere(g, np.repeat(norm, dims), np.repeat(np.array(radii), dims))
 
 
 def gaussian_rows(dims: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarray:

@@ -248,7 +248,8 @@ def seg_options(*, basis: str, epsilon: object, rho: object, reduce: bool, conti
 
 def svt_levels(sizes: np.ndarray, max_level: int) -> np.ndarray:
     """Top SVT level per curve: min(max_level, ⌈log₂ N⌉), N its size (distinct times)."""
-    ceil_log2 = np.array([(int(n) - 1).bit_length() for n in sizes], dtype=np.int64)
+    # ⌈log₂ N⌉ = bit length of N − 1: frexp's exponent, exact for N < 2^53
+    ceil_log2 = np.frexp(np.asarray(sizes, dtype=np.int64) - 1.0)[1].astype(np.int64)
     return np.minimum(ceil_log2, max_level)
 
 
