@@ -1,19 +1,19 @@
-"""Staging files: validated input chunks and their noise seeds, on local disk.
+"""Staging files: validated input chunks, on the flow machine's local disk.
 
-Workers get paths, never data: the flow process validates the input once and
-writes each chunk of users to a file under ``OUT/.staging/<run>``; a mechanism
-task reads its chunk, privatizes it and writes its output chunk. Staging files
-are written once and read once on the same machine, so they are uncompressed
-Arrow IPC files (no encoding cost, memory-mapped reads); only the merged
-release outputs are Parquet. Staging files hold raw (validated) data and
-per-user noise seeds, so they are created with mode 0600 (`tasks.safe_files`)
+The flow process validates the input once and writes each chunk of users to a
+file under ``OUT/.staging/<run>``; before submitting a chunk's task it reads
+the chunk back (`tasks.stage.load_curve_chunk`) and sends the task the admitted
+users' arrays and noise seeds in memory, so workers never read these files and
+seeds are never written to disk. Staging files are written once and read once
+on this machine, so they are uncompressed Arrow IPC files (no encoding cost,
+memory-mapped reads); only the release outputs are Parquet. Staging files hold
+raw (validated) data, so they are created with mode 0600 (`tasks.safe_files`)
 in the release's locked, 0700 staging directory (`tasks.staging_dir`), which
 is removed when the release ends, however it ends.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import Curve, Stream, UserCurves, UserStreams
-from tasks.safe_files import NewFile, disk_errors, write_file
+from tasks.safe_files import NewFile, disk_errors
 
 
 def write_arrow(table: pa.Table, path: Path) -> None:
@@ -170,13 +170,3 @@ def read_stream_chunk(path: str | Path) -> list[UserStreams]:
         else:
             out.append(UserStreams(user_id=users[k], streams=[stream], fingerprint=""))
     return out
-
-
-def write_seeds(seeds: dict[str, int], path: Path) -> None:
-    """Write per-user noise seeds (secret: mode 0600, never fsynced: staging only)."""
-    write_file(path, json.dumps({u: str(s) for u, s in seeds.items()}).encode(), durable=False)
-
-
-def read_seeds(path: str | Path) -> dict[str, int]:
-    """Read the per-user noise seeds written by `write_seeds`."""
-    return {u: int(s) for u, s in json.loads(Path(path).read_text()).items()}
