@@ -49,7 +49,8 @@ def problem_rows(problems: list[Problem], *, show_values: bool = False) -> list[
     return rows
 
 
-def summary_rows(report: IngestReport, domain: Domain, note: str | None) -> list[dict[str, Any]]:
+def summary_rows(report: IngestReport, domain: Domain, note: str | None,
+                 tag: str | None = None) -> list[dict[str, Any]]:
     """Rows (field, value) of the summary of a valid input."""
     unit = domain.time_unit
     items = "curves" if report.kind == "curves" else "streams"
@@ -74,8 +75,25 @@ def summary_rows(report: IngestReport, domain: Domain, note: str | None) -> list
     for col, (lo, hi) in report.value_ranges.items():
         rows.append({"field": f"range of {col}", "value": f"{lo:.6g} .. {hi:.6g} {vunit}"})
     rows.append({"field": "rejected users", "value": len(report.rejected)})
-    rows.append({"field": "fingerprint (sha256)", "value": report.fingerprint})
+    rows.append(fingerprint_row(report.fingerprint, tag))
     return rows
+
+
+def fingerprint_row(content: str, tag: str | None) -> dict[str, Any]:
+    """The fingerprint line: the ledger's keyed tag, or the local content hash."""
+    if tag is not None:
+        return {"field": "fingerprint (keyed by the ledger)", "value": tag}
+    return {"field": "content sha256 (local only; releases record the ledger's keyed "
+                     "fingerprint: pass --ledger to see it)", "value": content}
+
+
+def _input_tag(ledger: Path | None, content: str) -> str | None:
+    """The tag `release` would record for this content (None without --ledger)."""
+    if ledger is None:
+        return None
+    from ledger import Ledger
+
+    return Ledger(ledger).input_tag(content)  # refuses a missing ledger, a directory, no key
 
 
 def _pick_domain(policy_path: Path | None, name: str | None, kind: str, file: Path,
@@ -121,6 +139,9 @@ def validate(
         "--input-time-unit",
         help=f"Unit of plain numbers in t ({', '.join(INPUT_TIME_UNIT_NAMES)}); default: "
              "already in the domain's time unit.")] = None,
+    ledger: Annotated[Path | None, typer.Option(
+        "--ledger", help="Ledger whose key tags the fingerprint as `release` records it "
+                         "(without it: the local content hash only).")] = None,
     show_values: Annotated[bool, typer.Option(
         "--show-values", help="Also print offending raw values (local terminal only).")] = False,
     fmt: Annotated[OutputFormat, typer.Option(
@@ -139,18 +160,20 @@ def validate(
         print_rows(problem_rows(err.problems, show_values=show_values), fmt,
                    title="file rejected", columns=cols)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    tag = _input_tag(ledger, report.fingerprint)
     if report.valid:
-        print_rows(summary_rows(report, dom, note), fmt, title=f"{file}: valid",
+        print_rows(summary_rows(report, dom, note, tag), fmt, title=f"{file}: valid",
                    columns=("field", "value"))
         return
     cols = (*PROBLEM_COLUMNS, "value") if show_values else PROBLEM_COLUMNS
     if fmt is OutputFormat.table:
-        print_rows(summary_rows(report, dom, note), fmt, title=f"{file}: accepted part",
+        print_rows(summary_rows(report, dom, note, tag), fmt, title=f"{file}: accepted part",
                    columns=("field", "value"))
     else:  # stdout holds the problems only; the summary line goes with the messages
         err_console.print(f"accepted part: {report.users} user(s); rejected: "
-                          f"{len(report.rejected)} user(s); fingerprint (sha256): "
-                          f"{report.fingerprint}", highlight=False, markup=False)
+                          f"{len(report.rejected)} user(s); "
+                          + ": ".join(map(str, fingerprint_row(report.fingerprint, tag)
+                                          .values())), highlight=False, markup=False)
     print_rows(problem_rows(report.problems, show_values=show_values), fmt,
                title=f"rejected: {len(report.rejected)} user(s), "
                      f"{len(report.file_problems)} row(s) without a user", columns=cols)

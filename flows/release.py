@@ -146,19 +146,22 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         plan: StagePlan = stage_input(input_path, dom, str(staging), chunk_users=chunk_users,
                                       table=table)
         fault_point("after_ingest")
-        rid = release_id or default_release_id(flow_name, dom.name, plan.fingerprint, parameters,
+        ledger = Ledger(ledger_path)
+        # The content hash is a function of the raw data: only its keyed tag is
+        # recorded, published and used to derive the release id (`Ledger.input_tag`).
+        fingerprint = ledger.input_tag(plan.fingerprint)
+        rid = release_id or default_release_id(flow_name, dom.name, fingerprint, parameters,
                                                scheduled_date)
         label_run(rid, release_tags(dom.name, spec.mechanism, parameters["notion"]), dry_run)
-        ledger = Ledger(ledger_path)
         # An early, clear refusal of a release id bound to other data or parameters;
         # the reserve below checks the binding again in its own transaction (races).
-        ledger.check_binding(rid, plan.fingerprint, parameters)
+        ledger.check_binding(rid, fingerprint, parameters)
         if dry_run:  # the decisions reserve would make (flows/dry_run.py); nothing written
             return dry_run_result(ledger, rid, plan, dom.name, parameters["notion"],
                                   amount=getattr(spec, "amount", None),
                                   per_step=getattr(spec, "epsilon_per_step", None),
                                   mechanism=spec.mechanism, parameters=parameters,
-                                  input_fingerprint=plan.fingerprint)
+                                  input_fingerprint=fingerprint)
         # A published release is checked against the ledger's manifest, never rewritten.
         published = published_release(out_root, rid, ledger.release(rid))
         if published is not None:
@@ -166,7 +169,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         base_manifest = {"release_id": rid, "flow": flow_name, "domain": dom.name,
                          "units": dom.units_label(), "value_unit": dom.value_unit,
                          "time_unit": dom.time_unit, "parameters": parameters,
-                         "input_fingerprint": plan.fingerprint, "input": str(input_path),
+                         "input_fingerprint": fingerprint, "input": str(input_path),
                          "policy": domain_record(dom)}
         if isinstance(spec, CurveSpec):
             requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
@@ -176,7 +179,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             mechanism = spec.mechanism
         admitted, denied = reserve_budget(ledger_path, rid, quote(requests), mechanism=mechanism,
                                           parameters=parameters,
-                                          input_fingerprint=plan.fingerprint,
+                                          input_fingerprint=fingerprint,
                                           flow_run_id=_flow_run_id())
         record = ledger.release(rid)
         if record is not None and record["state"] == "reserved" and not record["manifest"]:
@@ -202,7 +205,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             if settles == 0:
                 fault_point("before_first_settle")
             settle_chunk(ledger_path, rid, dom.name, quote(list(unsettled)),
-                         input_fingerprint=plan.fingerprint, parameters=parameters)
+                         input_fingerprint=fingerprint, parameters=parameters)
             settles += 1
             for r in unsettled:
                 r.costs = []  # settled: free them (memory must not grow with users)

@@ -33,6 +33,7 @@ KEY_BYTES = 32
 _FINGERPRINT_LABEL = b"privpipe noise key fingerprint v1"
 _SEAL_LABEL = "privpipe chain seal v1"
 _SEAL_LABEL_V2 = "privpipe chain seal v2"
+_TAG_LABEL = "privpipe input tag v1"
 _SEED_LABEL = "privpipe noise seed v2"
 
 
@@ -173,6 +174,20 @@ def row_mac(key: bytes, label: str, values: list[object]) -> str:
     An edit of the row with plain SQL (without the key) no longer matches.
     """
     msg = json.dumps([label, *values], ensure_ascii=False, default=str)
+    return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def input_tag(key: bytes, content_fingerprint: str) -> str:
+    """The published fingerprint of an input: HMAC-SHA256(key, its content hash), hex.
+
+    The content hash (`ingest.input_fingerprint`) is a deterministic function of
+    the raw data: published as it is, anyone holding candidate inputs (a
+    neighbour of the real one) could tell which was released. Keyed by the
+    ledger's noise key, the tag still identifies one input exactly for whoever
+    holds the key (`privpipe validate --ledger`), and tells nothing to anyone else.
+    The canonical message is the JSON array ``["privpipe input tag v1", hash]``.
+    """
+    msg = json.dumps([_TAG_LABEL, str(content_fingerprint)])
     return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).hexdigest()
 
 

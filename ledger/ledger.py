@@ -455,6 +455,21 @@ class Ledger:
         check_id(release_id, "release_id", allow_empty=True)
         return self._read(lambda con: releases.entry_range(con, release_id))
 
+    def input_tag(self, content_fingerprint: str) -> str:
+        """The fingerprint a release records and publishes for an input (`keys.input_tag`).
+
+        A keyed HMAC of the input's content hash: it links a validated file to its
+        release for whoever holds the noise key (`privpipe validate --ledger`), and
+        is no test of a guessed input for anyone else (the content hash itself
+        never leaves the process).
+
+        Raises:
+            LedgerIntegrityError: auditor mode, or the key file does not match the
+                ledger's fingerprint.
+        """
+        self._require_key()
+        return keys.input_tag(self._keys.noise_key, content_fingerprint)
+
     def noise_seeds(self, release_id: str, users: Sequence[str], fingerprints: Sequence[str],
                     parameters: dict[str, Any]) -> dict[str, int]:
         """256-bit noise seeds of `users` (HMAC-SHA256 of the key, `keys.noise_seed`).

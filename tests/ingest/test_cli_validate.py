@@ -53,7 +53,8 @@ def test_valid_file_exits_0_with_summary(tmp_path):
     assert fields["users"] == 2 and fields["curves"] == 2 and fields["points"] == 40
     assert "default curves domain" in fields["note"]
     assert fields["t span (from each curve's start)"] == "0 .. 19 s"
-    assert len(fields["fingerprint (sha256)"]) == 64
+    local = next(k for k in fields if k.startswith("content sha256"))
+    assert len(fields[local]) == 64 and "--ledger" in local
 
 
 def test_show_values_only_on_request(tmp_path):

@@ -114,3 +114,17 @@ def test_two_processes_racing_one_release_id_on_different_inputs(led, tmp_path):
     # exactly one charge of 0.1, and the chain verifies
     assert [float(r["spent"]) for r in led.balances("ais")] == [0.1]
     assert led.verify().ok
+
+
+def test_the_input_tag_is_keyed_and_an_auditor_cannot_compute_it(led, tmp_path):
+    """The published input fingerprint is HMAC(noise key, content hash), not the hash."""
+    content = "ab" * 32
+    tag = led.input_tag(content)
+    assert tag == led.input_tag(content) and len(tag) == 64
+    assert tag != content and led.input_tag("cd" * 32) != tag
+    other = Ledger.init(tmp_path / "other.duckdb")  # another key: another tag
+    assert other.input_tag(content) != tag
+    from ledger import LedgerIntegrityError
+
+    with pytest.raises(LedgerIntegrityError, match="auditor"):
+        Ledger.open_auditor(led.path).input_tag(content)

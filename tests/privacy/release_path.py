@@ -152,11 +152,12 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
     else:
         requests = plan_requests(plan, dom.name, "wevent", per_step=spec.epsilon_per_step)
     parameters = {"test": notion}
+    ledger = Ledger(ledger_path)
+    fingerprint = ledger.input_tag(plan.fingerprint)  # as the flow records it
     admitted, denied = reserve_fn(str(ledger_path), release_id, requests,
                                   mechanism=spec.mechanism, parameters=parameters,
-                                  input_fingerprint=plan.fingerprint, flow_run_id=None)
+                                  input_fingerprint=fingerprint, flow_run_id=None)
     assert not denied, denied
-    ledger = Ledger(ledger_path)
     every: list[list[ChunkResult]] = []
     for _run_no in range(runs):  # runs > 1: the task retried on the same chunk and seeds
         results: list[ChunkResult] = []
@@ -172,7 +173,7 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
             else:
                 results.append(privatize_stream_chunk(load_stream_chunk(chunk, seeds), spec))
     settle_fn(str(ledger_path), release_id, dom.name, every[-1],
-              input_fingerprint=plan.fingerprint, parameters=parameters)
+              input_fingerprint=fingerprint, parameters=parameters)
     shutil.rmtree(staging, ignore_errors=True)
     return every, _read_entries(ledger_path, release_id)
 
