@@ -162,9 +162,10 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule()
     def new_charge_on_closed_release_is_refused(self):
         rel = sorted(self.closed)[0]
+        params = next(c[3] for c in self.calls if c[0] == rel)  # its own binding
         with pytest.raises(ParameterError, match="closed"):
             self.led.reserve(rel, [Request("zz", "ais", step="new", amount=Fraction(1, 10))],
-                             mechanism="m", parameters={})
+                             mechanism="m", parameters=params)
 
     @invariant()
     def balances_match_model_and_entries(self):
