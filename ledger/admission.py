@@ -10,7 +10,11 @@ the state machine in `tests/ledger/test_ledger_state_machine.py`).
 The rule (the privacy filter of DESIGN.md): a user is admitted iff, after all
 of that user's charges in the call, every cap still holds: for a gp/cgp
 account ``spent + Σ charges <= cap``; for a w-event account every window of w
-consecutive steps of the stream, history included, sums to at most the cap.
+consecutive steps, history included, sums to at most the cap. A w-event
+account is (user, domain) in a ``per_user`` domain (a window sums the steps of
+all of the user's streams: the caller gives every such request the same
+account) and (user, domain, stream) in a ``per_stream`` one
+(`ledger.wevent_budget`).
 A user denied earlier in the same release is denied again, and so is one
 with an account above a lowered cap (its cap was lowered below what it had
 spent: it admits nothing, in any window). All or nothing per user: one
@@ -48,7 +52,8 @@ class Accounts:
         history: each w-event account's net per-step cost as disjoint runs
             (`accounting.profile`); ``[]`` for gp/cgp.
         labels: the units text of each account's domain (for denial reasons).
-        streams: each account's stream id (for w-event denial reasons).
+        streams: each account's stream id (for w-event denial reasons); None for a
+            per-user account, whose windows sum all of the user's streams.
     """
 
     cap: np.ndarray
@@ -56,7 +61,7 @@ class Accounts:
     w: np.ndarray
     history: Sequence[list[Run]]
     labels: Sequence[str]
-    streams: Sequence[str]
+    streams: Sequence[str | None]
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,11 @@ def _window(accounts: Accounts, a: int, new_runs: list[Run]) -> _Window:
     peak, start = accounting.max_window(combined, w)
     if peak <= cap:  # admitted: the request's own worst window, headroom left after it
         return _Window(peak, combined, "", accounting.max_window(new_runs, w)[0], cap - peak)
-    failure = (f"window of steps [{start}, {start + w}) of stream {accounts.streams[a]!r} "
-               f"would cost {format_units(peak)} > cap {format_units(cap)} {accounts.labels[a]}")
+    stream = accounts.streams[a]
+    where = ("summed over all of the user's streams" if stream is None
+             else f"of stream {stream!r}")
+    failure = (f"window of steps [{start}, {start + w}) {where} would cost "
+               f"{format_units(peak)} > cap {format_units(cap)} {accounts.labels[a]}")
     return _Window(peak, combined, failure,
                    accounting.window_sum(accounting.profile(new_runs), start, w),
                    cap - accounting.window_sum(history, start, w))

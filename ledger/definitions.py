@@ -9,7 +9,9 @@ Encoding: `dataclasses.asdict`, then canonical JSON (sorted keys, no spaces)
 with Fractions as ``"p/q"`` text and tuples as lists. Decoding rebuilds each
 field from its declared type (Fraction, tuples, nested dataclasses such as
 `Public`, optional values); a field missing from an older text takes the
-field's default.
+field's default, except a streams domain's ``wevent_budget``: a definition
+stored before that key existed was charged per stream and is read as
+``per_stream`` (`ledger.wevent_budget.LEGACY`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError
+from ledger.wevent_budget import with_legacy_reading
 from schemas.policy import Domain
 
 
@@ -72,7 +75,7 @@ def decode(text: str, name: str) -> Domain:
     """
     try:
         data = json.loads(text)
-        domain = _build(Domain, data)
+        domain = _build(Domain, with_legacy_reading(data))
     except (ValueError, TypeError) as err:
         raise LedgerIntegrityError(
             f"the stored definition of domain {name!r} cannot be read: {err}") from None

@@ -18,12 +18,13 @@ from then on.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from ledger import definitions, history, policy, schema, signing, storage
+from ledger import definitions, history, policy, schema, signing, storage, wevent_budget
 from ledger.amounts import cap_units
 from ledger.entries import move_head
 from ledger.errors import LedgerIntegrityError, LedgerOpenError, PolicyChangeError
@@ -47,11 +48,25 @@ def _cap_faults(con: duckdb.DuckDBPyConnection) -> str | None:
             f"was checked against cap {row[2]}: the cap was changed outside privpipe")
 
 
+def _as_charged(row: dict[str, Any], d: Domain, pol_raw: dict[str, Any]) -> Domain:
+    """`d` with the w-event budget the old ledger charged, unless the policy states one.
+
+    An older ledger's w-event accounts are per stream (`wevent_budget.LEGACY`):
+    a policy that does not say otherwise is recorded that way; one that states
+    another budget is refused by `_definition`.
+    """
+    table = pol_raw.get("domains", {}).get(row["domain"], {})
+    if d.kind != "streams" or "wevent_budget" in table:
+        return d
+    return dataclasses.replace(d, wevent_budget=wevent_budget.of_row(row))
+
+
 def _definition(row: dict[str, Any], d: Domain | None, source: str) -> dict[str, Any] | None:
     """The full definition for a domain row from the policy, refusing one that disagrees."""
     if d is None:
         return None
-    stored = {k: row[k] for k in policy.MEANING}
+    stored = {k: row[k] for k in policy.MEANING if k != "wevent_budget"}
+    stored["wevent_budget"] = wevent_budget.of_row(row)
     given = {k: getattr(d, k) for k in policy.MEANING}
     diffs = [k for k in policy.MEANING if stored[k] != given[k]]
     if int(row["cap"]) != cap_units(d.cap):
@@ -71,6 +86,7 @@ def _baselines(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, now: st
     source = f"migration from schema {old_version}" + (f" with {pol.source}" if pol else "")
     for name, row in sorted(storage.load_domains(con).items()):
         d = pol.domains.get(name) if pol else None
+        d = _as_charged(row, d, pol.raw) if d is not None and pol else d
         definition = _definition(row, d, pol.source if pol else "")
         if definition is not None:
             con.execute("UPDATE domains SET definition = ? WHERE domain = ?",

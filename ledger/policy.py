@@ -9,8 +9,9 @@ same state and the seq of that entry under its keyed MAC, so `verify` can
 tell a row copied back from an older state (its state is not the one the
 chain's latest policy entry says).
 
-A domain's notion, window w, kind and units define what its spent budget
-means, so they cannot change once the domain has charges; a cap may change
+A domain's notion, window w, kind, units and w-event budget (per user or
+per stream, `ledger.wevent_budget`) define what its spent budget means, so
+they cannot change once the domain has charges; a cap may change
 (accounts take the new cap; an account above a lowered cap admits nothing
 more, `admission`).
 """
@@ -30,10 +31,11 @@ from ledger.errors import PolicyChangeError
 from ledger.keyring import Keyring
 from ledger.schema import first_row
 from ledger.storage import load_domains
+from ledger.wevent_budget import with_legacy_reading
 from schemas.policy import Domain, Policy
 
 _SYMBOLS = {"gp": "ε", "cgp": "ρ", "wevent": "ε per window"}
-MEANING = ("kind", "notion", "w", "time_unit", "value_unit")
+MEANING = ("kind", "notion", "w", "time_unit", "value_unit", "wevent_budget")
 """Fields that fix what a domain's spent budget means (frozen once charged)."""
 STATE = ("kind", "notion", "cap", "cap_exact", "w", "time_unit", "value_unit", "units_label",
          "definition")
@@ -68,8 +70,10 @@ def _changed(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         return []
     fields = [k for k in STATE if k != "definition" and old[k] != new[k]]
     if old["definition"] is None:  # a domain migrated from schema 2 gets its whole definition
-        return [*fields, "definition"]
-    old_def, new_def = old["definition"], new["definition"]
+        was = with_legacy_reading({"kind": old["kind"]}).get("wevent_budget")
+        budget = ["wevent_budget"] if was != new["definition"].get("wevent_budget") else []
+        return [*fields, *budget, "definition"]
+    old_def, new_def = with_legacy_reading(old["definition"]), new["definition"]
     fields += sorted(k for k in new_def if old_def.get(k) != new_def[k]
                      and k not in (*fields, "cap", "name"))
     return fields
@@ -128,7 +132,14 @@ def _check_meaning(con: duckdb.DuckDBPyConnection, name: str, source: str,
         raise PolicyChangeError(
             f"policy {source!r} changes {', '.join(meaning)} of domain {name!r}, which "
             f"already has {used[0]} ledger entries; the meaning of its spent budget would "
-            "change. Define a new domain instead.")
+            f"change. Define a new domain instead.{_budget_hint(meaning)}")
+
+
+def _budget_hint(meaning: list[str]) -> str:
+    if "wevent_budget" not in meaning:
+        return ""
+    return (" (A w-event domain recorded before `wevent_budget` existed was charged per "
+            "stream: state wevent_budget = \"per_stream\" in its policy to keep it.)")
 
 
 def record(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, now: str,

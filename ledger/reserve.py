@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ledger import accounting, admission, history, releases, storage
+from ledger import accounting, admission, history, releases, storage, wevent_budget
 from ledger.accounting import Run
 from ledger.admission import Accounts, Charges, Decisions
 from ledger.amounts import from_units
@@ -125,10 +125,11 @@ class _Batch:
 def _batch(con: duckdb.DuckDBPyConnection, cols: RequestColumns, prices: Prices,
            domains: dict[str, dict[str, Any]], denied: set[str]) -> _Batch:
     """Load the accounts of the fresh requests `cols` and build the admission inputs."""
-    acc, n_acc = cols.key("users", "domains", "streams")
+    per_user = wevent_budget.per_user_domains(domains)
+    acc, n_acc, acc_streams = wevent_budget.account_codes(cols, per_user)
     first = group_first(acc, n_acc)
     users, domain_of, streams = (object_array(c)[first] for c in (cols.users, cols.domains,
-                                                                   cols.streams))
+                                                                   acc_streams))
     stored = storage.account_spent(con, users.tolist(), domain_of.tolist(), streams.tolist())
     dom_codes, dom_names = cols.codes("domains")
     doms = [domains[d] for d in dom_names]
@@ -136,8 +137,8 @@ def _batch(con: duckdb.DuckDBPyConnection, cols: RequestColumns, prices: Prices,
     wevent = np.array([d["notion"] == "wevent" for d in doms], bool)[per_acc]
     history: list[list[Run]] = [[]] * n_acc  # gp/cgp accounts: no runs (never mutated)
     wkeys = [(users[a], domain_of[a], streams[a]) for a in np.flatnonzero(wevent).tolist()]
-    for a, runs in zip(np.flatnonzero(wevent).tolist(), storage.account_runs(con, wkeys).values(),
-                       strict=True):
+    for a, runs in zip(np.flatnonzero(wevent).tolist(),
+                       storage.account_runs(con, wkeys, per_user).values(), strict=True):
         history[a] = accounting.profile(runs)
     accounts = Accounts(
         cap=object_array([int(d["cap"]) for d in doms])[per_acc],
@@ -146,7 +147,8 @@ def _batch(con: duckdb.DuckDBPyConnection, cols: RequestColumns, prices: Prices,
                    np.int64)[per_acc],
         history=history,
         labels=object_array([units_text(d) for d in doms])[per_acc].tolist(),
-        streams=streams.tolist())
+        streams=[None if d in per_user else s for d, s in zip(domain_of.tolist(),
+                                                              streams.tolist(), strict=True)])
     user_codes, names = cols.codes("users")
     denied_before = (np.array([u in denied for u in names], bool) if denied
                      else np.zeros(len(names), bool))

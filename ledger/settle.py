@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ledger import accounting, releases, storage
+from ledger import accounting, releases, storage, wevent_budget
 from ledger.accounting import Run
 from ledger.amounts import format_units
 from ledger.checks import SettlementColumns
@@ -199,12 +199,15 @@ def _wevent_balances(con: duckdb.DuckDBPyConnection, cols: SettlementColumns, f:
     pos = np.flatnonzero(f.wevent).tolist()
     if not pos:
         return writes
-    key_of = {k: (cols.users[i], cols.domains[i], cols.streams[i])
+    per_user = wevent_budget.per_user_domains(domains)
+    key_of = {k: wevent_budget.account_key(cols.users[i], cols.domains[i], cols.streams[i],
+                                           per_user)
               for k, i in zip(pos, f.rows[pos].tolist(), strict=True)}
     keys = list(dict.fromkeys(key_of.values()))
     stored = dict(zip(keys, storage.account_spent(con, *map(list, zip(*keys, strict=True))),
                       strict=True))
-    history = {k: accounting.profile(r) for k, r in storage.account_runs(con, keys).items()}
+    history = {k: accounting.profile(r)
+               for k, r in storage.account_runs(con, keys, per_user).items()}
     spent = {k: 0 if v is None else v for k, v in stored.items()}
     dirty = {k for k, v in stored.items() if v is None}
     for k in pos:
@@ -355,16 +358,18 @@ def close_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, release_i
     open_res = _open_reservations(con, release_id)
     if state == "closed" and not open_res:
         return
-    keys = list(dict.fromkeys((r["user_id"], r["domain"], r["stream_id"]) for r in open_res))
+    per_user = wevent_budget.per_user_domains(domains)
+    key_of = [wevent_budget.account_key(r["user_id"], r["domain"], r["stream_id"], per_user)
+              for r in open_res]
+    keys = list(dict.fromkeys(key_of))
     stored = storage.account_spent(con, *map(list, zip(*keys, strict=True))) if keys else []
     spent = {k: 0 if v is None else v for k, v in zip(keys, stored, strict=True)}
     history = {k: accounting.profile(r) for k, r in storage.account_runs(
-        con, [k for k in keys if domains[k[1]]["notion"] == "wevent"]).items()}
+        con, [k for k in keys if domains[k[1]]["notion"] == "wevent"], per_user).items()}
     rows: dict[str, list[Any]] = {c: [] for c in (
         "user_id", "domain", "step", "stream_id", "kind", "amount", "notion", "cap",
         "balance_after", "detail")}
-    for r in open_res:
-        k = (r["user_id"], r["domain"], r["stream_id"])
+    for r, k in zip(open_res, key_of, strict=True):
         dom = domains[r["domain"]]
         if dom["notion"] == "wevent":
             history[k] = accounting.profile([*history[k], *((a, b, -q) for a, b, q in r["runs"])])
@@ -372,7 +377,7 @@ def close_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, release_i
         else:
             spent[k] -= r["amount"]
         for c, v in (("user_id", k[0]), ("domain", k[1]), ("step", r["step"]),
-                     ("stream_id", k[2]), ("kind", "close"), ("amount", r["amount"]),
+                     ("stream_id", r["stream_id"]), ("kind", "close"), ("amount", r["amount"]),
                      ("notion", r["notion"]), ("cap", int(dom["cap"])),
                      ("balance_after", spent[k]),
                      ("detail", canonical_json({"reserve_seq": r["seq"]}, "detail"))):

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger import accounting, heads, history, schema, signing
+from ledger import accounting, heads, history, schema, signing, wevent_budget
 from ledger.accounting import KIND_SIGN, Run
 from ledger.chain import GENESIS_HASH, HASHED_COLUMNS, canonical, entry_hash
 from ledger.columns import combine, group_running_sum, object_array
@@ -196,6 +196,18 @@ class _Rows:
         self.dom_notion = _per_row(tbl.column("domain"), notion_of.get)
         self.codes = {c: _dictionary(tbl.column(c))[0] for c in ("user_id", "domain",
                                                                    "stream_id")}
+        self._account_streams(tbl, wevent_budget.per_user_domains(domains))
+
+    def _account_streams(self, tbl: pa.Table, per_user: frozenset[str]) -> None:
+        """Each entry's account stream: '' for every stream of a per-user w-event domain."""
+        self.account_stream = self.stream_id
+        self.codes["account_stream"] = self.codes["stream_id"]
+        if not per_user:
+            return
+        mine = _per_row(tbl.column("domain"), per_user.__contains__).astype(bool)
+        self.account_stream = np.where(mine, wevent_budget.ALL_STREAMS, self.stream_id)
+        self.codes["account_stream"] = _dictionary(pa.chunked_array(
+            [pa.array(self.account_stream.tolist(), pa.string())]))[0]
 
     def checks(self) -> np.ndarray:
         """Per entry the first failing check of kind, user, domain, notion, sign (0: none)."""
@@ -282,7 +294,7 @@ def _wevent_replay(r: _Rows, take: list[int], runs: dict[int, list[Run]],
     for i in take:
         if codes[i]:
             break
-        key = (r.user_id[i], r.domain[i], r.stream_id[i])
+        key = (r.user_id[i], r.domain[i], r.account_stream[i])
         rr = runs.get(int(r.seq[i]), [])
         if accounting.total(rr) != r.amount[i]:
             codes[i] = RUNS_SUM
@@ -337,7 +349,7 @@ def _balances(con: duckdb.DuckDBPyConnection, domains: dict[str, dict[str, Any]]
     users = np.flatnonzero(has_user)
     if len(users):
         pair, _ = combine(r.codes["user_id"][users], r.codes["domain"][users])
-        acc[users] = combine(pair, r.codes["stream_id"][users])[0]
+        acc[users] = combine(pair, r.codes["account_stream"][users])[0]
     afters = np.zeros(r.n, object)
     _gp_replay(r, np.flatnonzero(has_user & known & ~is_wevent), acc, codes, afters)
     wevent_rows = np.flatnonzero(has_user & is_wevent).tolist()
@@ -358,7 +370,7 @@ def _balances(con: duckdb.DuckDBPyConnection, domains: dict[str, dict[str, Any]]
     return pa.table({"i": pa.array(range(n_acc), pa.int64()),
                      "user_id": pa.array(r.user_id[first].tolist(), pa.string()),
                      "domain": pa.array(r.domain[first].tolist(), pa.string()),
-                     "stream_id": pa.array(r.stream_id[first].tolist(), pa.string()),
+                     "stream_id": pa.array(r.account_stream[first].tolist(), pa.string()),
                      "spent": pa.array([str(v) for v in afters[last].tolist()], pa.string())})
 
 

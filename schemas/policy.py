@@ -27,6 +27,8 @@ A domain is one kind of data with one metric and one budget per user. Example::
     time_unit = "step"         # t is an integer step index (or ms..d with `step`)
     value_range = [0.0, 60000.0]
     value_unit = "MW"
+    wevent_budget = "per_user" # default: windows sum over all of a user's streams;
+                               # "per_stream": each stream its own (k streams: k·cap)
 
 Errors name the key and its allowed values (`PolicyError`).
 """
@@ -52,8 +54,10 @@ PUBLIC_KEYS = ("duration", "points", "sample_times")
 _DOMAIN_KEYS = {
     "kind", "notion", "cap", "w", "time_unit", "step", "value_columns", "value_unit",
     "projection", "lon_column", "lat_column", "ref_lat", "value_range", "sort", "schedule",
-    "description", "metric", "public", "window", "grid_points",
+    "description", "metric", "public", "window", "grid_points", "wevent_budget",
 }
+WEVENT_BUDGETS = ("per_user", "per_stream")
+"""Whose windows a stream step adds to: all of the user's streams, or its own stream."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,12 @@ class Domain:
     public: Public | None = None
     window: float | None = None
     grid_points: int | None = None
+    wevent_budget: str | None = None
+
+    def __post_init__(self) -> None:
+        """A streams domain budgets per user over all its streams unless it says otherwise."""
+        if self.kind == "streams" and self.wevent_budget is None:
+            object.__setattr__(self, "wevent_budget", "per_user")
 
     @property
     def seconds_per_unit(self) -> float | None:
@@ -90,7 +100,9 @@ class Domain:
     def units_label(self) -> str:
         """Human text of the metric's units, printed next to every ε or ρ."""
         if self.kind == "streams":
-            return f"w-event, w={self.w} steps, values in [0,1] of {self.value_unit}"
+            scope = ("per user over all streams" if self.wevent_budget == "per_user"
+                     else "per stream")
+            return f"w-event, w={self.w} steps {scope}, values in [0,1] of {self.value_unit}"
         if self.metric == "dist_inf":
             return f"sup distance in {self.value_unit}"
         return f"L2 over {self.value_unit} x {self.time_unit}^(1/2)"
@@ -394,7 +406,15 @@ def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str
                 raise _fail(source, f"{k}.{key}",
                             "only applies to curves domains (a stream's user ids, stream ids "
                             "and step indices are always public)")
-        return {"metric": metric}
+        budget = d.get("wevent_budget", "per_user")
+        if budget not in WEVENT_BUDGETS:
+            raise _fail(source, f"{k}.wevent_budget",
+                        "must be \"per_user\" (default: the windows of all of a user's "
+                        "streams add up) or \"per_stream\" (each stream has its own windows: "
+                        "a user with k streams has k·cap per window)")
+        return {"metric": metric, "wevent_budget": budget}
+    if "wevent_budget" in d:
+        raise _fail(source, f"{k}.wevent_budget", "only applies to streams (wevent) domains")
     raw = d.get("public")
     if not isinstance(raw, dict):
         raise _fail(source, f"{k}.public",

@@ -19,7 +19,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from ledger import format_fraction
+from ledger import format_fraction, wevent_budget
 from tasks.report_render import num, quantity
 
 DELTA = 1e-6  # the δ of the plain-language (ε', δ) reading of ρ-CGP
@@ -112,4 +112,14 @@ def streams_reading(epsilon: Fraction, definition: dict[str, Any]) -> str:
             f"any one value of the range can be told from any other only up to a likelihood "
             f"ratio of {ratio_text(e / w)}; a change spread over k separate windows is "
             f"protected at k·ε ({ratio_text(2 * e)} for two). Windows count across releases: a "
-            f"later release of the same steps adds to the same windows.")
+            f"later release of the same steps adds to the same windows. "
+            f"{_budget_text(definition.get('wevent_budget'))}")
+
+
+def _budget_text(budget: str | None) -> str:
+    """Whose windows the cap bounds (`ledger.wevent_budget`), with its per-user reading."""
+    if budget == "per_user":
+        return (f"The budget is {wevent_budget.guarantee(budget)}: the steps of all of a "
+                "user's streams in this domain add to the same windows.")
+    return (f"The budget is {wevent_budget.guarantee(budget)} (the domain declares "
+            "wevent_budget = \"per_stream\").")

@@ -291,7 +291,9 @@ def test_a_migration_without_a_policy_records_definitions_when_one_is_applied(tm
     led.migrate()
     with pytest.raises(ParameterError, match="no complete definition"):
         led.domain("ais")
-    lines = led.apply_policy(parse_policy(POLICY))
+    as_charged = json.loads(json.dumps(POLICY))  # its w-event accounts were per stream
+    as_charged["domains"]["power"]["wevent_budget"] = "per_stream"
+    lines = led.apply_policy(parse_policy(as_charged))
     assert any("'ais': changed definition" in line for line in lines)
     assert led.domain("power").w == 4
     assert led.verify().ok

@@ -59,8 +59,9 @@ def test_windows_straddle_two_releases(led):
     assert d.requested - d.remaining == Fraction(1, 4) * 2 + Fraction(1, 2) * 2 - 1
     # after a gap of w steps the budget is free again
     assert _w(led, "day4", [StepRun(16, 20, Fraction(1, 4))]).admitted
-    # a different stream of the same user has its own windows
-    assert _w(led, "day5", [StepRun(12, 14, Fraction(1, 2))], stream="other").admitted
+    # a different stream of the same user adds to the same (per-user) windows
+    other = _w(led, "day5", [StepRun(12, 14, Fraction(1, 2))], stream="other")
+    assert not other.admitted and "over all of the user's streams" in other.reason
     assert led.verify().ok
 
 

@@ -45,14 +45,14 @@ def test_a_denied_user_is_not_charged(led):
 
 
 def test_wevent_window_is_the_largest_sum_over_w_steps_of_this_release(led):
-    # power: w = 4, cap 1. Stream a: steps [0, 10) at 1/4 each -> every full window 1,
-    # total 10/4. Stream b: steps [0, 2) at 1/4 and [6, 8) at 1/4 -> a window holds at
-    # most 2 steps -> 1/2. A refund of steps [0, 5) of stream a in the settle leaves
-    # steps [5, 10): window 1.
+    # power: w = 4, cap 1 per user (u has stream a, v stream b). Stream a: steps [0, 10)
+    # at 1/4 each -> every full window 1, total 10/4. Stream b: steps [0, 2) at 1/4 and
+    # [6, 8) at 1/4 -> a window holds at most 2 steps -> 1/2. A refund of steps [0, 5) of
+    # stream a in the settle leaves steps [5, 10): window 1.
     q = Fraction(1, 4)
     led.reserve("r", [Request("u", "power", step="a", notion="wevent", stream_id="a",
                               runs=(StepRun(0, 10, q),)),
-                      Request("u", "power", step="b", notion="wevent", stream_id="b",
+                      Request("v", "power", step="b", notion="wevent", stream_id="b",
                               runs=(StepRun(0, 2, q), StepRun(6, 8, q)))],
                 mechanism="sw", parameters={})
     rows = {r["stream_id"]: r for r in led.release_charges("r")}
