@@ -406,12 +406,6 @@ def account_spent(con: duckdb.DuckDBPyConnection, users: Sequence[str], domains:
     return out
 
 
-_RUNS_SQL = (
-    "SELECT k.user_id, k.domain, k.stream_id, r.kind, r.run_start, r.run_stop, r.amount "
-    "FROM step_runs r JOIN _pp_keys k ON r.user_id = k.user_id AND r.domain = k.domain "
-    "{on_stream} WHERE r.kind IN ('reserve', 'refund', 'close')")
-
-
 def account_runs(con: duckdb.DuckDBPyConnection, accounts: Sequence[AccountKey],
                  per_user: frozenset[str] = frozenset()) -> dict[AccountKey, list[Run]]:
     """The signed step runs (reserve +, refund and close -) of w-event accounts.
@@ -422,13 +416,24 @@ def account_runs(con: duckdb.DuckDBPyConnection, accounts: Sequence[AccountKey],
     out: dict[AccountKey, list[Run]] = {k: [] for k in accounts}
     own = [k for k in accounts if k[1] not in per_user]
     mine = [k for k in accounts if k[1] in per_user]
-    for group, sql in ((own, _RUNS_SQL.format(on_stream="AND r.stream_id = k.stream_id")),
-                       (mine, _RUNS_SQL.format(on_stream=""))):
+    for group, per_user_group in ((own, False), (mine, True)):
         if not group:
             continue
         users, domains, streams = (list(c) for c in zip(*group, strict=True))
         with registered(con, "_pp_keys", _keys_table(users, domains, streams)):
-            rows = con.execute(sql).fetchall()
+            if per_user_group:  # every stream of the user in the domain
+                rows = con.execute(
+                    "SELECT k.user_id, k.domain, k.stream_id, r.kind, r.run_start, r.run_stop, "
+                    "r.amount FROM step_runs r JOIN _pp_keys k ON r.user_id = k.user_id "
+                    "AND r.domain = k.domain WHERE r.kind IN ('reserve', 'refund', 'close')"
+                ).fetchall()
+            else:
+                rows = con.execute(
+                    "SELECT k.user_id, k.domain, k.stream_id, r.kind, r.run_start, r.run_stop, "
+                    "r.amount FROM step_runs r JOIN _pp_keys k ON r.user_id = k.user_id "
+                    "AND r.domain = k.domain AND r.stream_id = k.stream_id "
+                    "WHERE r.kind IN ('reserve', 'refund', 'close')"
+                ).fetchall()
         for u, d, s, kind, a, b, q in rows:
             out[(u, d, s)].append((int(a), int(b), KIND_SIGN[kind] * int(q)))
     return out

@@ -43,6 +43,8 @@ class ReleaseContext:
     record: dict[str, Any] | None       # Ledger.release(release_id)
     written_at: str
     plots: dict[str, bytes] = field(default_factory=dict)
+    # images a task already wrote to plots/ (the population view): embedded, not rewritten
+    written_plots: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def definition(self) -> dict[str, Any]:

@@ -29,6 +29,9 @@ def stream_history(ctx: ReleaseContext) -> list[str]:
     """The stream's history and population sections (`tasks.stream_post`; post-processing)."""
     from tasks.stream_post import report_lines
 
+    for name in (ctx.manifest.get("population") or {}).get("plots", []):
+        # written by the population task into this private build directory
+        ctx.written_plots[name] = (ctx.rdir / "plots" / name).read_bytes()
     return report_lines(ctx.manifest)
 
 
@@ -67,7 +70,8 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     lines += sec.public_note(ctx)
     text = "\n".join(lines)
     out = Path(rdir)
-    render(text, out, f"privpipe release {manifest['release_id']}", ctx.plots)
+    render(text, out, f"privpipe release {manifest['release_id']}", ctx.plots,
+           written=ctx.written_plots)
     counts = manifest["counts"]
     # images are embedded from where they are now (the private build directory)
     publish_artifacts(manifest["release_id"], text, out, [

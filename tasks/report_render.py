@@ -161,11 +161,16 @@ def to_html(markdown_text: str, title: str, plots: dict[str, bytes]) -> str:
 
 
 def render(markdown_text: str, rdir: Path, title: str, plots: dict[str, bytes],
-           name: str = "report") -> Path:
-    """Write ``NAME.md``, ``plots/*.png`` and the self-contained ``NAME.html`` in `rdir`."""
+           name: str = "report", written: dict[str, bytes] | None = None) -> Path:
+    """Write ``NAME.md``, ``plots/*.png`` and the self-contained ``NAME.html`` in `rdir`.
+
+    `written` holds images already in ``rdir/plots`` (written by a task before the
+    report): they are embedded in the page and not written again.
+    """
     write_plots(rdir, plots)
     save_text(rdir / f"{name}.md", markdown_text)
-    return save_text(rdir / f"{name}.html", to_html(markdown_text, title, plots))
+    return save_text(rdir / f"{name}.html",
+                     to_html(markdown_text, title, {**(written or {}), **plots}))
 
 
 def publish_artifacts(key: str, markdown_text: str, rdir: Path,

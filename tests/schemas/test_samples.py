@@ -151,3 +151,11 @@ def test_messages_never_carry_values():
 def test_stream_step_range():
     ps = _problems(stream_samples_schema(None), _streams([0.0, 2.0**53 + 2, 1e300], [1.0] * 3))
     assert _only(ps) == {(2, "t", "step within +-2^53"), (3, "t", "step within +-2^53")}
+
+
+def test_rule_names_do_not_depend_on_which_schema_is_built_first():
+    """pandera 0.35 lost an inherited check's name in the second subclass built."""
+    stream_samples_schema((0.0, 1.0), integer_steps=True)
+    assert [c.name for c in curve_samples_schema(["value"]).columns["t"].checks][0] == "finite"
+    curve_samples_schema(["value"])
+    assert "finite" in [c.name for c in stream_samples_schema().columns["t"].checks]
