@@ -126,7 +126,7 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
     Args:
         steps: the input's strictly increasing absolute steps.
         values: its validated, normalised values.
-        history: the ledger's released ranges of this stream (any order).
+        history: the ledger's released ranges of this stream, in entry order.
         release_id: this release.
         per_step: this release's exact ε/w.
         fingerprint: the ledger's keyed fingerprint of (steps, values).
@@ -140,7 +140,10 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
             rerun whose new range differs from the first run's.
     """
     own = [r for r in history if r.release_id == release_id]
-    prior = sorted((r for r in history if r.release_id != release_id),
+    # a rerun plans against what the stream held when it first ran (the ledger
+    # lists ranges in entry order): ranges added by later releases do not count
+    cut = history.index(own[0]) if own else len(history)
+    prior = sorted((r for r in history[:cut] if r.release_id != release_id),
                    key=lambda r: r.first_step)
     watermark = max((r.last_step for r in prior), default=None)
     segments, covered = _check_earlier(steps, values, prior, per_step, fingerprint)
