@@ -95,17 +95,6 @@ def claim_detail(claim: StreamClaim) -> dict[str, Any]:
             "watermark_before": None if claim.watermark is None else int(claim.watermark)}
 
 
-_RANGES = (
-    "SELECT e.user_id, e.stream_id, e.release_id, e.detail FROM entries e "
-    "JOIN _wm_keys k ON k.user_id = e.user_id AND k.stream_id = e.stream_id "
-    "WHERE e.kind = 'reserve' AND e.domain = ? "
-    "AND json_extract(e.detail, '$.stream_range') IS NOT NULL "
-    "AND NOT EXISTS (SELECT 1 FROM entries c WHERE c.kind = 'close' "
-    "  AND c.release_id = e.release_id AND c.user_id = e.user_id "
-    "  AND c.step = e.step AND c.stream_id = e.stream_id) "
-    "ORDER BY e.seq")
-
-
 def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tuple[str, str]]
                 ) -> dict[tuple[str, str], list[StreamRange]]:
     """Active released ranges of the (user, stream) `keys` of `domain`, in entry order.
@@ -120,7 +109,15 @@ def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tupl
     table = pa.table({"user_id": pa.array([k[0] for k in wanted], pa.string()),
                       "stream_id": pa.array([k[1] for k in wanted], pa.string())})
     with registered(con, "_wm_keys", table):
-        rows = con.execute(_RANGES, [domain]).fetchall()
+        rows = con.execute(
+            "SELECT e.user_id, e.stream_id, e.release_id, e.detail FROM entries e "
+            "JOIN _wm_keys k ON k.user_id = e.user_id AND k.stream_id = e.stream_id "
+            "WHERE e.kind = 'reserve' AND e.domain = ? "
+            "AND json_extract(e.detail, '$.stream_range') IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM entries c WHERE c.kind = 'close' "
+            "  AND c.release_id = e.release_id AND c.user_id = e.user_id "
+            "  AND c.step = e.step AND c.stream_id = e.stream_id) "
+            "ORDER BY e.seq", [domain]).fetchall()
     for user, stream, rid, detail in rows:
         d = json.loads(detail)
         r = d["stream_range"]
