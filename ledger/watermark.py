@@ -63,7 +63,13 @@ class StreamClaim:
 
 @dataclass(frozen=True)
 class StreamRange:
-    """One active released range of a stream (from a reserve entry of the chain)."""
+    """One active released range of a stream (from a reserve entry of the chain).
+
+    ``parameters`` is the canonical parameter JSON the range's release is bound
+    to (the entry's ``parameters`` column): with the release id, the user and
+    the range's fingerprint it gives the seed that drew the range
+    (`Ledger.noise_seeds`), so a later release redraws it byte for byte.
+    """
 
     release_id: str
     first_step: int
@@ -71,6 +77,7 @@ class StreamRange:
     steps: int
     fingerprint: str
     epsilon_per_step: Fraction
+    parameters: str = "{}"
 
 
 def range_fingerprint(key: bytes, user_id: str, domain: str, stream_id: str,
@@ -110,7 +117,8 @@ def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tupl
                       "stream_id": pa.array([k[1] for k in wanted], pa.string())})
     with registered(con, "_wm_keys", table):
         rows = con.execute(
-            "SELECT e.user_id, e.stream_id, e.release_id, e.detail FROM entries e "
+            "SELECT e.user_id, e.stream_id, e.release_id, e.detail, e.parameters "
+            "FROM entries e "
             "JOIN _wm_keys k ON k.user_id = e.user_id AND k.stream_id = e.stream_id "
             "WHERE e.kind = 'reserve' AND e.domain = ? "
             "AND json_extract(e.detail, '$.stream_range') IS NOT NULL "
@@ -118,13 +126,13 @@ def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tupl
             "  AND c.release_id = e.release_id AND c.user_id = e.user_id "
             "  AND c.step = e.step AND c.stream_id = e.stream_id) "
             "ORDER BY e.seq", [domain]).fetchall()
-    for user, stream, rid, detail in rows:
+    for user, stream, rid, detail, params in rows:
         d = json.loads(detail)
         r = d["stream_range"]
         eps = {Fraction(run[2]) for run in d["runs"]}
         out[(user, stream)].append(StreamRange(
             rid, int(r["first_step"]), int(r["last_step"]), int(r["steps"]), r["fingerprint"],
-            eps.pop() if len(eps) == 1 else Fraction(-1)))
+            eps.pop() if len(eps) == 1 else Fraction(-1), params or "{}"))
     return out
 
 
