@@ -42,9 +42,29 @@ from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
 from tasks.stage import SeededSegment
 
+#: why a user's input does not continue its streams: rule -> what it means (the
+#: release report counts rejected users per rule, as it does for validation rules)
+CONTINUATION_RULES = {
+    "stream_changed_history": "repeats released steps with other values or other steps "
+                              "present: a changed history cannot be released again",
+    "stream_step_before_watermark": "has a step before the stream's watermark (the last "
+                                    "released step) that was never released",
+    "stream_gap_after_watermark": "continues after a gap: the steps right after the "
+                                  "watermark are missing",
+    "stream_other_epsilon": "asks another ε/w than the stream was released with",
+    "stream_rerun_other_data": "reruns a release id on other data for this stream",
+}
+
 
 class ContinuationError(PrivpipeError):
-    """A stream's input does not continue what was released for it (the user is rejected)."""
+    """A stream's input does not continue what was released for it (the user is rejected).
+
+    ``rule`` is one of `CONTINUATION_RULES`.
+    """
+
+    def __init__(self, message: str, rule: str):
+        super().__init__(message)
+        self.rule = rule
 
 
 @dataclass(frozen=True)
@@ -119,7 +139,7 @@ def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[ReleasedRa
             raise ContinuationError(
                 f"steps {r.first_step}-{r.last_step} were released at ε/w = {r.epsilon_per_step} "
                 f"(release {r.release_id!r}); this release asks ε/w = {per_step}: continue a "
-                "stream with the ε it was released with")
+                "stream with the ε it was released with", "stream_other_epsilon")
         sel = (steps >= r.first_step) & (steps <= r.last_step)
         if not sel.any():
             continue  # the input does not repeat this range (e.g. a file of the new day only)
@@ -127,7 +147,7 @@ def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[ReleasedRa
             raise ContinuationError(
                 f"steps {r.first_step}-{r.last_step} differ from what release {r.release_id!r} "
                 "released (values, or which steps are present): a changed history cannot be "
-                "released again")
+                "released again", "stream_changed_history")
         covered |= sel
         segments.append(Segment(r.release_id, r.first_step, r.last_step, new=False,
                                 fingerprint=r.fingerprint, parameters=r.parameters))
@@ -167,7 +187,8 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
     if stray.any():
         raise ContinuationError(
             f"step {int(steps[stray][0])} is before the stream's watermark (step {watermark}, "
-            "the last one released) but was never released: earlier steps cannot be added")
+            "the last one released) but was never released: earlier steps cannot be added",
+            "stream_step_before_watermark")
     new = ~old
     new_range = None
     if new.any():
@@ -176,7 +197,7 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
             raise ContinuationError(
                 f"the stream was released up to step {watermark}; this input continues at step "
                 f"{first}: steps {watermark + 1}-{first - 1} are missing (a gap after the "
-                "watermark)")
+                "watermark)", "stream_gap_after_watermark")
         new_range = ReleasedRange(release_id, first, last, int(new.sum()),
                                   fingerprint(steps[new], values[new]), per_step)
         segments.append(Segment(release_id, first, last, new=True,
@@ -185,7 +206,7 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
         raise ContinuationError(
             f"release {release_id!r} already released steps {own[0].first_step}-"
             f"{own[0].last_step} of this stream from other data: a rerun must repeat the same "
-            "release exactly")
+            "release exactly", "stream_rerun_other_data")
     return StreamPlan(tuple(segments), watermark, new_range)
 
 
@@ -242,7 +263,7 @@ def _user_plans(led: Any, domain: str, release_id: str, per_step: Fraction, user
                 (user.user_id, s.stream_id), []), release_id=release_id, per_step=per_step,
                 fingerprint=fingerprint)
         except ContinuationError as err:
-            raise ContinuationError(f"stream {s.stream_id!r}: {err}") from None
+            raise ContinuationError(f"stream {s.stream_id!r}: {err}", err.rule) from None
     return out
 
 
@@ -292,7 +313,7 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
                 plans = _user_plans(led, domain, release_id, per_step, user, history)
             except ContinuationError as err:
                 out.rejected.append({"user_id": user.user_id, "reasons": [str(err)],
-                                     "rules": ["stream_continuation"]})
+                                     "rules": [err.rule]})
                 continue
             chunk_plans[user.user_id] = plans
             news = _requests(user, domain, plans, per_step)

@@ -29,6 +29,10 @@ def stream_history(ctx: ReleaseContext) -> list[str]:
     """The stream's history and population sections (`tasks.stream_post`; post-processing)."""
     from tasks.stream_post import report_lines
 
+    # the population view drew its plots into the release's plots/ already; the
+    # page embeds every image it references from ctx.plots
+    for name in (ctx.manifest.get("population") or {}).get("plots", []):
+        ctx.plots[name] = (ctx.rdir / "plots" / name).read_bytes()
     return report_lines(ctx.manifest)
 
 
