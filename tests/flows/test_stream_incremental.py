@@ -13,6 +13,7 @@ import pytest
 from data import households as hh
 from flows.release import release_streams
 from ledger import Ledger
+from ledger.amounts import from_units
 
 pytestmark = pytest.mark.prefect
 DAY = 48
@@ -49,6 +50,23 @@ def _runs(ledger_path: Path) -> pd.DataFrame:
         con.close()
 
 
+def _window_sums(ledger_path: Path, w: int = 4) -> dict[str, list[Fraction]]:
+    """Per user, every window of w steps summed over ALL releases' reserved runs (own sweep)."""
+    con = duckdb.connect(str(ledger_path), read_only=True)
+    try:
+        rows = con.execute("SELECT user_id, run_start, run_stop, amount FROM step_runs "
+                           "WHERE kind = 'reserve'").fetchall()
+    finally:
+        con.close()
+    per: dict[str, dict[int, Fraction]] = {}
+    for user, a, b, amount in rows:
+        steps = per.setdefault(user, {})
+        for t in range(a, b):
+            steps[t] = steps.get(t, Fraction(0)) + from_units(int(amount))
+    return {u: [sum((st.get(t, Fraction(0)) for t in range(s, s + w)), Fraction(0))
+                for s in range(max(st) - w + 2)] for u, st in per.items()}
+
+
 def test_three_daily_releases_charge_each_step_once(meters, policy_file, ledger_path, tmp_path):
     days = [meters[meters["t"] < DAY * k] for k in (1, 2, 3)]
     res = [_release(_csv(d, tmp_path / f"d{k}.csv"), policy_file, ledger_path, tmp_path)
@@ -67,7 +85,11 @@ def test_three_daily_releases_charge_each_step_once(meters, policy_file, ledger_
         mine = runs[runs["release_id"] == r["release_id"]]
         assert (mine["run_start"] == DAY * k).all() and (mine["run_stop"] == DAY * (k + 1)).all()
         assert mine["user_id"].nunique() == 25
-    # every window at exactly ε (w = 4 steps at ε/4 each), never above
+    # every window at exactly ε (w = 4 steps at ε/4 each), never above, the windows that
+    # straddle two releases included (they hold both releases' charges)
+    sums = _window_sums(ledger_path)
+    assert len(sums) == 25 and all(len(v) == 3 * DAY - 3 for v in sums.values())
+    assert all(x == 1 for v in sums.values() for x in v)
     led = Ledger(str(ledger_path))
     assert all(Fraction(str(b["spent"])) == 1 for b in led.balances(domain="meters"))
     assert led.verify().ok
