@@ -6,8 +6,8 @@ the pure core (`mechanisms`) on the whole chunk at once with one generator per
 user seeded by the ledger's HMAC seed for (release_id, user_id), and returns
 its private output tables and the costs (a stream draws each output segment
 from that segment's seed, `tasks.continuation`). Because a seed is a function
-of (release, user, data fingerprint, parameters) only, a retried or rerun task draws exactly the same noise: no
-uncharged second draw can leave. The task touches no file, no ledger and no
+of (release, user, data fingerprint, parameters) only, a retried or rerun
+task draws exactly the same noise: no uncharged second draw can leave. The task touches no file, no ledger and no
 key, so it runs the same in a thread, a process or on a remote Dask/Ray worker.
 """
 
