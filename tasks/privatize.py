@@ -7,8 +7,9 @@ user seeded by the ledger's HMAC seed for (release_id, user_id), and returns
 its private output tables and the costs (a stream draws each output segment
 from that segment's seed, `tasks.continuation`). Because a seed is a function
 of (release, user, data fingerprint, parameters) only, a retried or rerun
-task draws exactly the same noise: no uncharged second draw can leave. The task touches no file, no ledger and no
-key, so it runs the same in a thread, a process or on a remote Dask/Ray worker.
+task draws exactly the same noise: no uncharged second draw can leave. The
+task touches no file, no ledger and no key, so it runs the same in a thread,
+a process or on a remote Dask/Ray worker.
 """
 
 from __future__ import annotations
