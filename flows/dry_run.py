@@ -24,7 +24,8 @@ PLAN_COLUMNS = ("user_id", "decision", "requested", "remaining_after", "units", 
 def dry_run_result(ledger: Ledger, release_id: str, plan: Any, domain: str, notion: str,
                    *, amount: Fraction | None = None, per_step: Fraction | None = None,
                    mechanism: str, parameters: dict[str, Any],
-                   input_fingerprint: str) -> dict[str, Any]:
+                   input_fingerprint: str, requests: list[Any] | None = None
+                   ) -> dict[str, Any]:
     """The decisions of a release's reservation, computed and not made.
 
     Args:
@@ -38,6 +39,8 @@ def dry_run_result(ledger: Ledger, release_id: str, plan: Any, domain: str, noti
         mechanism: the release's mechanism (its metric is checked against the domain's).
         parameters: the release's parameters (the release id's binding is checked).
         input_fingerprint: the input's fingerprint.
+        requests: the release's requests when they are not `plan_requests` of the
+            whole input (a stream release's continuation plan: new steps only).
 
     Returns:
         ``release_id``, ``dry_run`` (True), ``input_fingerprint``, ``counts`` and
@@ -45,7 +48,8 @@ def dry_run_result(ledger: Ledger, release_id: str, plan: Any, domain: str, noti
         the release would charge them and what would remain (after the charge
         when admitted, before it when denied), in the domain's units.
     """
-    requests = plan_requests(plan, domain, notion, amount=amount, per_step=per_step)
+    if requests is None:
+        requests = plan_requests(plan, domain, notion, amount=amount, per_step=per_step)
     result = ledger.plan(release_id, requests, mechanism=mechanism, parameters=parameters,
                          input_fingerprint=input_fingerprint)
     by_user: dict[str, list[Any]] = defaultdict(list)

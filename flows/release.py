@@ -122,6 +122,17 @@ def _scheduled_date() -> str | None:
         return None
 
 
+def _continuation(ledger_path: str, rid: str, domain: str, plan: StagePlan,
+                  spec: StreamSpec) -> Any:
+    """The stream release's continuation plan; users it rejects join the plan's rejected."""
+    from tasks.continuation import plan_release
+
+    cont = plan_release(ledger_path, rid, domain, quote(plan), spec.epsilon_per_step)
+    plan.rejected.extend(cont.rejected)
+    plan.users -= len(cont.rejected)
+    return cont
+
+
 def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return {"release_id": rid, "out": str(rdir), "report": str(rdir / "report.html"),
             "manifest": manifest}
@@ -161,7 +172,9 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                                   amount=getattr(spec, "amount", None),
                                   per_step=getattr(spec, "epsilon_per_step", None),
                                   mechanism=spec.mechanism, parameters=parameters,
-                                  input_fingerprint=fingerprint)
+                                  input_fingerprint=fingerprint,
+                                  requests=None if isinstance(spec, CurveSpec) else
+                                  _continuation(ledger_path, rid, dom.name, plan, spec).requests)
         # A published release is checked against the ledger's manifest, never rewritten.
         published = published_release(out_root, rid, ledger.release(rid))
         if published is not None:
@@ -171,16 +184,21 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                          "time_unit": dom.time_unit, "parameters": parameters,
                          "input_fingerprint": fingerprint, "input": str(input_path),
                          "policy": domain_record(dom)}
+        cont = None
         if isinstance(spec, CurveSpec):
             requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
-            mechanism = spec.mechanism
         else:
-            requests = plan_requests(plan, dom.name, "wevent", per_step=spec.epsilon_per_step)
-            mechanism = spec.mechanism
+            # Streams continue: only the steps after each stream's watermark are
+            # requested; the earlier ones are repeated (tasks/continuation.py).
+            cont = _continuation(ledger_path, rid, dom.name, plan, spec)
+            requests = cont.requests
+        mechanism = spec.mechanism
         admitted, denied = reserve_budget(ledger_path, rid, quote(requests), mechanism=mechanism,
                                           parameters=parameters,
                                           input_fingerprint=fingerprint,
                                           flow_run_id=_flow_run_id())
+        if cont is not None:
+            admitted = admitted | cont.unchanged  # nothing new to charge: repeated only
         record = ledger.release(rid)
         if record is not None and record["state"] == "reserved" and not record["manifest"]:
             # after the reserve: only a run the binding admitted describes the release
@@ -240,13 +258,18 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                      if u in admitted]
             if not users:
                 continue
-            seeds = ledger.noise_seeds(rid, [u for u, _ in users], [fp for _, fp in users],
-                                       parameters)
             if isinstance(spec, CurveSpec):
+                seeds = ledger.noise_seeds(rid, [u for u, _ in users], [fp for _, fp in users],
+                                           parameters)
                 pending.append(privatize_curves.submit(
                     load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
-                pending.append(privatize_streams.submit(load_stream_chunk(chunk, seeds), spec))
+                from tasks.continuation import seeded_segments
+
+                segments = seeded_segments(ledger, rid, parameters, cont.plans[chunk.index],
+                                           [u for u, _ in users])
+                pending.append(privatize_streams.submit(load_stream_chunk(chunk, segments),
+                                                        spec))
             if len(pending) >= in_flight:
                 settle_oldest()
         try:
@@ -314,6 +337,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             "mechanism": mechanism,
             "counts": {"users_in_input": plan.users + len(plan.rejected),
                        "users_released": len(admitted), "users_denied": len(denied),
+                       **({"users_unchanged": len(cont.unchanged)} if cont else {}),
                        "users_rejected": len(plan.rejected), "items": plan.items,
                        # the total point count is an aggregate of private counts unless
                        # the domain declares point counts public

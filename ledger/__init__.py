@@ -37,6 +37,7 @@ from ledger.ledger import (
     default_actor,
     default_ledger_path,
 )
+from ledger.watermark import StreamClaim, StreamContinuityError, StreamRange
 
 __all__ = [
     "UNITS_PER_EPSILON",
@@ -55,6 +56,9 @@ __all__ = [
     "ReserveResult",
     "Settlement",
     "SignedHead",
+    "StreamClaim",
+    "StreamContinuityError",
+    "StreamRange",
     "VerifyReport",
     "cap_units",
     "charge_units",

@@ -19,6 +19,7 @@ import numpy as np
 
 from ledger.columns import combine, factorize, first_duplicate, key_codes
 from ledger.records import Request, Settlement
+from ledger.watermark import StreamClaim
 from mechanisms.cost import Cost, StepRun, WEventCost
 from schemas.errors import ParameterError
 
@@ -103,6 +104,7 @@ class RequestColumns:
     notions: list[str]
     amounts: list[Any]
     runs: list[tuple[StepRun, ...]]
+    claims: list[StreamClaim | None] = field(default_factory=list)
     _codes: dict[str, tuple[np.ndarray, list[str]]] = field(default_factory=dict, repr=False,
                                                             compare=False)
 
@@ -127,7 +129,8 @@ class RequestColumns:
         """Columns of already type-checked requests."""
         return cls([r.user_id for r in reqs], [r.domain for r in reqs], [r.step for r in reqs],
                    [r.stream_id for r in reqs], [r.notion for r in reqs],
-                   [r.amount for r in reqs], [r.runs for r in reqs])
+                   [r.amount for r in reqs], [r.runs for r in reqs],
+                   [r.stream_claim for r in reqs])
 
     def __len__(self) -> int:
         return len(self.users)
@@ -138,7 +141,7 @@ class RequestColumns:
             return self
         return RequestColumns(*([col[i] for i in index] for col in (
             self.users, self.domains, self.steps, self.streams, self.notions, self.amounts,
-            self.runs)))
+            self.runs, self.claims)))
 
 
 def _named(what: str, problem: tuple[int, str] | None) -> tuple[int, str] | None:
@@ -147,6 +150,24 @@ def _named(what: str, problem: tuple[int, str] | None) -> tuple[int, str] | None
 
 def _first_not(items: Sequence[Any], cls: type) -> int:
     return next((i for i, x in enumerate(items) if not isinstance(x, cls)), len(items))
+
+
+def _claim_problem(cols: RequestColumns) -> tuple[int, str] | None:
+    """The first request whose stream claim is not a w-event `StreamClaim` of valid steps."""
+    for i, c in enumerate(cols.claims):
+        if c is None:
+            continue
+        if not isinstance(c, StreamClaim):
+            return i, "stream_claim must be a ledger.StreamClaim"
+        if cols.notions[i] != "wevent":
+            return i, "a stream claim is only for w-event requests"
+        ints = (c.first_step, c.last_step, c.steps)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) or (
+                c.watermark is not None and not isinstance(c.watermark, int)):
+            return i, "a stream claim's steps must be integers"
+        if id_problem(c.fingerprint):
+            return i, "a stream claim needs a fingerprint"
+    return None
 
 
 def request_columns(reqs: Sequence[Request]) -> RequestColumns:
@@ -168,6 +189,8 @@ def request_columns(reqs: Sequence[Request]) -> RequestColumns:
         None if bad_notion is None else (bad_notion, "request notion must be gp, cgp or "
                                                      f"wevent, got {cols.notions[bad_notion]!r}"),
     ])
+    if found is None:
+        found = _claim_problem(cols)
     if found is not None:
         raise ParameterError(found[1])
     if stop < len(reqs):

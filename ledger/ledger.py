@@ -14,11 +14,12 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+import numpy as np
 
 from ledger import (
     binding,
@@ -32,6 +33,7 @@ from ledger import (
     releases,
     signing,
     storage,
+    watermark,
 )
 from ledger.checks import check_id
 from ledger.entries import canonical_json
@@ -502,6 +504,30 @@ class Ledger:
             check_id(user_id, "user_id")
             out[user_id] = keys.noise_seed(self._keys.noise_key, release_id, user_id, fp, digest)
         return out
+
+    def stream_ranges(self, domain: str, keys_: Iterable[tuple[str, str]]
+                      ) -> dict[tuple[str, str], list[watermark.StreamRange]]:
+        """The active released ranges of each (user_id, stream_id) of `domain`, in entry order.
+
+        The largest last step is the stream's watermark (`ledger.watermark`).
+        """
+        check_id(domain, "domain")
+        wanted = list(keys_)
+        for u, s in wanted:
+            check_id(u, "user_id")
+            check_id(s, "stream_id", allow_empty=True)
+        return self._transact(lambda con: watermark.load_ranges(con, domain, wanted))
+
+    def range_fingerprint(self, user_id: str, domain: str, stream_id: str, steps: Any,
+                          values: Any) -> str:
+        """Keyed fingerprint (HMAC-SHA256, noise key) of one stream's (step, value) pairs.
+
+        Raises:
+            LedgerIntegrityError: the key file does not match the ledger's fingerprint.
+        """
+        self._require_key()
+        return watermark.range_fingerprint(self._keys.noise_key, user_id, domain, stream_id,
+                                           np.asarray(steps), np.asarray(values))
 
     # ------------------------------------------------------------------ queries
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ledger.errors import BudgetExceededError
+from ledger.watermark import StreamClaim
 from mechanisms.cost import Cost, StepRun, WEventCost
 
 RELEASE_STATES = ("reserved", "settled", "closed", "failed")
@@ -28,6 +29,8 @@ class Request:
         amount: ε or ρ for gp/cgp requests (Fraction, int, float or string).
         stream_id: the stream of a w-event request (``""`` for curves).
         runs: w-event per-step costs at absolute time steps of the stream.
+        stream_claim: for an incremental stream release, the range it releases
+            and the watermark it continues (`ledger.watermark`); None otherwise.
     """
 
     user_id: str
@@ -37,6 +40,7 @@ class Request:
     amount: Fraction | None = None
     stream_id: str = ""
     runs: tuple[StepRun, ...] = ()
+    stream_claim: StreamClaim | None = None
 
 
 @dataclass(frozen=True)

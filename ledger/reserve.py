@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from itertools import repeat
 from typing import Any
@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ledger import accounting, admission, history, releases, storage, wevent_budget
+from ledger import accounting, admission, history, releases, storage, watermark, wevent_budget
 from ledger.accounting import Run
 from ledger.admission import Accounts, Charges, Decisions
 from ledger.amounts import from_units
@@ -214,6 +214,26 @@ def _write(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: Reser
     return seq_of
 
 
+def _with_stream_claims(con: duckdb.DuckDBPyConnection, call: ReserveCall,
+                        cols: RequestColumns, prices: Prices) -> Prices:
+    """Check the call's stream claims against the chain; add them to details and signatures.
+
+    Incremental stream releases only (`ledger.watermark`): a request with a
+    `StreamClaim` must continue its (user, domain, stream) watermark, checked
+    here inside the reserve's transaction; the claim then goes into the reserve
+    entry's detail and its replay signature (so it is in the hash chain).
+
+    Raises:
+        StreamContinuityError: a claim does not continue its stream (nothing written).
+    """
+    if not any(c is not None for c in cols.claims):
+        return prices
+    watermark.check_claims(con, call.release_id, cols.users, cols.domains, cols.streams,
+                           cols.runs, cols.claims)
+    details, signatures = watermark.with_claims(prices.details, prices.signatures, cols.claims)
+    return replace(prices, details=details, signatures=signatures)
+
+
 def reserve_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: ReserveCall,
                cols: RequestColumns, *, write: bool = True) -> ReserveResult:
     """Reserve (or with ``write=False`` only plan) one call's requests in `con`'s transaction.
@@ -232,6 +252,7 @@ def reserve_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: R
     if fault:
         raise LedgerIntegrityError(f"{fault}; nothing was charged. Run `privpipe ledger "
                                    "verify` and restore the ledger from backup.")
+    prices = _with_stream_claims(con, call, cols, prices)
     if write:
         state = releases.touch(con, key.noise_key, call.release_id, now)
     else:

@@ -28,21 +28,43 @@ exactly what it planned the first time.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prefect import task
 
 from schemas.errors import PrivpipeError
-from tasks.safe_files import write_file
+from tasks.keyed_rng import release_generator
+from tasks.stage import SeededSegment
+
+#: why a user's input does not continue its streams: rule -> what it means (the
+#: release report counts rejected users per rule, as it does for validation rules)
+CONTINUATION_RULES = {
+    "stream_changed_history": "repeats released steps with other values or other steps "
+                              "present: a changed history cannot be released again",
+    "stream_step_before_watermark": "has a step before the stream's watermark (the last "
+                                    "released step) that was never released",
+    "stream_gap_after_watermark": "continues after a gap: the steps right after the "
+                                  "watermark are missing",
+    "stream_other_epsilon": "asks another ε/w than the stream was released with",
+    "stream_rerun_other_data": "reruns a release id on other data for this stream",
+}
 
 
 class ContinuationError(PrivpipeError):
-    """A stream's input does not continue what was released for it (the user is rejected)."""
+    """A stream's input does not continue what was released for it (the user is rejected).
+
+    ``rule`` is one of `CONTINUATION_RULES`.
+    """
+
+    def __init__(self, message: str, rule: str):
+        super().__init__(message)
+        self.rule = rule
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,9 @@ class ReleasedRange:
             days leave holes).
         fingerprint: keyed fingerprint of the (step, value) pairs released.
         epsilon_per_step: the exact ε/w each of those steps cost.
+        parameters: the canonical parameter JSON its release is bound to in the
+            ledger (None for the range this release is planning: its own).
+            Not part of a range's identity (the release binding fixes it).
     """
 
     release_id: str
@@ -65,16 +90,25 @@ class ReleasedRange:
     steps: int
     fingerprint: str
     epsilon_per_step: Fraction
+    parameters: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Segment:
-    """A part of a stream's output: a range to redraw (earlier) or to draw and charge (new)."""
+    """A part of a stream's output: a range to redraw (earlier) or to draw and charge (new).
+
+    ``fingerprint`` (the range's keyed fingerprint, as the chain records it)
+    and ``parameters`` (its release's bound parameter JSON; None for this
+    release) are what its noise seed is derived from (`seeded_segments`); a
+    segment's identity is its release and range.
+    """
 
     release_id: str
     first_step: int
     last_step: int
     new: bool
+    fingerprint: str = field(default="", compare=False)
+    parameters: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -105,7 +139,7 @@ def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[ReleasedRa
             raise ContinuationError(
                 f"steps {r.first_step}-{r.last_step} were released at ε/w = {r.epsilon_per_step} "
                 f"(release {r.release_id!r}); this release asks ε/w = {per_step}: continue a "
-                "stream with the ε it was released with")
+                "stream with the ε it was released with", "stream_other_epsilon")
         sel = (steps >= r.first_step) & (steps <= r.last_step)
         if not sel.any():
             continue  # the input does not repeat this range (e.g. a file of the new day only)
@@ -113,9 +147,10 @@ def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[ReleasedRa
             raise ContinuationError(
                 f"steps {r.first_step}-{r.last_step} differ from what release {r.release_id!r} "
                 "released (values, or which steps are present): a changed history cannot be "
-                "released again")
+                "released again", "stream_changed_history")
         covered |= sel
-        segments.append(Segment(r.release_id, r.first_step, r.last_step, new=False))
+        segments.append(Segment(r.release_id, r.first_step, r.last_step, new=False,
+                                fingerprint=r.fingerprint, parameters=r.parameters))
     return segments, covered
 
 
@@ -126,7 +161,7 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
     Args:
         steps: the input's strictly increasing absolute steps.
         values: its validated, normalised values.
-        history: the ledger's released ranges of this stream (any order).
+        history: the ledger's released ranges of this stream, in entry order.
         release_id: this release.
         per_step: this release's exact ε/w.
         fingerprint: the ledger's keyed fingerprint of (steps, values).
@@ -140,7 +175,10 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
             rerun whose new range differs from the first run's.
     """
     own = [r for r in history if r.release_id == release_id]
-    prior = sorted((r for r in history if r.release_id != release_id),
+    # a rerun plans against what the stream held when it first ran (the ledger
+    # lists ranges in entry order): ranges added by later releases do not count
+    cut = history.index(own[0]) if own else len(history)
+    prior = sorted((r for r in history[:cut] if r.release_id != release_id),
                    key=lambda r: r.first_step)
     watermark = max((r.last_step for r in prior), default=None)
     segments, covered = _check_earlier(steps, values, prior, per_step, fingerprint)
@@ -149,7 +187,8 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
     if stray.any():
         raise ContinuationError(
             f"step {int(steps[stray][0])} is before the stream's watermark (step {watermark}, "
-            "the last one released) but was never released: earlier steps cannot be added")
+            "the last one released) but was never released: earlier steps cannot be added",
+            "stream_step_before_watermark")
     new = ~old
     new_range = None
     if new.any():
@@ -158,37 +197,161 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
             raise ContinuationError(
                 f"the stream was released up to step {watermark}; this input continues at step "
                 f"{first}: steps {watermark + 1}-{first - 1} are missing (a gap after the "
-                "watermark)")
+                "watermark)", "stream_gap_after_watermark")
         new_range = ReleasedRange(release_id, first, last, int(new.sum()),
                                   fingerprint(steps[new], values[new]), per_step)
-        segments.append(Segment(release_id, first, last, new=True))
+        segments.append(Segment(release_id, first, last, new=True,
+                                fingerprint=new_range.fingerprint))
     if own and (new_range is None or own[0] != new_range):
         raise ContinuationError(
             f"release {release_id!r} already released steps {own[0].first_step}-"
             f"{own[0].last_step} of this stream from other data: a rerun must repeat the same "
-            "release exactly")
+            "release exactly", "stream_rerun_other_data")
     return StreamPlan(tuple(segments), watermark, new_range)
 
 
 def stream_rng(seed: int, stream_id: str) -> np.random.Generator:
-    """The noise generator of one (release, user, stream): the user's release seed and the stream.
+    """The noise generator of one segment of a (user, stream): ChaCha20 under a per-stream key.
 
-    Each release draws one range per stream from a fresh generator, so an
-    earlier range is redrawn exactly by the generator of the release that drew it.
+    The key is HMAC-SHA256(seed, stream id) of the segment's noise seed
+    (`Ledger.noise_seeds` over the range's keyed fingerprint, see
+    `seeded_segments`), a pseudorandom function of the secret seed: the
+    keystreams of two streams are unrelated, and a stream's draws reveal
+    nothing about another's (`tasks.keyed_rng`). Each range is drawn from a
+    fresh generator, so an earlier range is redrawn exactly by the seed of the
+    release that drew it.
     """
-    key = int.from_bytes(hashlib.sha256(stream_id.encode("utf-8")).digest()[:8], "big")
-    return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(key,)))
+    mac = hmac.new(seed.to_bytes(32, "big"), b"privpipe stream v1\x00" + stream_id.encode(),
+                   hashlib.sha256)
+    return release_generator(int.from_bytes(mac.digest(), "big"))
 
 
-def write_plans(plans: dict[str, dict[str, StreamPlan]], path: Path) -> None:
-    """The segment plans of one chunk's users (user -> stream -> segments), as JSON."""
-    data = {u: {s: [[g.release_id, g.first_step, g.last_step, g.new] for g in p.segments]
-                for s, p in streams.items()} for u, streams in plans.items()}
-    write_file(path, json.dumps(data, sort_keys=True).encode())
+@dataclass
+class ReleasePlan:
+    """The continuation plan of one stream release (what the flow reserves and draws).
+
+    Attributes:
+        requests: one w-event request per stream with new steps (new steps only),
+            each carrying its `ledger.StreamClaim`.
+        rejected: users whose input does not continue their streams, with reasons.
+        unchanged: users with nothing new (their output only repeats earlier ranges).
+        plans: chunk index -> user -> stream -> `StreamPlan` (rejected users absent).
+    """
+
+    requests: list[Any]
+    rejected: list[dict[str, Any]]
+    unchanged: set[str]
+    plans: dict[int, dict[str, dict[str, StreamPlan]]]
 
 
-def read_plans(path: str | Path) -> dict[str, dict[str, list[Segment]]]:
-    """Read `write_plans` output."""
-    raw: dict[str, Any] = json.loads(Path(path).read_text())
-    return {u: {s: [Segment(str(r), int(a), int(b), bool(n)) for r, a, b, n in segs]
-                for s, segs in streams.items()} for u, streams in raw.items()}
+def _runs(steps: np.ndarray, per_step: Fraction) -> tuple[Any, ...]:
+    from mechanisms.cost import StepRun
+    from tasks.stage import contiguous_ranges
+
+    return tuple(StepRun(a, b, per_step) for a, b in contiguous_ranges(steps))
+
+
+def _user_plans(led: Any, domain: str, release_id: str, per_step: Fraction, user: Any,
+                history: dict[tuple[str, str], list[ReleasedRange]]) -> dict[str, StreamPlan]:
+    out = {}
+    for s in user.streams:
+        def fingerprint(st: np.ndarray, v: np.ndarray, sid: str = s.stream_id) -> str:
+            return led.range_fingerprint(user.user_id, domain, sid, st, v)
+
+        try:
+            out[s.stream_id] = plan_stream(s.steps, s.values, history.get(
+                (user.user_id, s.stream_id), []), release_id=release_id, per_step=per_step,
+                fingerprint=fingerprint)
+        except ContinuationError as err:
+            raise ContinuationError(f"stream {s.stream_id!r}: {err}", err.rule) from None
+    return out
+
+
+def _requests(user: Any, domain: str, plans: dict[str, StreamPlan], per_step: Fraction
+              ) -> list[Any]:
+    """The w-event requests of one user's new ranges (new steps only), with their claims."""
+    from ledger import Request, StreamClaim
+
+    out = []
+    for sid, p in sorted(plans.items()):
+        r = p.new_range
+        if r is None:
+            continue
+        stream = next(s for s in user.streams if s.stream_id == sid)
+        out.append(Request(
+            user_id=user.user_id, domain=domain, step=f"stream:{sid}", notion="wevent",
+            stream_id=sid, runs=_runs(stream.steps[stream.steps >= r.first_step], per_step),
+            stream_claim=StreamClaim(r.first_step, r.last_step, r.steps, r.fingerprint,
+                                     p.watermark)))
+    return out
+
+
+def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
+                    per_step: Fraction) -> ReleasePlan:
+    """Plan every staged stream against the ledger's released ranges (flow process only).
+
+    Privacy: reads the staged (validated) values to fingerprint them with the
+    noise key (`Ledger.range_fingerprint`); nothing is drawn and nothing leaves
+    but ledger requests, step ranges and release ids. A rejected user gets no
+    request and no output, so nothing is charged for it. Cost: one ledger read
+    per chunk and one HMAC pass over each stream's values.
+    """
+    from ledger import Ledger
+    from tasks.staging import read_stream_chunk
+
+    led = Ledger(ledger_path)
+    out = ReleasePlan([], [], set(), {})
+    for chunk in plan.chunks:
+        users = read_stream_chunk(chunk.path)
+        keys = [(u.user_id, s.stream_id) for u in users for s in u.streams]
+        history = {k: [ReleasedRange(r.release_id, r.first_step, r.last_step, r.steps,
+                                     r.fingerprint, r.epsilon_per_step, r.parameters)
+                       for r in v] for k, v in led.stream_ranges(domain, keys).items()}
+        chunk_plans: dict[str, dict[str, StreamPlan]] = {}
+        for user in users:
+            try:
+                plans = _user_plans(led, domain, release_id, per_step, user, history)
+            except ContinuationError as err:
+                out.rejected.append({"user_id": user.user_id, "reasons": [str(err)],
+                                     "rules": [err.rule]})
+                continue
+            chunk_plans[user.user_id] = plans
+            news = _requests(user, domain, plans, per_step)
+            if not news:
+                out.unchanged.add(user.user_id)
+            out.requests.extend(news)
+        out.plans[chunk.index] = chunk_plans
+    return out
+
+
+def seeded_segments(ledger: Any, release_id: str, parameters: dict[str, Any],
+                    plans: dict[str, dict[str, StreamPlan]], users: Any
+                    ) -> dict[tuple[str, str], tuple[SeededSegment, ...]]:
+    """Each (user, stream)'s output segments with their noise seeds, for `users` (flow only).
+
+    A segment's seed is ``Ledger.noise_seeds(release, [user], [fingerprint],
+    parameters)`` of the release that charged it: for this release's new range
+    its id, the new range's keyed fingerprint and this release's `parameters`;
+    for an earlier range that release's id, the range's keyed fingerprint as
+    recorded in the chain (its reserve entry's ``stream_range``) and the
+    parameters that release is bound to in the ledger. So an earlier range is
+    redrawn with exactly the seed it was drawn with (the same bytes, charged
+    once), and a range of other values never gets the same noise. Seeds stay
+    in memory (they travel to the task in its `StreamChunk`, never to disk).
+
+    Raises:
+        LedgerIntegrityError: the noise key does not match the ledger.
+    """
+    out = {}
+    for user in users:
+        for sid, p in plans[user].items():
+            segs = []
+            for g in p.segments:
+                params = parameters if g.new else json.loads(g.parameters or "{}")
+                seed = ledger.noise_seeds(g.release_id, [user], [g.fingerprint], params)[user]
+                segs.append(SeededSegment(g.first_step, g.last_step, g.new, seed))
+            out[(user, sid)] = tuple(segs)
+    return out
+
+
+plan_release = task(plan_release_fn, name="plan-stream-continuation", persist_result=False)

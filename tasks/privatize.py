@@ -4,10 +4,12 @@ Each task receives its chunk (`CurveChunk` / `StreamChunk`: the admitted
 users' samples and their noise seeds, as arrays) through the task engine, runs
 the pure core (`mechanisms`) on the whole chunk at once with one generator per
 user seeded by the ledger's HMAC seed for (release_id, user_id), and returns
-its private output tables and the costs. Because the seed is a function of
-(release, user) only, a retried or rerun task draws exactly the same noise: no
-uncharged second draw can leave. The task touches no file, no ledger and no
-key, so it runs the same in a thread, a process or on a remote Dask/Ray worker.
+its private output tables and the costs (a stream draws each output segment
+from that segment's seed, `tasks.continuation`). Because a seed is a function
+of (release, user, data fingerprint, parameters) only, a retried or rerun
+task draws exactly the same noise: no uncharged second draw can leave. The
+task touches no file, no ledger and no key, so it runs the same in a thread,
+a process or on a remote Dask/Ray worker.
 """
 
 from __future__ import annotations
@@ -397,35 +399,66 @@ def step_runs(steps: np.ndarray, per_step: Fraction) -> tuple[StepRun, ...]:
     return tuple(StepRun(a, b, per_step) for a, b in contiguous_ranges(steps))
 
 
-def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
-    """Randomize every sample of the admitted users' streams with Square Wave.
+def _draw_stream(user: str, stream: str, steps: np.ndarray, values: np.ndarray,
+                 segments: tuple[Any, ...], spec: StreamSpec
+                 ) -> tuple[np.ndarray, WEventCost | None]:
+    """One stream's released reports, segment by segment, and the cost of its new segment.
 
-    Privacy: each sample costs ε/w, so every window of w consecutive steps of a
-    (user, stream) costs at most ε (w-event LDP); the per-step runs are
-    returned for settlement. Noise comes only from the per-user seeds (one
-    generator per user, its streams drawn in stream-id order).
+    Each segment is drawn by its own seed's per-stream generator
+    (`tasks.continuation.stream_rng`): an earlier segment with the seed of the
+    release that drew it (same seed, same validated values, same ε/w: the same
+    bytes), the new one with this release's; only the new one is charged.
+    """
+    from mechanisms import streams as ms
+    from tasks.continuation import stream_rng
+
+    eps_step = spec.epsilon_per_step
+    run_stream = registry.get(spec.mechanism, "streams").run
+    half = ms.square_wave_params(float_at_most(eps_step))[0]
+    parts, cost, drawn = [], None, 0
+    for g in segments:
+        sel = (steps >= g.first_step) & (steps <= g.last_step)
+        try:
+            y = run_stream(values[sel], epsilon_per_step=eps_step,
+                           rng=stream_rng(g.seed, stream))
+        except Exception as err:
+            raise MechanismRunError(user, stream, err) from err
+        parts.append(snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + half + _SW_GRID) + 0.5)
+        drawn += int(sel.sum())
+        if g.new:
+            cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(steps[sel], eps_step))
+    if drawn != steps.size:
+        raise AssertionError(f"this is a bug: the plan of stream {stream!r} does not cover "
+                             "its steps")
+    return (np.concatenate(parts) if parts else np.empty(0)), cost
+
+
+def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
+    """Randomize the admitted users' new stream steps with Square Wave; repeat the earlier ones.
+
+    Privacy: each new sample costs ε/w, so every window of w consecutive steps
+    of a (user, stream) costs at most ε (w-event LDP, across releases: earlier
+    steps were charged by the releases that drew them, and the ledger checks
+    the windows across all of them); the new segments' runs are returned for
+    settlement. Earlier segments are redrawn with their own release's seed
+    (`tasks.continuation.seeded_segments`), so they are the bytes already
+    released, not a second draw. Noise comes only from the segments' seeds.
     """
     # Imported here: the stream core pulls in scipy.signal, which a curves release
     # never needs (it is a measurable part of a curves flow's start-up).
     from mechanisms import streams as ms
 
-    eps_step = spec.epsilon_per_step
-    run_stream = registry.get(spec.mechanism, "streams").run
-    rngs = _user_generators(chunk.user_ids, chunk.seeds)
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     ys = []
-    for s, (user, stream, rng) in enumerate(zip(chunk.user_ids, chunk.stream_ids, rngs,
-                                                 strict=True)):
+    for s, (user, stream) in enumerate(zip(chunk.user_ids, chunk.stream_ids, strict=True)):
         a, b = int(chunk.offsets[s]), int(chunk.offsets[s + 1])
-        try:
-            y = run_stream(chunk.values[a:b], epsilon_per_step=eps_step, rng=rng)
-        except Exception as err:
-            raise MechanismRunError(user, stream, err) from err
-        half = ms.square_wave_params(float_at_most(eps_step))[0]
-        ys.append(snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + half + _SW_GRID) + 0.5)
-        cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(chunk.steps[a:b], eps_step))
-        costs.append((user, f"stream:{stream}", cost, stream))
-    bounds = [float(np.sqrt(ms.square_wave_worst_variance(float(eps_step))))] if ys else [0.0]
+        y, cost = _draw_stream(user, stream, chunk.steps[a:b], chunk.values[a:b],
+                               chunk.segments[s], spec)
+        ys.append(y)
+        if cost is not None:
+            costs.append((user, f"stream:{stream}", cost, stream))
+    eps0 = float(spec.epsilon_per_step)
+    bounds = [float(np.sqrt(ms.square_wave_worst_variance(eps0)))] if ys else [0.0]
     counts = np.diff(chunk.offsets)
     table = pa.table({
         "user_id": repeat_ids(list(chunk.user_ids), counts),

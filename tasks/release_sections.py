@@ -194,13 +194,19 @@ def rejected(ctx: ReleaseContext) -> list[str]:
     """Rejected users as counts per validation rule (no rows, columns, values or ids)."""
     if not ctx.rejected:
         return []
+    from tasks.continuation import CONTINUATION_RULES
+
     per_rule = Counter(rule for r in ctx.rejected for rule in r.get("rules", ["unknown"]))
     rows = [{"rule": rule, "users rejected": n} for rule, n in sorted(per_rule.items())]
+    # a stream input that does not continue what was released (tasks/continuation.py)
+    continuation = [f"- `{rule}`: the user's input {CONTINUATION_RULES[rule]}."
+                    for rule in sorted(per_rule) if rule in CONTINUATION_RULES]
     return ["## Rejected (invalid input: nothing charged)", "",
             f"{len(ctx.rejected)} user(s) rejected as a whole; a user can break several rules. "
             f"`privpipe validate FILE --domain {ctx.manifest['domain']}` locates each problem "
             "(file, row, column) for the operator.", "",
-            md_table(rows, ["rule", "users rejected"]), ""]
+            md_table(rows, ["rule", "users rejected"]), "",
+            *([*continuation, ""] if continuation else [])]
 
 
 def budget(ctx: ReleaseContext) -> list[str]:

@@ -2,9 +2,10 @@
 
 The staged chunk files are the flow process's own (local, private) files. A
 mechanism task never reads them: the flow loads each chunk, keeps only its
-admitted users, adds their noise seeds and hands the task a `CurveChunk` or
-`StreamChunk` of plain arrays, which the task engine carries to the worker
-(in memory for threads, pickled over the wire for processes, Dask or Ray).
+admitted users, adds their noise seeds (for streams, one per output segment)
+and hands the task a `CurveChunk` or `StreamChunk` of plain arrays, which
+the task engine carries to the worker (in memory for threads, pickled over
+the wire for processes, Dask or Ray).
 So a worker needs no access to the flow's disk, and never sees the ledger,
 the noise key or a denied user's data.
 """
@@ -73,15 +74,32 @@ class CurveChunk:
 
 
 @dataclass(frozen=True)
+class SeededSegment:
+    """One range of a stream's output with the noise seed that draws it (`tasks.continuation`).
+
+    Attributes:
+        first_step: first step of the range; last_step: its last step (inclusive).
+        new: True for the range this release charges; False for an earlier
+            release's range, redrawn with that release's seed (the same bytes).
+        seed: 256-bit noise seed (secret: from the ledger's key, never on disk).
+    """
+
+    first_step: int
+    last_step: int
+    new: bool
+    seed: int
+
+
+@dataclass(frozen=True)
 class StreamChunk:
-    """The admitted users' streams of one chunk, as flat arrays, with their noise seeds.
+    """The admitted users' streams of one chunk, as flat arrays, with their seeded segments.
 
     Attributes:
         index: the chunk's number.
         user_ids: (S,) the user of each stream; stream_ids: (S,) each stream's id.
         steps: (P,) int64 absolute steps; values: (P,) values in [0, 1];
         offsets: (S + 1,).
-        seeds: user_id -> 256-bit noise seed.
+        segments: (S,) each stream's output ranges in step order, each with its seed.
     """
 
     index: int
@@ -90,7 +108,7 @@ class StreamChunk:
     steps: np.ndarray
     values: np.ndarray
     offsets: np.ndarray
-    seeds: dict[str, int]
+    segments: tuple[tuple[SeededSegment, ...], ...]
 
 
 def _admitted_runs(path: str, key: str, admitted: set[str] | frozenset[str]) -> tuple[
@@ -132,14 +150,21 @@ def load_curve_chunk(chunk: StagedChunk, value_columns: tuple[str, ...],
                       {u: seeds[u] for u in dict.fromkeys(users)})
 
 
-def load_stream_chunk(chunk: StagedChunk, seeds: dict[str, int]) -> StreamChunk:
-    """The payload of one staged stream chunk for the users in `seeds` (the admitted ones)."""
-    table, users, streams, spans = _admitted_runs(chunk.path, "stream_id", seeds.keys())
+def load_stream_chunk(chunk: StagedChunk,
+                      segments: dict[tuple[str, str], tuple[SeededSegment, ...]]) -> StreamChunk:
+    """The payload of one staged stream chunk for the admitted users (the users in `segments`).
+
+    `segments` maps (user_id, stream_id) to the stream's seeded output ranges
+    (`tasks.continuation.seeded_segments`); every stream of an admitted user
+    must have its entry.
+    """
+    admitted = {u for u, _ in segments}
+    table, users, streams, spans = _admitted_runs(chunk.path, "stream_id", admitted)
     rows, offsets = _rows(spans)
     return StreamChunk(chunk.index, tuple(users), tuple(streams),
                        table.column("step").to_numpy()[rows],
                        table.column("value").to_numpy()[rows], offsets,
-                       {u: seeds[u] for u in dict.fromkeys(users)})
+                       tuple(segments[(u, s)] for u, s in zip(users, streams, strict=True)))
 
 
 def contiguous_ranges(steps: Any) -> list[tuple[int, int]]:

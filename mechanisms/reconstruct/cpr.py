@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mechanisms.errors import MechanismParameterError
-from mechanisms.reconstruct.em import PSEUDO_SAMPLES, EMResult, kde_mode, pseudo_samples, sw_em
+from mechanisms.reconstruct.em import (
+    PSEUDO_SAMPLES,
+    SUPPORT_SLACK,
+    EMResult,
+    kde_mode,
+    pseudo_samples,
+    sw_em,
+)
 from mechanisms.reconstruct.period import _jsonable, detect_period_details, fold_anova
 from mechanisms.reconstruct.shrink import shrink_periodic, sure_smooth, sw_noise_variance
 from mechanisms.streams.square_wave import square_wave_estimate, square_wave_params
@@ -187,7 +194,7 @@ def _check_reports(y: object, b: float) -> np.ndarray:
         raise MechanismParameterError("cpr needs a 1-D stream of at least 8 reports")
     if not np.all(np.isfinite(arr)):
         raise MechanismParameterError("the reports must be finite")
-    if arr.min() < -b - 1e-9 or arr.max() > 1 + b + 1e-9:
+    if arr.min() < -b - SUPPORT_SLACK or arr.max() > 1 + b + SUPPORT_SLACK:
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step"
         )

@@ -30,9 +30,14 @@ __all__ = [
     "kde_mode",
     "silverman_bandwidth",
     "PSEUDO_SAMPLES",
+    "SUPPORT_SLACK",
 ]
 
 PSEUDO_SAMPLES = ("posterior_mean", "map", "sample")
+#: how far outside [−b, 1 + b] a report may lie: released reports are snapped to a
+#: 2^-24 grid (tasks/privatize.py), so a report at the edge can round half a grid
+#: step beyond it; anything further is not a Square Wave report of this ε₀
+SUPPORT_SLACK = 2.0**-20
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ def sw_em(
     if int(max_iter) < 1 or not (tol > 0 and loglik_tol > 0):
         raise MechanismParameterError("need max_iter >= 1, tol > 0, loglik_tol > 0")
     flat, gid, g = _flat_groups(y, groups)
-    if flat.min() < -b - 1e-9 or flat.max() > 1 + b + 1e-9:
+    if flat.min() < -b - SUPPORT_SLACK or flat.max() > 1 + b + SUPPORT_SLACK:
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step"
         )

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 from mechanisms.errors import MechanismParameterError
-from mechanisms.reconstruct.em import sw_em
+from mechanisms.reconstruct.em import SUPPORT_SLACK, sw_em
 from mechanisms.streams.square_wave import (
     square_wave_estimate,
     square_wave_estimate_variance,
@@ -116,7 +116,7 @@ def _check_reports(y: object, steps: object, epsilon_per_step: float,
         raise MechanismParameterError("steps must be integers >= 0")
     if not np.all(np.isfinite(arr)):
         raise MechanismParameterError("reports must be finite")
-    if arr.min() < -b - 1e-9 or arr.max() > 1 + b + 1e-9:
+    if arr.min() < -b - SUPPORT_SLACK or arr.max() > 1 + b + SUPPORT_SLACK:
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step")
     if period is None:

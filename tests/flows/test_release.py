@@ -140,12 +140,33 @@ def test_release_streams_with_cpr(streams_csv, policy_file, ledger_path, tmp_pat
     rec = pq.read_table(rdir / "reconstruction.parquet").to_pandas()
     assert len(rec) == 3 * 240
     assert res["manifest"]["counts"]["users_released"] == 3
-    # a second release over the same steps would double every window: all denied, and
-    # the run fails (state Denied, exit 3) with the counts
     from flows.outcome import ReleaseNotMadeError
 
-    with pytest.raises(ReleaseNotMadeError, match="0 of 3 users released; 3 denied") as exc:
+    # the same steps at another ε cannot continue the streams (tasks/continuation.py):
+    # every user rejected with the reason, nothing charged
+    with pytest.raises(ReleaseNotMadeError, match="3 rejected") as exc:
         release_streams(input_path=str(streams_csv), domain="meters", epsilon="1",
+                        out_dir=str(tmp_path), ledger_path=str(ledger_path),
+                        policy_path=str(policy_file), release_id="other-epsilon")
+    assert exc.value.result["manifest"]["counts"]["users_rejected"] == 3
+    # the next steps, when another charge already fills their windows: all denied, and
+    # the run fails (state Denied, exit 3) with the counts
+    from fractions import Fraction
+
+    import pandas as pd
+
+    from ledger import Request
+    from mechanisms.cost import StepRun
+
+    users = sorted(samples["user_id"].unique())
+    Ledger(str(ledger_path)).reserve("filler", [
+        Request(user_id=u, domain="meters", step="manual", notion="wevent", stream_id="s0",
+                runs=(StepRun(240, 480, Fraction(1, 2)),)) for u in users],
+        mechanism="manual", parameters={})
+    later = tmp_path / "later.csv"
+    pd.read_csv(streams_csv).assign(t=lambda d: d["t"] + 240).to_csv(later, index=False)
+    with pytest.raises(ReleaseNotMadeError, match="0 of 3 users released; 3 denied") as exc:
+        release_streams(input_path=str(later), domain="meters", epsilon="2",
                         out_dir=str(tmp_path), ledger_path=str(ledger_path),
                         policy_path=str(policy_file), release_id="second-pass")
     assert exc.value.exit_code == 3

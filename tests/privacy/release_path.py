@@ -1,9 +1,11 @@
 """Run a release through the task layer a real release uses, and read back the ledger.
 
 The steps are those of `flows.release` without Prefect: validate and stage the
-input (`stage_input_fn`), plan and reserve the ledger requests (`plan_requests`,
-`reserve_fn`), take the admitted users' noise seeds from the ledger's key
-(`Ledger.noise_seeds`, over each user's data fingerprint and the parameters),
+input (`stage_input_fn`), plan and reserve the ledger requests (`plan_requests`;
+for streams the continuation plan `plan_release_fn`; `reserve_fn`), take the
+admitted users' noise seeds from the ledger's key (`Ledger.noise_seeds`, over
+each user's data fingerprint and the parameters; for streams per output
+segment, `seeded_segments`),
 load each chunk as the flow does (`load_curve_chunk` / `load_stream_chunk`),
 privatize it with the release task's own function (`privatize_curve_chunk` /
 `privatize_stream_chunk`, so the same specs, generator construction and output
@@ -31,6 +33,7 @@ from ledger import Ledger
 from ledger.amounts import from_units
 from mechanisms import registry
 from schemas.policy import Domain, Policy, Public
+from tasks.continuation import plan_release_fn, seeded_segments
 from tasks.ledger_ops import plan_requests, reserve_fn, settle_fn
 from tasks.privatize import (
     ChunkResult,
@@ -147,10 +150,14 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
     staging = tmp / "staging"
     plan = stage_input_fn(frame, dom, str(staging), chunk_users=100)
     assert not plan.rejected, plan.rejected
+    cont = None
     if isinstance(spec, CurveSpec):
         requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
-    else:
-        requests = plan_requests(plan, dom.name, "wevent", per_step=spec.epsilon_per_step)
+    else:  # streams plan against their watermarks, as the flow does (tasks/continuation.py)
+        cont = plan_release_fn(str(ledger_path), release_id, dom.name, plan,
+                               spec.epsilon_per_step)
+        assert not cont.rejected, cont.rejected
+        requests = cont.requests
     parameters = {"test": notion}
     ledger = Ledger(ledger_path)
     fingerprint = ledger.input_tag(plan.fingerprint)  # as the flow records it
@@ -158,6 +165,8 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
                                   mechanism=spec.mechanism, parameters=parameters,
                                   input_fingerprint=fingerprint, flow_run_id=None)
     assert not denied, denied
+    if cont is not None:
+        admitted |= cont.unchanged
     every: list[list[ChunkResult]] = []
     for _run_no in range(runs):  # runs > 1: the task retried on the same chunk and seeds
         results: list[ChunkResult] = []
@@ -165,13 +174,15 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
         for chunk in plan.chunks:
             users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
                      if u in admitted]
-            seeds = ledger.noise_seeds(release_id, [u for u, _ in users],
-                                       [fp for _, fp in users], parameters)
             if isinstance(spec, CurveSpec):
+                seeds = ledger.noise_seeds(release_id, [u for u, _ in users],
+                                           [fp for _, fp in users], parameters)
                 results.append(privatize_curve_chunk(
                     load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
-                results.append(privatize_stream_chunk(load_stream_chunk(chunk, seeds), spec))
+                segments = seeded_segments(ledger, release_id, parameters,
+                                           cont.plans[chunk.index], [u for u, _ in users])
+                results.append(privatize_stream_chunk(load_stream_chunk(chunk, segments), spec))
     settle_fn(str(ledger_path), release_id, dom.name, every[-1],
               input_fingerprint=fingerprint, parameters=parameters)
     shutil.rmtree(staging, ignore_errors=True)

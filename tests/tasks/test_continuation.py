@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from fractions import Fraction
 
 import numpy as np
@@ -13,9 +14,8 @@ from tasks.continuation import (
     ReleasedRange,
     Segment,
     plan_stream,
-    read_plans,
+    seeded_segments,
     stream_rng,
-    write_plans,
 )
 
 EPS = Fraction(1, 5)
@@ -131,11 +131,40 @@ def test_missing_days_inside_a_range_are_part_of_its_fingerprint():
         _plan(np.arange(0, 144), np.full(144, 0.3), history)
 
 
-def test_stream_rng_redraws_a_range_and_separates_streams(tmp_path):
+def test_stream_rng_redraws_a_range_and_separates_streams():
     a = stream_rng(12345, "load").random(5)
     np.testing.assert_array_equal(a, stream_rng(12345, "load").random(5))
     assert not np.array_equal(a, stream_rng(12345, "gas").random(5))
     assert not np.array_equal(a, stream_rng(12346, "load").random(5))
-    plans = {"u": {"load": _plan(*_day(0), [], rid="r1")}}
-    write_plans(plans, tmp_path / "p.json")
-    assert read_plans(tmp_path / "p.json") == {"u": {"load": [Segment("r1", 0, 47, True)]}}
+
+
+class _SeedLog:
+    """Records what `seeded_segments` asks the ledger for (seed = a digest of the call)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def noise_seeds(self, release_id, users, fingerprints, parameters):
+        self.calls.append((release_id, tuple(users), tuple(fingerprints), parameters))
+        key = json.dumps([release_id, users, fingerprints, parameters], sort_keys=True)
+        return {users[0]: int(hashlib.sha256(key.encode()).hexdigest(), 16)}
+
+
+def test_seeded_segments_redraw_an_earlier_range_with_its_own_release_seed():
+    s1, v1 = _day(0)
+    s2, v2 = _day(1)
+    earlier = ReleasedRange("r1", 0, 47, 48, fp(s1, v1), EPS, parameters='{"epsilon":"1"}')
+    plan = _plan(np.concatenate([s1, s2]), np.concatenate([v1, v2]), [earlier])
+    log = _SeedLog()
+    segs = seeded_segments(log, "r2", {"epsilon": "1", "reconstruct": "none"},
+                           {"u": {"load": plan}}, ["u"])[("u", "load")]
+    assert log.calls == [
+        # the earlier range: its release, its fingerprint as recorded, its bound parameters
+        ("r1", ("u",), (fp(s1, v1),), {"epsilon": "1"}),
+        # the new range: this release, the new range's fingerprint, this release's parameters
+        ("r2", ("u",), (fp(s2, v2),), {"epsilon": "1", "reconstruct": "none"})]
+    assert [(g.first_step, g.last_step, g.new) for g in segs] == [(0, 47, False), (48, 95, True)]
+    # the day-1 segment's seed is the one release r1 drew its new range with
+    first = seeded_segments(_SeedLog(), "r1", {"epsilon": "1"},
+                            {"u": {"load": _plan(s1, v1, [], rid="r1")}}, ["u"])[("u", "load")]
+    assert first[0].seed == segs[0].seed and segs[1].seed != segs[0].seed

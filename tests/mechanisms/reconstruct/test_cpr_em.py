@@ -109,3 +109,23 @@ def test_em_rejects_reports_of_another_epsilon():
         sw_em(np.array([-b - 0.2, 0.5]), epsilon_per_step=5.0)
     with pytest.raises(MechanismParameterError):
         em_grid(1)
+
+
+def test_reports_snapped_just_beyond_the_support_are_accepted_and_others_refused():
+    from mechanisms.reconstruct import cpr
+    from mechanisms.reconstruct.population import population_mean
+    from mechanisms.streams import release_stream
+
+    b = square_wave_params(1.0)[0]
+    y = release_stream(np.tile([0.2, 0.9], 100), epsilon=5, w=5, rng=np.random.default_rng(0)).y
+    edge = y.copy()
+    edge[3] = 1 + b + 2.0**-25  # half a 2^-24 release grid step above the support
+    assert cpr(edge, epsilon_per_step=1.0).reconstruction.size == y.size
+    sw_em(edge, epsilon_per_step=1.0)
+    population_mean(edge, steps=np.arange(y.size), epsilon_per_step=1.0)
+    edge[3] = 1 + b + 1e-3
+    for call in (lambda: cpr(edge, epsilon_per_step=1.0),
+                 lambda: sw_em(edge, epsilon_per_step=1.0),
+                 lambda: population_mean(edge, steps=np.arange(y.size), epsilon_per_step=1.0)):
+        with pytest.raises(MechanismParameterError):
+            call()

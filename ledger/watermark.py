@@ -1,0 +1,213 @@
+"""Stream watermarks: the released ranges of each (user, domain, stream), in the chain.
+
+An incremental stream release (`tasks.continuation`) charges only the steps
+after a stream's watermark and repeats the earlier ones. What makes that safe
+is recorded here, inside the audited entries themselves:
+
+- a w-event `Request` may carry a `StreamClaim`: the range of steps it
+  releases (first, last, number of steps), the keyed fingerprint of the
+  validated values of those steps, and the watermark the release planned
+  against (None for a stream never released);
+- `reserve` checks, inside its transaction, that the stream's current
+  watermark (over the active ranges of other releases) is the planned one
+  and that the claim matches the request's runs, and raises
+  `StreamContinuityError` otherwise (nothing is written; another release of
+  the stream ran meanwhile: rerun); the claim is written into the reserve
+  entry's ``detail`` JSON and its replay signature, so it is part of the hash
+  chain (`verify` covers it) and a replay with another claim conflicts;
+- `stream_ranges` reads the active ranges back (a reservation closed by an
+  operator releases its range).
+
+The fingerprint is an HMAC-SHA256 with the noise key, so the ledger holds no
+plain digest of a user's values that could be matched against a guess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from ledger.storage import registered
+from mechanisms.cost import StepRun
+from schemas.errors import ParameterError
+
+__all__ = ["StreamClaim", "StreamContinuityError", "StreamRange", "check_claims",
+           "claim_detail", "claim_problem", "load_ranges", "range_fingerprint", "with_claims"]
+
+_FP_CONTEXT = "privpipe stream range v1"
+
+
+class StreamContinuityError(ParameterError):
+    """A claimed stream range does not continue the stream's watermark (exit 2: rerun)."""
+
+
+@dataclass(frozen=True)
+class StreamClaim:
+    """What a w-event request releases of its stream, and the watermark it planned against."""
+
+    first_step: int
+    last_step: int
+    steps: int
+    fingerprint: str
+    watermark: int | None
+
+
+@dataclass(frozen=True)
+class StreamRange:
+    """One active released range of a stream (from a reserve entry of the chain).
+
+    ``parameters`` is the canonical parameter JSON the range's release is bound
+    to (the entry's ``parameters`` column): with the release id, the user and
+    the range's fingerprint it gives the seed that drew the range
+    (`Ledger.noise_seeds`), so a later release redraws it byte for byte.
+    """
+
+    release_id: str
+    first_step: int
+    last_step: int
+    steps: int
+    fingerprint: str
+    epsilon_per_step: Fraction
+    parameters: str = "{}"
+
+
+def range_fingerprint(key: bytes, user_id: str, domain: str, stream_id: str,
+                      steps: np.ndarray, values: np.ndarray) -> str:
+    """HMAC-SHA256 (noise key) of one stream's (step, value) pairs, as hex.
+
+    The values are the validated, normalised float64 values the mechanism
+    sees; any change of a value, of which steps are present, or of the
+    domain's value range changes the fingerprint.
+    """
+    head = json.dumps([_FP_CONTEXT, user_id, domain, stream_id, int(steps.size)]).encode()
+    mac = hmac.new(key, head, hashlib.sha256)
+    mac.update(np.ascontiguousarray(steps, dtype="<i8").tobytes())
+    mac.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+    return mac.hexdigest()
+
+
+def claim_detail(claim: StreamClaim) -> dict[str, Any]:
+    """The claim as it is stored in the reserve entry's detail."""
+    return {"first_step": int(claim.first_step), "last_step": int(claim.last_step),
+            "steps": int(claim.steps), "fingerprint": claim.fingerprint,
+            "watermark_before": None if claim.watermark is None else int(claim.watermark)}
+
+
+def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tuple[str, str]]
+                ) -> dict[tuple[str, str], list[StreamRange]]:
+    """Active released ranges of the (user, stream) `keys` of `domain`, in entry order.
+
+    A range is active unless an operator closed its reservation (a ``close``
+    entry refunds it: those steps were never charged, so never released).
+    """
+    wanted = sorted(set(keys))
+    out: dict[tuple[str, str], list[StreamRange]] = {k: [] for k in wanted}
+    if not wanted:
+        return out
+    table = pa.table({"user_id": pa.array([k[0] for k in wanted], pa.string()),
+                      "stream_id": pa.array([k[1] for k in wanted], pa.string())})
+    with registered(con, "_wm_keys", table):
+        rows = con.execute(
+            "SELECT e.user_id, e.stream_id, e.release_id, e.detail, e.parameters "
+            "FROM entries e "
+            "JOIN _wm_keys k ON k.user_id = e.user_id AND k.stream_id = e.stream_id "
+            "WHERE e.kind = 'reserve' AND e.domain = ? "
+            "AND json_extract(e.detail, '$.stream_range') IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM entries c WHERE c.kind = 'close' "
+            "  AND c.release_id = e.release_id AND c.user_id = e.user_id "
+            "  AND c.step = e.step AND c.stream_id = e.stream_id) "
+            "ORDER BY e.seq", [domain]).fetchall()
+    for user, stream, rid, detail, params in rows:
+        d = json.loads(detail)
+        r = d["stream_range"]
+        eps = {Fraction(run[2]) for run in d["runs"]}
+        out[(user, stream)].append(StreamRange(
+            rid, int(r["first_step"]), int(r["last_step"]), int(r["steps"]), r["fingerprint"],
+            eps.pop() if len(eps) == 1 else Fraction(-1), params or "{}"))
+    return out
+
+
+def _before_own(ranges: list[StreamRange], release_id: str) -> list[StreamRange]:
+    """The ranges recorded before `release_id`'s own (all of them if it has none yet).
+
+    A replay of a release is checked against what the stream held when it was
+    first reserved, not against ranges later releases added after it.
+    """
+    for i, r in enumerate(ranges):
+        if r.release_id == release_id:
+            return ranges[:i]
+    return ranges
+
+
+def claim_problem(claim: StreamClaim, runs: Sequence[StepRun], ranges: list[StreamRange],
+                  release_id: str) -> str | None:
+    """Why `claim` cannot be reserved against the stream's active `ranges`, or None.
+
+    Args:
+        claim: the request's claim.
+        runs: the request's per-step charges (they must lie within the claim).
+        ranges: the stream's active ranges (any release), in entry order.
+        release_id: the reserving release (its own range is a replay, not history).
+    """
+    if claim.last_step < claim.first_step or claim.steps < 1:
+        return "the claimed range is empty"
+    if not runs or min(r.start for r in runs) != claim.first_step or (
+            max(r.stop for r in runs) != claim.last_step + 1):
+        return "the claimed range does not match the request's runs"
+    if sum(r.stop - r.start for r in runs) != claim.steps:
+        return "the claimed number of steps does not match the request's runs"
+    now = max((r.last_step for r in _before_own(ranges, release_id)), default=None)
+    if now != claim.watermark:
+        return (f"the stream's watermark is step {now}, not step {claim.watermark} as the "
+                "release planned (another release of the stream ran meanwhile): rerun it")
+    if now is not None and claim.first_step != now + 1:
+        return (f"the release starts at step {claim.first_step}, not right after the "
+                f"watermark (step {now})")
+    return None
+
+
+def check_claims(con: duckdb.DuckDBPyConnection, release_id: str, users: Sequence[str],
+                 domains: Sequence[str], streams: Sequence[str], runs: Sequence[Any],
+                 claims: Sequence[StreamClaim | None]) -> None:
+    """Check every claimed request of a reserve call against the ledger, in request order.
+
+    Raises:
+        StreamContinuityError: the first claim that does not continue its stream.
+    """
+    idx = [i for i, c in enumerate(claims) if c is not None]
+    by_domain: dict[str, list[int]] = {}
+    for i in idx:
+        by_domain.setdefault(domains[i], []).append(i)
+    ranges: dict[tuple[str, str, str], list[StreamRange]] = {}
+    for dom, items in by_domain.items():
+        for (u, s), rs in load_ranges(con, dom, [(users[i], streams[i]) for i in items]).items():
+            ranges[(dom, u, s)] = rs
+    for i in idx:
+        problem = claim_problem(claims[i], runs[i],  # type: ignore[arg-type]
+                                ranges[(domains[i], users[i], streams[i])], release_id)
+        if problem:
+            raise StreamContinuityError(
+                f"user {users[i]!r}, stream {streams[i]!r} of domain {domains[i]!r}: {problem}")
+
+
+def with_claims(details: list[dict[str, Any]], signatures: list[str],
+                claims: Sequence[StreamClaim | None]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Entry details and replay signatures with each request's claim added (new objects)."""
+    if not any(c is not None for c in claims):
+        return details, signatures
+    new_d, new_s = list(details), list(signatures)
+    for i, c in enumerate(claims):
+        if c is not None:
+            cd = claim_detail(c)
+            new_d[i] = {**details[i], "stream_range": cd}
+            new_s[i] = json.dumps([signatures[i], cd], sort_keys=True)
+    return new_d, new_s
