@@ -45,12 +45,16 @@ def object_codes(values: Sequence[Any],
     Values of different types never share a code (``1`` and ``True`` differ);
     unhashable values get a code of their own. This is a memo: callers compute
     one result per code, which is the result of every value with that code.
-    `key`, if given, maps a value to what is compared instead of the value (it
-    must be equal exactly for equal values, e.g. `cost_key`).
+    `key`, if given, maps a value to what is compared instead of the value: a
+    hashable that is equal exactly for equal values (e.g. `cost_key`).
     """
     ids = list(map(id, values))
     if not ids or ids.count(ids[0]) == len(ids):  # one object for all (a shared amount)
         return np.zeros(len(ids), np.int64)
+    if key is not None:
+        memo: dict[Any, int] = {}  # setdefault's default is the next code
+        return np.fromiter((memo.setdefault((type(v), key(v)), len(memo)) for v in values),
+                           np.int64, len(values))
     by_id: dict[int, int] = {}
     by_value: dict[Any, int] = {}
     codes = np.empty(len(values), np.int64)
@@ -58,7 +62,7 @@ def object_codes(values: Sequence[Any],
         k = by_id.get(id(v))
         if k is None:
             try:
-                k = by_value.setdefault((type(v), v if key is None else key(v)), len(by_id))
+                k = by_value.setdefault((type(v), v), len(by_id))
             except TypeError:
                 k = len(by_id)
             by_id[id(v)] = k
@@ -229,7 +233,7 @@ def cost_key(cost: Cost | WEventCost) -> Any:
     the costs' own Fractions, and a settle hashes one cost per settlement.
     """
     if isinstance(cost, WEventCost):
-        return cost  # never memoised (`price_settlements` prices each on its own)
+        return id(cost)  # never memoised (`price_settlements` prices each on its own)
     return (cost.notion, cost.requested.as_integer_ratio(),
             tuple((i.step, i.notion, i.amount.as_integer_ratio()) for i in cost.items))
 
