@@ -62,8 +62,9 @@ def test_reference_charges_what_theory_says(references, setup):
     assert {k[0]: v for k, v in ref.balances.items() if k[1] == "tracks"} == expected
     assert ref.users == {f"user-{u}" for u in range(6)}
     # streams: 2 per window of w = 4 steps, i.e. 1/2 per sample; any window's sum is 2.
+    # The account is the user's, over all of its streams (wevent_budget per_user: '').
     streams = {k: v for k, v in references["streams"].balances.items() if k[1] == "meters"}
-    assert streams == {(f"meter-{u}", "meters", "s0"): Fraction(2) for u in range(4)}
+    assert streams == {(f"meter-{u}", "meters", ""): Fraction(2) for u in range(4)}
 
 
 @pytest.mark.parametrize(("kind", "point"),
