@@ -132,7 +132,7 @@ def child(mode: str, csv: Path, work: Path, root: Path, runner: str) -> dict:
     env = dict(os.environ)
     proc = subprocess.run([sys.executable, "-c", CHILD.format(root=str(root), runner=runner),
                            mode, str(csv), str(work)], capture_output=True, text=True, env=env,
-                          check=False)
+                          check=False, cwd=root)  # cwd: `python -c` puts it first on sys.path
     if proc.returncode != 0:
         raise SystemExit(f"{mode} failed ({root}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
