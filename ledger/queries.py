@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from ledger import storage, wevent_budget
 from ledger.accounting import Run, max_window
 from ledger.amounts import UNITS_PER_EPSILON, from_units
 from schemas.errors import ParameterError
@@ -97,9 +98,10 @@ def release_charges(con: duckdb.DuckDBPyConnection, release_id: str) -> list[dic
     One row per (user_id, domain, stream_id) the release reserved for: notion,
     ``items`` (curves or streams reserved), ``net`` = reserved - refunded -
     closed (ε, ρ, or for w-event the sum over all steps), and for w-event
-    ``window`` = the release's largest net sum over w consecutive steps (what
-    the user was charged per window). Denied requests charge nothing and are
-    not listed.
+    ``window`` = the release's largest net sum over w consecutive steps of the
+    stream, and in a per-user domain (`ledger.wevent_budget`) ``user_window`` =
+    the same over all of the user's streams (what the user was charged per
+    window; None elsewhere). Denied requests charge nothing and are not listed.
     """
     rows = _dicts(con.execute(
         "SELECT e.user_id, e.domain, e.stream_id, any_value(e.notion) AS notion, "
@@ -118,13 +120,21 @@ def release_charges(con: duckdb.DuckDBPyConnection, release_id: str) -> list[dic
                 "FROM entries e JOIN step_runs s ON s.seq = e.seq WHERE e.release_id = ? "
                 "AND e.kind IN ('reserve', 'refund', 'close')", [release_id]).fetchall():
             runs.setdefault((user, dom, stream), []).append((int(start), int(stop), int(q)))
+    per_user = wevent_budget.per_user_domains(storage.load_domains(con)) if runs else frozenset()
+    user_runs: dict[tuple[str, str], list[Run]] = {}
+    for (user, dom, _), rs in runs.items():
+        if dom in per_user:
+            user_runs.setdefault((user, dom), []).extend(rs)
     for r in rows:
         r["net"] = from_units(int(r.pop("net_quanta")))
         w = r.pop("w")
-        r["window"] = None
+        r["window"] = r["user_window"] = None
         if r["notion"] == "wevent" and w:
             acc = runs.get((r["user_id"], r["domain"], r["stream_id"]), [])
             r["window"] = from_units(max_window(acc, int(w))[0])
+            if r["domain"] in per_user:  # the user's windows cover all of its streams
+                mine = user_runs[(r["user_id"], r["domain"])]
+                r["user_window"] = from_units(max_window(mine, int(w))[0])
     return rows
 
 

@@ -106,8 +106,12 @@ def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[dict[s
         for k in ("net_min", "net_median", "net_max"):
             r[k] = None if r[k] is None else from_units(int(r[k]))
         if r["notion"] == "wevent":
-            windows = sorted(c["window"] for c in ledger.release_charges(r["release_id"])
-                             if c["domain"] == r["domain"])
+            per: dict[str, Any] = {}  # per user: its window over all streams, or its max
+            for c in ledger.release_charges(r["release_id"]):
+                if c["domain"] == r["domain"]:
+                    w = c["user_window"] if c["user_window"] is not None else c["window"]
+                    per[c["user_id"]] = max(per.get(c["user_id"], w), w)
+            windows = sorted(per.values())
             if windows:
                 r["net_min"], r["net_max"] = windows[0], windows[-1]
                 r["net_median"] = windows[(len(windows) - 1) // 2]

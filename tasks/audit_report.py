@@ -151,8 +151,11 @@ def _domain_section(data: AuditData, dom: dict[str, Any], fraction: float,
                     images: dict[str, bytes]) -> list[str]:
     name, unit = dom["domain"], dom["units_label"]
     sym = _SYMBOL[dom["notion"]]
-    per = (f"per window of w = {dom['w']} steps, per user and stream" if dom.get("w")
-           else "per user")
+    per_stream = getattr(dom.get("definition"), "wevent_budget", None) == "per_stream"
+    account = ("one user, one stream" if per_stream else "one user, all of its streams")
+    per = ((f"per window of w = {dom['w']} steps, "
+            + ("per user and stream" if per_stream else "per user over all of its streams"))
+           if dom.get("w") else "per user")
     lines = [f"## Domain `{name}`", "",
              f"{dom['kind']}, notion `{dom['notion']}`, cap "
              f"{'ρ' if dom['notion'] == 'cgp' else 'ε'} = {_f(dom['cap'])} {per} "
@@ -170,7 +173,7 @@ def _domain_section(data: AuditData, dom: dict[str, Any], fraction: float,
             charge_median=[float(v) for v in s.charge_median], cap=[float(v) for v in s.cap]),
             sym, f"Budget spent over time: {name}")
         lines += ["### Budget spent over time", "",
-                  f"Per account (one user{', one stream' if dom['notion'] == 'wevent' else ''})"
+                  f"Per account ({account if dom['notion'] == 'wevent' else 'one user'})"
                   f", never summed across users: top, the balances after each release; bottom, "
                   f"what each release charged a user ({sym}).", "",
                   f"![budget over time {name}](plots/spend_{name}.png)", "",

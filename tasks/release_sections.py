@@ -158,14 +158,22 @@ def charges(ctx: ReleaseContext) -> list[str]:
     if not ctx.charges:
         return []
     wevent = ctx.notion == "wevent"
+    over_streams = wevent and any(r.get("user_window") is not None for r in ctx.charges)
     per_user: dict[str, Fraction] = {}
     for r in ctx.charges:
         before = per_user.get(r["user_id"], Fraction(0))
-        # w-event accounts are per stream: a user's charge is its most charged stream's.
-        per_user[r["user_id"]] = max(before, r["window"]) if wevent else before + r["net"]
+        if over_streams:  # per-user budget: the user's windows sum all of its streams
+            per_user[r["user_id"]] = r["user_window"]
+        elif wevent:  # per-stream budget: a user's charge is its most charged stream's
+            per_user[r["user_id"]] = max(before, r["window"])
+        else:
+            per_user[r["user_id"]] = before + r["net"]
     values = sorted(per_user.values())
-    what = ("largest charge over any window of w steps, per user (the most of any of its "
-            "streams)" if wevent else "net charge per user (all its curves, after refunds)")
+    what = ("net charge per user (all its curves, after refunds)" if not wevent else
+            "largest charge over any window of w steps, per user, summed over all of its "
+            "streams" if over_streams else
+            "largest charge over any window of w steps, per user (the most of any of its "
+            "streams; each stream has its own budget)")
     unit = ctx.manifest["units"]
     lines = ["## What each user was charged by this release", "",
              f"From the ledger: {what}, in {_symbol(ctx.notion)} ({cell(unit)}).", "",

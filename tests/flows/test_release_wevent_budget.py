@@ -10,6 +10,7 @@ report say k·ε.
 from __future__ import annotations
 
 import textwrap
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,14 @@ def test_a_users_streams_share_the_per_user_windows(three_streams_csv, tmp_path)
     rows = {(b["user_id"], b["stream_id"]): b["spent"] for b in led.balances("meters")}
     assert rows == {("meter-1", ""): 2, ("meter-3", ""): 2}
     assert led.verify().ok
+    # what the release charged meter-3 per window: 2/3 on each stream, 2 over all three
+    charges = [c for c in led.release_charges("third") if c["user_id"] == "meter-3"]
+    assert {c["window"] for c in charges} == {Fraction(2, 3)}
+    assert {c["user_window"] for c in charges} == {Fraction(2)}
+    report = (Path(third["out"]) / "report.md").read_text()
+    charged = report.split("## What each user was charged by this release", 1)[1]
+    assert "summed over all of its streams" in charged.split("##", 1)[0]
+    assert "| 1 | 2 | 2 | 2 |" in charged.split("##", 1)[0]  # users charged, min, median, max
 
 
 def test_a_per_stream_domain_admits_k_eps_and_says_so(three_streams_csv, tmp_path):
