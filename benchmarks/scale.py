@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -249,7 +250,14 @@ def main() -> None:
             for users in sorted(args.users):
                 src = base / f"{kind}-{users}.parquet"
                 t0 = time.perf_counter()
-                write_input(src, kind, users)
+                # in a process of its own: a forked child's peak RSS would start from
+                # this process's, which generating 10^5 inputs grows past a GB
+                gen_proc = mp.get_context("spawn").Process(target=write_input,
+                                                           args=(src, kind, users))
+                gen_proc.start()
+                gen_proc.join()
+                if gen_proc.exitcode != 0:
+                    raise SystemExit(f"generating the {kind} input failed")
                 gen = time.perf_counter() - t0
                 work = base / f"run-{kind}-{users}"
                 work.mkdir()
