@@ -133,6 +133,25 @@ def test_settle_refunds_the_unused_part_and_is_idempotent(led, ledger_path):
     assert led.verify().ok
 
 
+def test_one_settle_of_many_users_charges_each_its_own_cost(led):
+    """Settle prices each distinct cost once (a memo): equal costs share, others never.
+
+    Six users, one call: the costs differ only in their sub-step amounts (same
+    requested ε, same steps), or are equal objects apart, or the very same object.
+    A memo keyed on less than the whole cost would charge one user another's spend.
+    """
+    users = [f"u{i}" for i in range(6)]
+    led.reserve("r", [Request(u, "ais", amount="0.5") for u in users], mechanism="m",
+                parameters={})
+    shared = _gp("0.5", "0.25", "0.25")
+    costs = [_gp("0.5", "0.125", "0.125"), _gp("0.5", "0.25", "0.125"), shared, shared,
+             _gp("0.5", "0.125", "0.125"), _gp("0.5", "0", "0.0625")]
+    led.settle("r", [Settlement(u, "ais", "release", c) for u, c in zip(users, costs)])
+    spent = {b["user_id"]: b["spent"] for b in led.balances("ais")}
+    assert spent == {u: c.total for u, c in zip(users, costs)}
+    assert led.verify().ok
+
+
 def test_settle_more_than_reserved_is_a_bug(led):
     led.reserve("r", [Request("u", "ais", amount=0.25)], mechanism="m", parameters={})
     with pytest.raises(LedgerInternalError, match="this is a bug"):
