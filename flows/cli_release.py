@@ -307,23 +307,45 @@ def demo_cmd(
     _prepare(verbose)
     from flows.demo import run_demo
 
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=console)
-    with progress:
-        current: dict[str, Any] = {}
+    if console.is_terminal:
+        progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                            TimeElapsedColumn(), console=console)
+        with progress:
+            current: dict[str, Any] = {}
 
-        def on_step(label: str) -> None:
+            def on_step(label: str) -> None:
+                if "id" in current:
+                    progress.update(current["id"], completed=1, total=1)
+                current["id"] = progress.add_task(label, total=None)
+
+            rows = run_demo(out, ledger_path, task_runner=task_runner, on_step=on_step)
             if "id" in current:
                 progress.update(current["id"], completed=1, total=1)
-            current["id"] = progress.add_task(label, total=None)
-
-        rows = run_demo(out, ledger_path, task_runner=task_runner, on_step=on_step)
-        if "id" in current:
-            progress.update(current["id"], completed=1, total=1)
+    else:  # a log or a scheduler: one plain line per step, with its time
+        lines = _StepLines()
+        rows = run_demo(out, ledger_path, task_runner=task_runner, on_step=lines)
+        lines(None)  # the last step's line
     print_rows(rows, fmt, title=f"privpipe demo (ledger: {ledger_path})",
                columns=["step", "release_id", "released", "denied", "rejected", "report"])
     console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
                   "it reproduces the same outputs and charges nothing more.", highlight=False)
+
+
+class _StepLines:
+    """Print each demo step as a plain line when it ends: ``label: N s`` (None: the end)."""
+
+    def __init__(self) -> None:
+        self.label: str | None = None
+        self.start = 0.0
+
+    def __call__(self, label: str | None) -> None:
+        import time
+
+        now = time.perf_counter()
+        if self.label is not None:
+            console.print(f"{self.label}: {now - self.start:.0f} s", highlight=False,
+                          markup=False, soft_wrap=True)
+        self.label, self.start = label, now
 
 
 @handle_errors
