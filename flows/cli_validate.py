@@ -83,8 +83,8 @@ def fingerprint_row(content: str, tag: str | None) -> dict[str, Any]:
     """The fingerprint line: the ledger's keyed tag, or the local content hash."""
     if tag is not None:
         return {"field": "fingerprint (keyed by the ledger)", "value": tag}
-    return {"field": "content sha256 (local only; releases record the ledger's keyed "
-                     "fingerprint: pass --ledger to see it)", "value": content}
+    return {"field": "content sha256 (local; a release records the keyed one: --ledger)",
+            "value": content}
 
 
 def _input_tag(ledger: Path | None, content: str) -> str | None:
