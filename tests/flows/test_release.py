@@ -230,3 +230,32 @@ def test_released_floats_lie_on_the_snapping_grid(curves_csv, streams_csv, polic
     y = pq.read_table(Path(res["out"]) / "samples.parquet").column("y").to_numpy()
     k = (y - 0.5) / 2.0**-24
     assert np.all(k == np.rint(k))
+
+
+def test_settle_batches_grow_with_what_is_settled(curves_csv, policy_file, ledger_path,
+                                                  tmp_path, monkeypatch):
+    """A release settles in batches that grow (few ledger transactions) up to a cap.
+
+    One user per chunk (1, 2, 1, 2, 1, 2 curves): with a first batch of 1 and a
+    cap of 3 the settle transactions take 1, 2, 3 and 3 settlements, where a fixed
+    batch would take six transactions; every settlement still lands.
+    """
+    import flows.release as rel
+
+    batches: list[int] = []
+    real = rel.settle_chunk
+
+    def counting(ledger, rid, domain, results, **kw):
+        batches.append(sum(len(r.costs) for r in results.unquote()))  # prefect's quote
+        return real(ledger, rid, domain, results, **kw)
+
+    monkeypatch.setattr(rel, "settle_chunk", counting)
+    monkeypatch.setattr(rel, "SETTLE_BATCH", 1)
+    monkeypatch.setattr(rel, "MAX_SETTLE_BATCH", 3)
+    release_curves(input_path=str(curves_csv), domain="tracks", epsilon="0.5",
+                   out_dir=str(tmp_path / "out"), ledger_path=str(ledger_path),
+                   policy_path=str(policy_file), chunk_users=1)
+    assert batches == [1, 2, 3, 3]
+    bal = {r["user_id"]: float(r["spent"]) for r in Ledger(ledger_path).balances("tracks")}
+    assert bal == {f"user-{u}": 0.5 * (1 + u % 2) for u in range(6)}
+    assert Ledger(ledger_path).verify().ok

@@ -146,9 +146,9 @@ def test_one_settle_of_many_users_charges_each_its_own_cost(led):
     shared = _gp("0.5", "0.25", "0.25")
     costs = [_gp("0.5", "0.125", "0.125"), _gp("0.5", "0.25", "0.125"), shared, shared,
              _gp("0.5", "0.125", "0.125"), _gp("0.5", "0", "0.0625")]
-    led.settle("r", [Settlement(u, "ais", "release", c) for u, c in zip(users, costs)])
+    led.settle("r", [Settlement(u, "ais", "release", c) for u, c in zip(users, costs, strict=True)])
     spent = {b["user_id"]: b["spent"] for b in led.balances("ais")}
-    assert spent == {u: c.total for u, c in zip(users, costs)}
+    assert spent == {u: c.total for u, c in zip(users, costs, strict=True)}
     assert led.verify().ok
 
 
