@@ -176,9 +176,11 @@ def write_input(path: Path, kind: str, users: int, *, points: int = 500,
 def run(kind: str, src: Path, work: Path, runner: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), kind, str(src), str(work),
                            runner], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"{kind} release failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{kind} release failed (exit {proc.returncode}):\n"
+                         f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1])  # the child's result: its last JSON line
 
 
 def _stage(res: dict, *names: str) -> float:
