@@ -64,8 +64,8 @@ def write_input(path: Path, users: int, steps: int, seed: int = 7) -> int:
 def run_release(work: Path, input_path: Path, mode: str) -> dict[str, float]:
     """One release in a child process: wall, CPU and peak RSS of that child."""
     ledger = work / f"ledger-{mode}.duckdb"
-    for p in (ledger, Path(str(ledger) + ".key"), Path(str(ledger) + ".wal")):
-        p.unlink(missing_ok=True)
+    for suffix in ("", ".key", ".wal", ".pub", ".sign"):  # the ledger and its key files
+        Path(str(ledger) + suffix).unlink(missing_ok=True)
     env = {**os.environ, "PRIVPIPE_HOME": str(work / f"home-{mode}")}
     subprocess.run([str(PRIVPIPE), "ledger", "init", "--policy", str(POLICY_FILE),
                     "--ledger", str(ledger)], check=True, env=env, capture_output=True)
