@@ -9,6 +9,7 @@ identical files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -127,10 +128,8 @@ class ParquetAppender:
     def close(self) -> None:
         """Abandon every unfinished output (their temporary files are deleted)."""
         for writer, new in self._writers.values():
-            try:
+            with contextlib.suppress(OSError):  # e.g. a full disk: the file is deleted next
                 writer.close()
-            except OSError:
-                pass  # e.g. a full disk: the file is deleted just below
             new.abort()
         self._writers.clear()
 

@@ -21,6 +21,7 @@ size when known, the space left, and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -187,10 +188,8 @@ class NewFile:
         if self._done:
             return
         self._done = True
-        try:
+        with contextlib.suppress(OSError):  # e.g. the flush of a full disk; deleted next
             self.file.close()
-        except OSError:
-            pass  # e.g. the flush of a full disk; the file is deleted below
         self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> BinaryIO:
