@@ -2,11 +2,16 @@
 
 One pass over the input, in bounded memory:
 
-1. DuckDB opens the source (`ingest.source`), casts each column to what the
-   domain needs (numbers; ISO 8601 date/times become microseconds since the
-   epoch, UTC unless the text carries an offset) and sorts by
-   (user_id, curve_id or stream_id, file row), spilling to disk if needed.
-2. Arrow record batches are cut at user boundaries, so a user is never split
+1. DuckDB opens the source (`ingest.source`) and casts each column to what
+   the domain needs (numbers; ISO 8601 date/times become microseconds since
+   the epoch, UTC unless the text carries an offset) in one scan in record
+   order, whose rows are written to a private Arrow file (`_spill`) while the
+   reader checks whether they already come in (user_id, curve_id or
+   stream_id) order.
+2. The rows are read back in (user_id, curve_id or stream_id, file row) order:
+   as written when the input was in that order already (one parse of the
+   file, no sort), else sorted by DuckDB, spilling to disk if needed. Arrow
+   record batches are cut at user boundaries, so a user is never split
    between two batches (a batch holds whole users; a user larger than
    `batch_rows` makes one larger batch).
 3. Each batch is converted to the domain's units (time from each curve's start,
@@ -148,9 +153,7 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None) -> _Pl
             "date/times; declare a duration time_unit and step in the domain"))
     if problems:
         raise ValidationError(problems)
-    n = src.count()
-    if n == 0:
-        raise ValidationError(_file_problem(label, None, "not empty", "the input has no data rows"))
+    # (an empty input is refused by `_spill`, which counts the rows as it reads them)
     # Text columns: one bad cell is one bad row, but a column with no number at all
     # is a wrong dtype for the whole column (a file-level problem).
     q = quote_ident
@@ -187,7 +190,8 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None) -> _Pl
 def _select_sql(src: OpenedSource, key: str, t: str, inputs: tuple[str, ...]) -> str:
     q = quote_ident
     types = src.columns
-    cols = ["_row", f"CAST({q('user_id')} AS VARCHAR) AS _user",
+    # a source without row numbers (CSV) is numbered as it streams (`_spill`)
+    cols = (["_row"] if src.numbered else []) + [f"CAST({q('user_id')} AS VARCHAR) AS _user",
             f"CAST({q(key)} AS VARCHAR) AS _key"]
     tty = types[t]
     tq = q(t)
@@ -214,8 +218,7 @@ def _select_sql(src: OpenedSource, key: str, t: str, inputs: tuple[str, ...]) ->
                      f"THEN {cq} END AS _raw{i}"]
         else:
             cols += [f"CAST({cq} AS DOUBLE) AS _v{i}", f"CAST(NULL AS VARCHAR) AS _raw{i}"]
-    return (f"SELECT {', '.join(cols)} FROM {src.relation} "  # noqa: S608
-            "ORDER BY _user ASC NULLS LAST, _key ASC NULLS LAST, _row ASC")
+    return f"SELECT {', '.join(cols)} FROM {src.relation}"  # noqa: S608
 
 
 _SCHEMAS: dict[tuple, object] = {}
@@ -253,9 +256,116 @@ def _last_user_start(users: pa.Array | pa.ChunkedArray) -> int:
     return int(diff[-1]) + 1 if diff.size else 0
 
 
+def _in_order(users: pa.Array, keys: pa.Array, last: tuple[str, str] | None) -> bool:
+    """Whether rows already come in (user, key) order, after the previous batch's `last`.
+
+    Rows of equal (user, key) keep their file order, which is what the sort
+    would give them; a null id (sorted last, and rejected) counts as out of order.
+    """
+    n = len(users)
+    if users.null_count or keys.null_count:
+        return False
+    if last is not None and (last[0], last[1]) > (users[0].as_py(), keys[0].as_py()):
+        return False
+    if n < 2:
+        return True
+    u0, u1 = users.slice(0, n - 1), users.slice(1)
+    k0, k1 = keys.slice(0, n - 1), keys.slice(1)
+    ok = pc.or_(pc.less(u0, u1), pc.and_(pc.equal(u0, u1), pc.less_equal(k0, k1)))
+    return bool(pc.all(ok).as_py())
+
+
+def _spill(src: OpenedSource, plan: _Plan, batch_rows: int, path: Path) -> bool:
+    """Scan the source once, in record order, into the Arrow file `path`.
+
+    Numbers the rows of a source that has no ``_row`` (CSV) in scan order, and
+    returns whether the rows came in (user, key) order. Raises the file-level
+    `ValidationError` of an empty input or of a CSV that cannot be parsed.
+    """
+    in_order, last, rows = True, None, 0
+    writer = None
+    try:
+        for batch in _scanned(src, plan, batch_rows):
+            if batch.num_rows == 0:
+                continue
+            if not src.numbered:
+                numbers = pa.array(np.arange(rows + 1, rows + 1 + batch.num_rows, dtype=np.int64))
+                batch = pa.RecordBatch.from_arrays([numbers, *batch.columns],
+                                                   names=["_row", *batch.schema.names])
+            if writer is None:
+                writer = pa.ipc.new_file(str(path), batch.schema)
+            writer.write_batch(batch)
+            users, keys = batch.column("_user"), batch.column("_key")
+            if in_order:
+                in_order = _in_order(users, keys, last)
+                last = (users[-1].as_py(), keys[-1].as_py())
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if rows == 0:
+        raise ValidationError(_file_problem(src.label, None, "not empty",
+                                            "the input has no data rows"))
+    return in_order
+
+
+def _scanned(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The converted rows in scan order; a CSV record DuckDB cannot parse is a file problem.
+
+    DuckDB reports a malformed record when the scan reaches it, as a DuckDB
+    error or, through the Arrow stream, as an OSError; only errors of reading
+    the source are translated (not those of writing the reader's own file).
+    """
+    import duckdb
+
+    from ingest.source import csv_error
+
+    reader = src.con.sql(plan.sql).to_arrow_reader(batch_rows)
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except (duckdb.Error, OSError) as err:
+            if src.numbered:
+                raise
+            raise csv_error(src.label, err) from None
+        yield batch
+
+
+def _ordered_batches(src: OpenedSource, plan: _Plan, batch_rows: int
+                     ) -> Iterator[pa.RecordBatch]:
+    """The source's converted rows in (user, key, file row) order (see the module doc)."""
+    if src.scratch is None:
+        raise RuntimeError("internal error (a bug): the source has no scratch directory")
+    path = src.scratch / "rows.arrow"
+    try:
+        if _spill(src, plan, batch_rows, path):
+            with pa.OSFile(str(path)) as fh:  # read, not mapped: memory stays one batch
+                spilled = pa.ipc.open_file(fh)
+                for i in range(spilled.num_record_batches):
+                    yield spilled.get_batch(i)
+            return
+        yield from _sorted_rows(src, path, batch_rows)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _sorted_rows(src: OpenedSource, path: Path, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The rows of the reader's Arrow file sorted by DuckDB (spilling beyond its memory limit)."""
+    import pyarrow.dataset as ds
+
+    src.con.register("_rows", ds.dataset(str(path), format="ipc"))
+    try:
+        yield from src.con.sql("SELECT * FROM _rows ORDER BY _user ASC NULLS LAST, "
+                               "_key ASC NULLS LAST, _row ASC").to_arrow_reader(batch_rows)
+    finally:
+        src.con.unregister("_rows")
+
+
 def _blocks(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Table]:
     """Yield Arrow tables that each hold whole users, in sorted order."""
-    reader = src.con.sql(plan.sql).to_arrow_reader(batch_rows)
+    reader = _ordered_batches(src, plan, batch_rows)
     pending: list[pa.RecordBatch] = []
     pending_user: object = None
     for batch in reader:

@@ -5,18 +5,19 @@ Each source becomes a SQL relation with the input's columns plus ``_row``, the
 name its row after DuckDB has sorted the data:
 
 - CSV (any other suffix, optionally gzip-compressed): read as text
-  (``all_varchar``) into a TEMP table of a private DuckDB connection (spilled
-  to its temporary directory beyond the memory limit), whose insertion order
-  is the file's record order; ``_row = rowid + 1``. Reading
-  everything as text means one bad cell makes one bad row, not a bad column.
-  A quoted field spanning several lines counts as one row.
+  (``all_varchar``), streamed in the file's record order (DuckDB preserves
+  insertion order); the relation has no ``_row`` (`OpenedSource.numbered` is
+  False) and the reader numbers the rows as they stream (`ingest.pipeline`).
+  Reading everything as text means one bad cell makes one bad row, not a bad
+  column. A quoted field spanning several lines counts as one row.
 - Parquet (``.parquet``, ``.pq``): ``file_row_number + 1``.
 - DuckDB (``.duckdb``, ``.ddb``, ``.db`` with ``table=``): attached read-only;
   ``_row = rowid + 1`` (the table's storage order).
 - pandas DataFrame: its position + 1.
 
 DuckDB runs with a memory limit and spills sorts to the temporary directory,
-so files larger than memory can be validated.
+so files larger than memory can be validated; the same private directory
+(`OpenedSource.scratch`) holds the reader's converted copy of the rows.
 """
 
 from __future__ import annotations
@@ -68,15 +69,22 @@ class OpenedSource:
 
     Attributes:
         con: the connection (memory-limited; spills to a temporary directory).
-        relation: SQL text of a relation with the input's columns and ``_row``.
+        relation: SQL text of a relation with the input's columns (and ``_row``
+            when `numbered`), whose scan order is the input's record order.
         columns: the input's columns and their DuckDB types, in file order.
         label: the input's name used in problems (path, or ``path::table``).
+        scratch: a private directory (removed with the connection) for the
+            reader's own files.
+        numbered: whether the relation has ``_row`` (False for CSV: the rows
+            are numbered in scan order by the reader).
     """
 
     con: duckdb.DuckDBPyConnection
     relation: str
     columns: dict[str, str]
     label: str
+    scratch: Path | None = None
+    numbered: bool = True
 
     def count(self) -> int:
         """Number of data rows."""
@@ -129,16 +137,19 @@ def open_source(
         con.execute("SET TimeZone = 'UTC'")
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
-        relation = _attach(con, source, table, label)
+        relation, numbered = _attach(con, source, table, label)
         try:
             desc = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()  # noqa: S608
         except duckdb.Error as err:
             raise _file_error(label, "readable",
                               f"cannot read the input: {_first_line(err)}") from None
-        if sum(1 for r in desc if r[0] == "_row") > 1:
+        if sum(1 for r in desc if r[0] == "_row") > (1 if numbered else 0):
             raise _file_error(label, "reserved column", "the column name _row is reserved", "_row")
         columns = {str(r[0]): str(r[1]) for r in desc if r[0] != "_row"}
-        yield OpenedSource(con=con, relation=relation, columns=columns, label=label)
+        scratch = tmp / "scratch"
+        scratch.mkdir(mode=0o700)
+        yield OpenedSource(con=con, relation=relation, columns=columns, label=label,
+                           scratch=scratch, numbered=numbered)
     finally:
         con.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -149,7 +160,9 @@ def _first_line(err: BaseException) -> str:
     return text[0][:200] if text else type(err).__name__
 
 
-def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, label: str) -> str:
+def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None,
+            label: str) -> tuple[str, bool]:
+    """The source's relation, and whether it numbers its rows (``_row``)."""
     if isinstance(source, pd.DataFrame):
         if table is not None:
             raise _file_error(label, "table", "table= only applies to DuckDB files")
@@ -158,7 +171,7 @@ def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, l
         df = source.copy(deep=False)
         df.insert(0, "_row", range(1, len(df) + 1))
         con.register("src_df", df)
-        return "src_df"
+        return "src_df", True
     path = Path(str(source))
     if not path.exists():
         raise _file_error(label, "exists", "no such file")
@@ -181,7 +194,8 @@ def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, l
             known = ", ".join(sorted(tables)) or "(none)"
             raise _file_error(label, "table", f"no table of that name; the file has: {known}")
         # the table name is quoted as an identifier: any text is safe
-        return f"(SELECT rowid + 1 AS _row, * FROM srcdb.main.{quote_ident(table)})"  # noqa: S608
+        return (f"(SELECT rowid + 1 AS _row, * FROM srcdb.main.{quote_ident(table)})",  # noqa: S608
+                True)
     if table is not None:
         raise _file_error(label, "table", "table= only applies to DuckDB files")
     if name.endswith(PARQUET_SUFFIXES):
@@ -192,15 +206,16 @@ def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None, l
         except duckdb.Error as err:
             raise _file_error(label, "readable",
                               f"not a readable Parquet file: {_first_line(err)}") from None
-        return rel
-    try:
-        # A TEMP table: kept by DuckDB's buffer manager (spilled to the temporary
-        # directory beyond the memory limit), never compressed and checkpointed into
-        # the database file, which costs several times the parse itself.
-        con.execute(
-            "CREATE TEMP TABLE src_csv AS SELECT * FROM read_csv(?, all_varchar = true, "
-            "header = true, auto_detect = true)", [str(path)])
-    except duckdb.Error as err:
-        raise _file_error(label, "readable",
-                          f"not a readable CSV file: {_first_line(err)}") from None
-    return "(SELECT rowid + 1 AS _row, * FROM src_csv)"
+        return rel, True
+    # Streamed, not copied into a table first: the reader scans the file once, in
+    # record order (a TEMP table cost more than the parse itself), and numbers the
+    # rows as they come. A malformed record surfaces when the scan reaches it
+    # (`csv_error`).
+    csv = quote_literal(str(path))  # a quoted literal: any path is safe
+    return (f"(SELECT * FROM read_csv({csv}, all_varchar = true, "  # noqa: S608
+            "header = true, auto_detect = true))", False)
+
+
+def csv_error(label: str, err: BaseException) -> ValidationError:
+    """The file-level problem of a CSV that DuckDB cannot parse (met while scanning it)."""
+    return _file_error(label, "readable", f"not a readable CSV file: {_first_line(err)}")
