@@ -263,8 +263,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
 
         # Each chunk travels to its task as arrays (the admitted users' samples and
         # seeds), never as a path: workers need no access to this machine's files.
-        # Quoted: the task engine hands it over as it is, without walking every user
-        # id and seed in search of futures (a chunk holds none).
         for chunk in plan.chunks:
             users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
                      if u in admitted]
@@ -274,15 +272,14 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 seeds = ledger.noise_seeds(rid, [u for u, _ in users], [fp for _, fp in users],
                                            parameters)
                 pending.append(privatize_curves.submit(
-                    quote(load_curve_chunk(chunk, dom.value_columns, seeds)), dom.value_columns,
-                    spec))
+                    load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
                 from tasks.continuation import seeded_segments
 
                 segments = seeded_segments(ledger, rid, parameters, cont.plans[chunk.index],
                                            [u for u, _ in users])
-                pending.append(privatize_streams.submit(
-                    quote(load_stream_chunk(chunk, segments)), spec))
+                pending.append(privatize_streams.submit(load_stream_chunk(chunk, segments),
+                                                        spec))
             if len(pending) >= in_flight:
                 settle_oldest()
         try:
