@@ -41,7 +41,7 @@ from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
-from tasks.stage import CurveChunk, StreamChunk, contiguous_ranges
+from tasks.stage import CurveChunk, StreamChunk, TaskPayload, contiguous_ranges
 from tasks.staging import repeat_ids
 
 CURVE_MECHANISMS = registry.names("curves")
@@ -179,21 +179,23 @@ class MechanismRunError(PrivpipeError):
         self.item_id = item_id
 
 
-@dataclass
-class ChunkResult:
+class ChunkResult(TaskPayload):
     """What a mechanism task hands back to the flow: private outputs and costs, no raw data.
 
     `tables` holds the chunk's output tables (curves: ``values``, ``segments``,
     ``curves``; streams: ``samples``), which the flow appends to the release's
-    files; `diagnostics` holds per-output public diagnostics (lists by name).
+    files; `costs` one (user_id, step, cost, stream_id) per charged item;
+    `diagnostics` per-output public diagnostics (lists by name); `rms_bounds`
+    each error bound / sqrt(duration). A plain object (`tasks.stage.TaskPayload`).
     """
 
+    __slots__ = ("index", "tables", "costs", "error_bounds", "diagnostics", "rms_bounds")
     index: int
     tables: dict[str, pa.Table]
-    costs: list[tuple[str, str, Cost | WEventCost, str]]  # (user_id, step, cost, stream_id)
+    costs: list[tuple[str, str, Cost | WEventCost, str]]
     error_bounds: list[float]
     diagnostics: dict[str, list[Any]]
-    rms_bounds: list[float] = field(default_factory=list)  # bound / sqrt(duration)
+    rms_bounds: list[float]
 
 
 def _run_curves(batch: CurveBatch, rngs: list[np.random.Generator], spec: CurveSpec,
@@ -466,7 +468,7 @@ def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
         "step": pa.array(np.asarray(chunk.steps, dtype=np.int64)),
         "y": pa.array(np.concatenate(ys) if ys else np.empty(0)),
     })
-    return ChunkResult(chunk.index, {"samples": table}, costs, bounds, {})
+    return ChunkResult(chunk.index, {"samples": table}, costs, bounds, {}, [])
 
 
 # No cache policy: a chunk's inputs are raw data and seeds; Prefect must not hash or
