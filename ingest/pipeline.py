@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pandera.errors as pa_errors
@@ -41,6 +42,7 @@ from ingest.fingerprint import input_fingerprint, user_fingerprint
 from ingest.projection import project
 from ingest.source import (
     OpenedSource,
+    csv_error,
     is_numeric_type,
     is_temporal_type,
     open_source,
@@ -131,7 +133,9 @@ def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None) -> _Pl
                           f"{', '.join(required)}; the input has {found}")
             for c in missing])
     problems: list[Problem] = []
-    types = src.columns
+    # A column with no value at all (a DataFrame column of None: DuckDB type NULL)
+    # is no wrong type: each of its cells is missing, a row problem ("required").
+    types = {c: ("VARCHAR" if ty in ('"NULL"', "NULL") else ty) for c, ty in src.columns.items()}
     for c in ("user_id", key):
         ty = types[c]
         if not (ty == "VARCHAR" or is_numeric_type(ty)):
@@ -319,10 +323,6 @@ def _scanned(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Rec
     error or, through the Arrow stream, as an OSError; only errors of reading
     the source are translated (not those of writing the reader's own file).
     """
-    import duckdb
-
-    from ingest.source import csv_error
-
     reader = src.con.sql(plan.sql).to_arrow_reader(batch_rows)
     while True:
         try:

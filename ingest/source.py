@@ -86,10 +86,6 @@ class OpenedSource:
     scratch: Path | None = None
     numbered: bool = True
 
-    def count(self) -> int:
-        """Number of data rows."""
-        return int(self.con.execute(f"SELECT count(*) FROM {self.relation}").fetchall()[0][0])  # noqa: S608
-
 
 def _file_error(label: str, rule: str, message: str, column: str | None = None) -> ValidationError:
     return ValidationError(Problem(label, None, column, rule, message))

@@ -97,3 +97,16 @@ def test_multiline_quoted_field_counts_as_one_row(tmp_path, frame):
     assert list(rep.user_fingerprints) == ["multi\nline"]
     (rej,) = rep.rejected
     assert isinstance(rej, Rejection) and rej.problems[0].row == 4
+
+
+@pytest.mark.parametrize("column", ["user_id", "t", "value"])
+def test_a_frame_column_of_only_none_is_a_row_problem_not_a_dtype(column):
+    # pandas gives such a column no type (DuckDB: NULL); each cell is a missing value
+    frame = pd.DataFrame({"user_id": ["a", "a", "b", "b"], "curve_id": ["c"] * 4,
+                          "t": [0.0, 1.0, 2.0, 3.0], "value": [1.0, 2.0, 3.0, 4.0]})
+    frame[column] = None
+    report = scan(frame, make_domain())
+    found = [(p.row, p.column, p.rule) for r in report.rejected for p in r.problems]
+    found += [(p.row, p.column, p.rule) for p in report.file_problems]
+    assert report.users == 0
+    assert sorted(found) == [(row, column, "required") for row in (1, 2, 3, 4)]
