@@ -38,7 +38,7 @@ from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain
-from tasks.ledger_ops import plan_requests, reserve_budget, settle_chunk
+from tasks.ledger_ops import by_user, plan_requests, reserve_budget, settle_chunk
 from tasks.outputs import ParquetAppender
 from tasks.privatize import (
     ChunkResult,
@@ -60,6 +60,8 @@ SETTLE_BATCH = 2000
 """The settlements of a release's first ledger transaction (see `_release`)."""
 MAX_SETTLE_BATCH = 50_000
 """The most settlements one ledger transaction of a release takes (see `_release`)."""
+RESERVE_BATCH = 50_000
+"""The most users one reserve transaction of a release takes (see `_reserve`)."""
 
 
 def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters: dict[str, Any],
@@ -138,6 +140,42 @@ def _continuation(ledger_path: str, rid: str, domain: str, plan: StagePlan,
     return cont
 
 
+def _reserve(ledger_path: str, rid: str, plan: StagePlan, dom: Domain,
+             spec: CurveSpec | StreamSpec, cont: Any, *, parameters: dict[str, Any],
+             fingerprint: str) -> tuple[set[str], list[dict[str, Any]]]:
+    """Reserve the release's requests, RESERVE_BATCH users per ledger transaction.
+
+    Each user's requests are decided together, in one transaction, so a user is
+    admitted or denied whole (`Ledger.reserve`); users are independent (each
+    has its own accounts), so batches of users decide exactly what one
+    transaction would. Batches bound the memory of a reserve (its requests,
+    decisions and DuckDB work grow with the batch, not with the release), and
+    curve requests are built one batch at a time. Every batch runs before any
+    chunk is submitted: no noise is drawn until the whole release is reserved.
+    A crash between batches leaves the earlier batches reserved (recorded, not
+    spent twice): the rerun answers them from their entries and reserves the
+    rest. Returns the admitted users and the denials, sorted by user.
+    """
+    if cont is None:
+        users = sorted(plan.steps)
+        batches: Any = (plan_requests(plan, dom.name, spec.notion, amount=spec.amount,
+                                      users=users[i:i + RESERVE_BATCH])
+                        for i in range(0, max(len(users), 1), RESERVE_BATCH))
+    else:  # streams: only the steps after each stream's watermark (tasks/continuation.py)
+        batches = by_user(cont.requests, RESERVE_BATCH)
+    admitted: set[str] = set()
+    denied: list[dict[str, Any]] = []
+    for n, requests in enumerate(batches):
+        if n:
+            fault_point("between_reserves")
+        ok, no = reserve_budget(ledger_path, rid, quote(requests), mechanism=spec.mechanism,
+                                parameters=parameters, input_fingerprint=fingerprint,
+                                flow_run_id=_flow_run_id())
+        admitted |= ok
+        denied.extend(no)
+    return admitted, sorted(denied, key=lambda r: r["user_id"])
+
+
 def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return {"release_id": rid, "out": str(rdir), "report": str(rdir / "report.html"),
             "manifest": manifest}
@@ -189,19 +227,13 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                          "time_unit": dom.time_unit, "parameters": parameters,
                          "input_fingerprint": fingerprint, "input": str(input_path),
                          "policy": domain_record(dom)}
-        cont = None
-        if isinstance(spec, CurveSpec):
-            requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
-        else:
-            # Streams continue: only the steps after each stream's watermark are
-            # requested; the earlier ones are repeated (tasks/continuation.py).
-            cont = _continuation(ledger_path, rid, dom.name, plan, spec)
-            requests = cont.requests
+        # Streams continue: only the steps after each stream's watermark are
+        # requested; the earlier ones are repeated (tasks/continuation.py).
+        cont = (None if isinstance(spec, CurveSpec) else
+                _continuation(ledger_path, rid, dom.name, plan, spec))
         mechanism = spec.mechanism
-        admitted, denied = reserve_budget(ledger_path, rid, quote(requests), mechanism=mechanism,
-                                          parameters=parameters,
-                                          input_fingerprint=fingerprint,
-                                          flow_run_id=_flow_run_id())
+        admitted, denied = _reserve(ledger_path, rid, plan, dom, spec, cont,
+                                    parameters=parameters, fingerprint=fingerprint)
         if cont is not None:
             admitted = admitted | cont.unchanged  # nothing new to charge: repeated only
         record = ledger.release(rid)

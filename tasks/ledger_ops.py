@@ -8,7 +8,7 @@ its task returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -21,10 +21,15 @@ from tasks.stage import StagePlan
 
 
 def plan_requests(plan: StagePlan, domain: str, notion: str, amount: Fraction | None = None,
-                  per_step: Fraction | None = None) -> list[Request]:
-    """One ledger request per (user, curve) or (user, stream) of the staged input."""
+                  per_step: Fraction | None = None,
+                  users: Iterable[str] | None = None) -> list[Request]:
+    """One ledger request per (user, curve) or (user, stream) of the staged input.
+
+    `users` (default: every staged user, sorted) limits the requests to those
+    users, in that order: a release reserves a batch of users at a time.
+    """
     requests: list[Request] = []
-    for user_id in sorted(plan.steps):
+    for user_id in sorted(plan.steps) if users is None else users:
         for step, stream_id in plan.steps[user_id]:
             if notion == "wevent":
                 ranges = plan.stream_steps[(user_id, stream_id)]
@@ -35,6 +40,22 @@ def plan_requests(plan: StagePlan, domain: str, notion: str, amount: Fraction | 
                 requests.append(Request(user_id=user_id, domain=domain, step=step,
                                         notion=notion, amount=amount))
     return requests
+
+
+def by_user(requests: Sequence[Request], max_users: int) -> Iterator[list[Request]]:
+    """The requests in batches of at most `max_users` users; a user's requests share one batch.
+
+    Users come in order of their first request, each user's requests in their
+    order; with no request, one empty batch (a release still makes its reserve call).
+    """
+    if max_users < 1:
+        raise ValueError("max_users must be >= 1")
+    of_user: dict[str, list[Request]] = {}
+    for r in requests:
+        of_user.setdefault(r.user_id, []).append(r)
+    users = list(of_user)
+    for start in range(0, max(len(users), 1), max_users):
+        yield [r for u in users[start:start + max_users] for r in of_user[u]]
 
 
 def reserve_fn(ledger_path: str, release_id: str, requests: list[Request], *, mechanism: str,

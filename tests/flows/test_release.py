@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import threading
 from pathlib import Path
 
@@ -69,6 +70,59 @@ def test_denied_users_get_no_output(curves_csv, policy_file, ledger_path, tmp_pa
     assert set(values["user_id"]) == {"user-0", "user-2", "user-4"}
     for r in Ledger(ledger_path).balances("tracks"):
         assert float(r["spent"]) <= float(r["cap"])
+
+
+def _ledger_rows(ledger_path: Path) -> list[tuple]:
+    """Every reserve/deny entry of the ledger, without its sequence number and time."""
+    con = duckdb.connect(str(ledger_path), read_only=True)
+    try:
+        return con.execute(
+            "SELECT release_id, user_id, step, kind, CAST(amount AS VARCHAR), "
+            "CAST(balance_after AS VARCHAR), reason FROM entries "
+            "WHERE kind IN ('reserve', 'deny') ORDER BY seq").fetchall()
+    finally:
+        con.close()
+
+
+def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy_file,
+                                                              tmp_path, monkeypatch):
+    """Two users per reserve transaction (three transactions for six users, one user's two
+    curves always in the same one) admit, deny and charge exactly as one transaction."""
+    import flows.release as rel
+    from schemas.policy import load_policy
+
+    calls: list[set[str]] = []
+    real = rel.reserve_budget
+
+    def counting(ledger, rid, requests, **kw):
+        calls.append({r.user_id for r in requests.unquote()})
+        return real(ledger, rid, requests, **kw)
+
+    template = tmp_path / "template"
+    template.mkdir()
+    Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
+    runs = {}
+    for name, batch in (("one", 50_000), ("batched", 2)):
+        monkeypatch.setattr(rel, "RESERVE_BATCH", batch)
+        monkeypatch.setattr(rel, "reserve_budget", counting)
+        calls.clear()
+        shutil.copytree(template, tmp_path / name)  # the same noise key: the same noise
+        ledger_path = tmp_path / name / "ledger.duckdb"
+        _curves(curves_csv, policy_file, ledger_path, tmp_path / name / "a", release_id="first")
+        res = release_curves(input_path=str(curves_csv), domain="tracks", epsilon="1",
+                             out_dir=str(tmp_path / name / "b"), ledger_path=str(ledger_path),
+                             policy_path=str(policy_file), release_id="second")
+        runs[name] = (res, _ledger_rows(ledger_path), _digest(Path(res["out"])),
+                      [sorted(c) for c in calls])
+    one, batched = runs["one"], runs["batched"]
+    assert [len(c) for c in one[3]] == [6, 6]
+    assert batched[3][:3] == [["user-0", "user-1"], ["user-2", "user-3"], ["user-4", "user-5"]]
+    assert len(batched[3]) == 6
+    assert batched[1] == one[1]  # the same decisions, amounts and balances, in the same order
+    assert ("second", "user-1", "curve:c0", "deny") in {r[:4] for r in batched[1]}
+    assert batched[2] == one[2]  # and the same released bytes
+    assert batched[0]["manifest"]["counts"] == one[0]["manifest"]["counts"]
+    assert Ledger(tmp_path / "batched" / "ledger.duckdb").verify().ok
 
 
 @pytest.mark.parametrize("point", ["after_reserve", "after_first_chunk"])

@@ -20,7 +20,18 @@ from flows.cli import app
 from flows.faults import POINTS, InjectedFault
 from flows.release import release_curves, release_streams
 
-STREAM_POINTS = ("before_first_settle", "after_manifest")
+STREAM_POINTS = ("before_first_settle", "between_reserves", "after_manifest")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reserve_in_batches():
+    """Reserve 3 users per ledger transaction: the 6-user curve release (3 + 3) and the
+    4-user stream release (3 + 1) take two each, so a crash between them is tried too."""
+    import flows.release as rel
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rel, "RESERVE_BATCH", 3)
+        yield
 
 
 def _run(setup: harness.Setup, kind: str, release_id: str, out: Path, ledger: Path) -> dict:
