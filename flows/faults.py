@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_ingest", "between_reserves", "after_reserve", "before_first_settle", "after_first_chunk",
-          "after_settle", "between_merges", "after_outputs", "after_report", "after_manifest",
-          "before_publish")
+POINTS = ("after_ingest", "between_reserves", "after_reserve", "before_first_settle",
+          "after_first_chunk", "after_settle", "between_merges", "after_outputs",
+          "after_report", "after_manifest", "before_publish")
 
 
 class InjectedFault(RuntimeError):
