@@ -33,6 +33,7 @@ from ledger import (
     releases,
     signing,
     storage,
+    summaries,
     watermark,
 )
 from ledger.checks import check_id
@@ -555,6 +556,16 @@ class Ledger:
     def denials(self) -> list[dict[str, Any]]:
         """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
         return self._read(queries.denials)
+
+    def charge_summary(self, release_id: str) -> summaries.Spread | None:
+        """The spread of one release's net charge per user, exact (`summaries.user_charges`)."""
+        check_id(release_id, "release_id", allow_empty=True)
+        return self._read(lambda con: summaries.user_charges(con, release_id))
+
+    def balance_summary(self, domain: str) -> summaries.DomainBudget | None:
+        """The spread of a domain's balances, exact (`summaries.balance_summary`)."""
+        check_id(domain, "domain", allow_empty=True)
+        return self._read(lambda con: summaries.balance_summary(con, domain))
 
     def release_charges(self, release_id: str) -> list[dict[str, Any]]:
         """What one release charged each account, net of refunds (`queries.release_charges`)."""

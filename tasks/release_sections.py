@@ -14,7 +14,6 @@ value or user id of a rejection.
 from __future__ import annotations
 
 import html
-import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ledger import format_fraction
+from ledger.summaries import DomainBudget, Spread
 from tasks.guarantee import curves_reading, streams_reading
 from tasks.report_render import cell, md_table, utc_text
 
@@ -38,11 +38,13 @@ class ReleaseContext:
     manifest: dict[str, Any]
     denied: list[dict[str, Any]]
     rejected: list[dict[str, Any]]
-    charges: list[dict[str, Any]]       # Ledger.release_charges
-    balances: list[dict[str, Any]]      # Ledger.balances(domain)
+    charges: Spread | None              # net charge per user (tasks.report.user_charges)
+    balances: DomainBudget | None       # Ledger.balance_summary(domain)
     record: dict[str, Any] | None       # Ledger.release(release_id)
     written_at: str
     plots: dict[str, bytes] = field(default_factory=dict)
+    # w-event, per-user budget: a user's charge is a window over all of its streams
+    per_user_windows: bool = False
     # images a task already wrote to plots/ (the population view): embedded, not rewritten
     written_plots: dict[str, bytes] = field(default_factory=dict)
 
@@ -155,20 +157,11 @@ def users(ctx: ReleaseContext) -> list[str]:
 
 def charges(ctx: ReleaseContext) -> list[str]:
     """What each user was charged by this release, from the ledger (exact)."""
-    if not ctx.charges:
+    spread = ctx.charges
+    if spread is None:
         return []
     wevent = ctx.notion == "wevent"
-    over_streams = wevent and any(r.get("user_window") is not None for r in ctx.charges)
-    per_user: dict[str, Fraction] = {}
-    for r in ctx.charges:
-        before = per_user.get(r["user_id"], Fraction(0))
-        if over_streams:  # per-user budget: the user's windows sum all of its streams
-            per_user[r["user_id"]] = r["user_window"]
-        elif wevent:  # per-stream budget: a user's charge is its most charged stream's
-            per_user[r["user_id"]] = max(before, r["window"])
-        else:
-            per_user[r["user_id"]] = before + r["net"]
-    values = sorted(per_user.values())
+    over_streams = wevent and ctx.per_user_windows
     what = ("net charge per user (all its curves, after refunds)" if not wevent else
             "largest charge over any window of w steps, per user, summed over all of its "
             "streams" if over_streams else
@@ -177,15 +170,14 @@ def charges(ctx: ReleaseContext) -> list[str]:
     unit = ctx.manifest["units"]
     lines = ["## What each user was charged by this release", "",
              f"From the ledger: {what}, in {_symbol(ctx.notion)} ({cell(unit)}).", "",
-             md_table([{"users charged": len(values), "min": format_fraction(values[0]),
-                        "median": format_fraction(Fraction(statistics.median_low(values))),
-                        "max": format_fraction(values[-1])}],
+             md_table([{"users charged": spread.n, "min": format_fraction(spread.low),
+                        "median": format_fraction(spread.median),
+                        "max": format_fraction(spread.high)}],
                       ["users charged", "min", "median", "max"])]
-    counts = Counter(values)
-    if len(counts) <= 12:
+    if spread.counts is not None:
         lines += ["", "Users by charge:", "",
                   md_table([{f"charged {_symbol(ctx.notion)}": format_fraction(v),
-                             "users": n} for v, n in sorted(counts.items())],
+                             "users": n} for v, n in spread.counts],
                            [f"charged {_symbol(ctx.notion)}", "users"])]
     return [*lines, ""]
 
@@ -219,24 +211,21 @@ def rejected(ctx: ReleaseContext) -> list[str]:
 
 def budget(ctx: ReleaseContext) -> list[str]:
     """Spent and remaining budget across the domain's accounts after this release."""
-    if not ctx.balances:
+    b = ctx.balances
+    if b is None:
         return []
-    spent = sorted(Fraction(r["spent"]) for r in ctx.balances)
-    remaining = sorted(Fraction(r["remaining"]) for r in ctx.balances)
-    cap = max(Fraction(r["cap"]) for r in ctx.balances)
-    near = sum(1 for r in ctx.balances if Fraction(r["remaining"]) <= cap / 10)
 
-    def mmm(v: list[Fraction]) -> str:
-        return " / ".join(f"{float(x):.4g}" for x in (v[0], statistics.median_low(v), v[-1]))
+    def mmm(v: Spread) -> str:
+        return " / ".join(f"{float(x):.4g}" for x in (v.low, v.median, v.high))
 
     return ["## Budget of the domain after this release", "",
-            f"All {len(spent)} account{'s' if len(spent) != 1 else ''} of domain "
+            f"All {b.accounts} account{'s' if b.accounts != 1 else ''} of domain "
             f"`{ctx.manifest['domain']}` (every release so far), in {_symbol(ctx.notion)} "
             f"({cell(ctx.manifest['units'])}):", "",
-            md_table([{"accounts": len(spent), "cap": format_fraction(cap),
-                       "spent min / median / max": mmm(spent),
-                       "remaining min / median / max": mmm(remaining),
-                       "accounts within 10% of the cap": near}],
+            md_table([{"accounts": b.accounts, "cap": format_fraction(b.cap),
+                       "spent min / median / max": mmm(b.spent),
+                       "remaining min / median / max": mmm(b.remaining),
+                       "accounts within 10% of the cap": b.near}],
                      ["accounts", "cap", "spent min / median / max",
                       "remaining min / median / max", "accounts within 10% of the cap"]), ""]
 
