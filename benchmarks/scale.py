@@ -102,7 +102,7 @@ flow = release_curves if kind == "curves" else release_streams
 if runner != "default":
     flow = flow.with_options(task_runner=make_task_runner(runner))
 kw = dict(input_path=src, out_dir=work + "/out", ledger_path=work + "/ledger.duckdb",
-          policy_path=work + "/policy.toml", chunk_users=250, return_state=True)
+          policy_path=work + "/policy.toml", return_state=True)
 if kind == "curves":
     state = flow(domain="scale_curves", epsilon="1", **kw)
 else:

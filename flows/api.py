@@ -57,7 +57,8 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
                    mechanism: str = "privfuncseg", options: dict[str, Any] | None = None,
                    release_id: str | None = None, out_dir: str | os.PathLike[str] = "out",
                    ledger_path: str | os.PathLike[str] | None = None,
-                   policy_path: str | os.PathLike[str] | None = None, chunk_users: int = 200,
+                   policy_path: str | os.PathLike[str] | None = None,
+                   chunk_users: int | None = None,
                    table: str | None = None, evaluate_on: str = "grid",
                    task_runner: str = "threads") -> dict[str, Any]:
     """Release every user's curves under ε-GP (or ρ-CGP) w.r.t. L2; charges the ledger.
@@ -98,7 +99,8 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
                     reconstruct: str = "cpr", release_id: str | None = None,
                     out_dir: str | os.PathLike[str] = "out",
                     ledger_path: str | os.PathLike[str] | None = None,
-                    policy_path: str | os.PathLike[str] | None = None, chunk_users: int = 200,
+                    policy_path: str | os.PathLike[str] | None = None,
+                   chunk_users: int | None = None,
                     table: str | None = None, task_runner: str = "threads") -> dict[str, Any]:
     """Release every user's streams with Square Wave under ε-w-event LDP; charges the ledger.
 

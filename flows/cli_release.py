@@ -129,7 +129,9 @@ def release_curves_cmd(
                                           help="Rerun key (default: derived from flow, domain, "
                                                "input fingerprint and parameters)."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
-    chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
+    chunk_users: int | None = typer.Option(
+        None, "--chunk-users", help="Users per mechanism task (default: whole users up to "
+                                    "about 500,000 samples per task)."),
     evaluate_on: str = typer.Option("grid", "--evaluate-on",
                                     help="grid (N evenly spaced times) | input (the input "
                                          "times: releases them as-is)."),
@@ -168,7 +170,9 @@ def release_streams_cmd(
     reconstruct: str = typer.Option("cpr", "--reconstruct", help="cpr | none"),
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
-    chunk_users: int = typer.Option(200, "--chunk-users", help="Users per mechanism task."),
+    chunk_users: int | None = typer.Option(
+        None, "--chunk-users", help="Users per mechanism task (default: whole users up to "
+                                    "about 500,000 samples per task)."),
     population_period: int | None = typer.Option(
         None, "--population-period", help="Public period in steps (e.g. 48 half-hours) of the "
         "population view's per-phase tables; post-processing, charges nothing."),

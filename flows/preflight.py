@@ -119,8 +119,10 @@ def out_dir(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def chunk_users(n: int) -> int:
-    """Users per mechanism task: an integer >= 1."""
+def chunk_users(n: int | None) -> int | None:
+    """Users per mechanism task: an integer >= 1, or None (sized by samples, `tasks.stage`)."""
+    if n is None:
+        return None
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ParameterError(f"chunk_users must be an integer >= 1; got {n!r}")
     return n
@@ -274,7 +276,7 @@ def streams_release_problems(params: dict[str, Any], *, cli: bool = False
 
 
 def _files(g: _Gather, params: dict[str, Any], cli: bool) -> None:
-    g.run("chunk_users", chunk_users, params.get("chunk_users", 200))
+    g.run("chunk_users", chunk_users, params.get("chunk_users"))
     g.run("input_path", input_file, params.get("input_path", ""), params.get("table"))
     g.run("out_dir", out_dir, params.get("out_dir", "out"))
 

@@ -183,8 +183,8 @@ def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
-             ledger_path: str, chunk_users: int, table: str | None,
-             scheduled_date: str | None, in_flight: int = 8,
+             ledger_path: str, chunk_users: int | None, table: str | None,
+             scheduled_date: str | None, in_flight: int = 4,
              population_period: int | None = None,
              dry_run: bool = False) -> dict[str, Any]:
     flow_name = "release_curves" if kind == "curves" else "release_streams"
@@ -439,7 +439,7 @@ def release_curves(
     out_dir: str = "out",
     ledger_path: str = ".privpipe/ledger.duckdb",
     policy_path: str | None = None,
-    chunk_users: int = 200,
+    chunk_users: int | None = None,
     table: str | None = None,
     scheduled_date: str | None = None,
     evaluate_on: EvaluateOn = "grid",
@@ -465,7 +465,8 @@ def release_curves(
         out_dir: each release writes OUT_DIR/<release_id>/.
         ledger_path: the ledger file (its noise key sits beside it).
         policy_path: policy TOML naming the domain (default: the bundled one).
-        chunk_users: users per mechanism task.
+        chunk_users: users per mechanism task (default: whole users up to about
+            500,000 samples per task, `tasks.stage.CHUNK_POINTS`).
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         evaluate_on: grid (evenly spaced times) or input (the input times, released as-is).
@@ -481,7 +482,7 @@ def release_curves(
     if spec.notion == "cgp" and dom.notion == "gp":
         raise ParameterError(f"domain {domain!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be "
                              "charged to it; pass --epsilon instead")
-    if chunk_users < 1:
+    if chunk_users is not None and chunk_users < 1:
         raise ParameterError("chunk_users must be >= 1")
     parameters = {"mechanism": mechanism, "notion": spec.notion, "amount": str(spec.amount),
                   "options": dict(sorted((options or {}).items())), "evaluate_on": evaluate_on}
@@ -504,7 +505,7 @@ def release_streams(
     out_dir: str = "out",
     ledger_path: str = ".privpipe/ledger.duckdb",
     policy_path: str | None = None,
-    chunk_users: int = 200,
+    chunk_users: int | None = None,
     table: str | None = None,
     scheduled_date: str | None = None,
     population_period: int | None = None,
@@ -529,7 +530,8 @@ def release_streams(
         out_dir: each release writes OUT_DIR/<release_id>/.
         ledger_path: the ledger file (its noise key sits beside it).
         policy_path: policy TOML naming the domain (default: the bundled one).
-        chunk_users: users per mechanism task.
+        chunk_users: users per mechanism task (default: whole users up to about
+            500,000 samples per task, `tasks.stage.CHUNK_POINTS`).
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         population_period: public period in steps (e.g. 48 half-hours) of the population
@@ -545,7 +547,7 @@ def release_streams(
     if exact(spec.epsilon) > dom.cap:
         raise ParameterError(f"epsilon {spec.epsilon} per window exceeds the domain's cap "
                              f"{dom.cap} ({dom.units_label()})")
-    if chunk_users < 1:
+    if chunk_users is not None and chunk_users < 1:
         raise ParameterError("chunk_users must be >= 1")
     parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(exact(epsilon)),
                   "w": dom.w, "reconstruct": reconstruct}

@@ -218,12 +218,23 @@ def _flush(kind: str, buf: list, index: int, staging: Path, domain: Domain) -> S
                        fingerprints=tuple(u.fingerprint for u in buf))
 
 
-def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: int = 200,
+CHUNK_POINTS = 500_000
+"""Samples per mechanism task when the release does not fix `chunk_users` (see below)."""
+MAX_CHUNK_USERS = 5_000
+"""Users per mechanism task at most, when it is sized by samples (many tiny curves)."""
+
+
+def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: int | None = None,
                    table: str | None = None) -> StagePlan:
     """Validate `source` for `domain` (one streaming pass) and stage chunks of users.
 
-    Rejected users are listed with every reason (rule, row, column; never values)
-    and get no request, so nothing is charged for them.
+    A chunk (one mechanism task) holds `chunk_users` users or, by default, as
+    many whole users as reach `CHUNK_POINTS` samples (at most `MAX_CHUNK_USERS`
+    users): a task's fixed cost in Prefect (tens of ms) is then small against
+    its mechanism work, whatever the curve length. Chunking changes neither a
+    user's noise (its own generator) nor the rows released, only the Parquet
+    row groups. Rejected users are listed with every reason (rule, row, column;
+    never values) and get no request, so nothing is charged for them.
     """
     staging_dir = Path(staging)
     staging_dir.mkdir(parents=True, exist_ok=True)
@@ -233,7 +244,7 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
     stream_steps: dict[tuple[str, str], list[tuple[int, int]]] = {}
     rejected: list[dict[str, Any]] = []
     buf: list[UserCurves | UserStreams] = []
-    n_items = n_points = 0
+    n_items = n_points = buf_points = 0
     for item in ingest.iter_users(source, domain, table=table):
         if isinstance(item, Rejection):
             rejected.append({
@@ -246,17 +257,21 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
         if isinstance(item, UserCurves):
             steps[item.user_id] = [(f"curve:{c.curve_id}", "") for c in item.curves]
             n_items += len(item.curves)
-            n_points += sum(len(c.t) for c in item.curves)
+            points = sum(len(c.t) for c in item.curves)
         else:
             steps[item.user_id] = [(f"stream:{s.stream_id}", s.stream_id) for s in item.streams]
             for s in item.streams:
                 stream_steps[(item.user_id, s.stream_id)] = contiguous_ranges(s.steps)
             n_items += len(item.streams)
-            n_points += sum(len(s.steps) for s in item.streams)
+            points = sum(len(s.steps) for s in item.streams)
+        n_points += points
+        buf_points += points
         buf.append(item)
-        if len(buf) >= chunk_users:
+        full = (len(buf) >= chunk_users if chunk_users is not None else
+                buf_points >= CHUNK_POINTS or len(buf) >= MAX_CHUNK_USERS)
+        if full:
             chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
-            buf = []
+            buf, buf_points = [], 0
     if buf:
         chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
     # The input's one fingerprint, as `privpipe validate` prints it (ingest/fingerprint.py).

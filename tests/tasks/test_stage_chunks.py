@@ -1,0 +1,48 @@
+"""Staging: chunks hold whole users, sized by samples unless `chunk_users` fixes them."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tasks.stage as stage
+from schemas.policy import Domain, Public
+
+
+def _frame(points: list[int]) -> pd.DataFrame:
+    """User u has one curve of points[u] samples."""
+    rows = [pd.DataFrame({"user_id": f"u{u:02d}", "curve_id": "c", "t": np.arange(n, dtype=float),
+                          "x": np.sin(np.arange(n, dtype=float))})
+            for u, n in enumerate(points)]
+    return pd.concat(rows, ignore_index=True)
+
+
+@pytest.fixture
+def dom():
+    return Domain(name="d", kind="curves", notion="gp", cap=Fraction(10), time_unit="s",
+                  value_columns=("x",), value_unit="m", public=Public(duration=True, points=True))
+
+
+def _chunk_users(plan) -> list[int]:
+    return [len(c.user_ids) for c in plan.chunks]
+
+
+def test_default_chunks_close_once_they_reach_the_sample_target(dom, tmp_path, monkeypatch):
+    monkeypatch.setattr(stage, "CHUNK_POINTS", 100)
+    # 40 + 40 + 40 reaches 100 at the third user; 150 alone; 10 x 9 users stay below 100
+    plan = stage.stage_input_fn(_frame([40, 40, 40, 150] + [10] * 9), dom, str(tmp_path / "s"))
+    assert _chunk_users(plan) == [3, 1, 9]
+    assert [u for c in plan.chunks for u in c.user_ids] == [f"u{u:02d}" for u in range(13)]
+    assert plan.points == 40 * 3 + 150 + 90
+
+
+def test_many_tiny_users_are_capped_per_chunk_and_chunk_users_fixes_the_count(dom, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr(stage, "MAX_CHUNK_USERS", 4)
+    plan = stage.stage_input_fn(_frame([5] * 10), dom, str(tmp_path / "a"))
+    assert _chunk_users(plan) == [4, 4, 2]
+    plan = stage.stage_input_fn(_frame([5] * 10), dom, str(tmp_path / "b"), chunk_users=3)
+    assert _chunk_users(plan) == [3, 3, 3, 1]
