@@ -176,6 +176,28 @@ def _reserve(ledger_path: str, rid: str, plan: StagePlan, dom: Domain,
     return admitted, sorted(denied, key=lambda r: r["user_id"])
 
 
+class _Spread:
+    """Count, sum and max of the chunks' error bounds, added as chunks finish.
+
+    The manifest's mean and max are those of the bounds listed in chunk order
+    (the same float additions as ``sum(list)``), without keeping one float per
+    curve for the release's life.
+    """
+
+    def __init__(self) -> None:
+        self.n, self.total, self.top = 0, 0.0, None
+
+    def add(self, values: list[float]) -> None:
+        for v in values:
+            self.total += v
+            self.top = v if self.top is None else max(self.top, v)
+        self.n += len(values)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
 def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return {"release_id": rid, "out": str(rdir), "report": str(rdir / "report.html"),
             "manifest": manifest}
@@ -234,6 +256,12 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         mechanism = spec.mechanism
         admitted, denied = _reserve(ledger_path, rid, plan, dom, spec, cont,
                                     parameters=parameters, fingerprint=fingerprint)
+        # requested and reserved: the per-user plan is not needed again (memory must
+        # not grow with users; chunks keep their users and fingerprints)
+        plan.steps.clear()
+        plan.stream_steps.clear()
+        if cont is not None:
+            cont.requests.clear()
         if cont is not None:
             admitted = admitted | cont.unchanged  # nothing new to charge: repeated only
         record = ledger.release(rid)
@@ -254,6 +282,7 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         pending: deque[Any] = deque()
         results: list[ChunkResult] = []
         unsettled: list[ChunkResult] = []
+        bounds, rms = _Spread(), _Spread()
         settles = settled = 0
 
         def settle_unsettled() -> None:
@@ -288,7 +317,10 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 appender.add_table(name, res.tables[name])
             if keep_samples:
                 write_arrow(res.tables["samples"], staging / f"samples-{res.index:05d}.arrow")
-            res.tables, res.diagnostics = {}, {}  # written: memory must not grow with users
+            bounds.add(res.error_bounds)
+            rms.add(res.rms_bounds)
+            # written and summed: memory must not grow with users
+            res.tables, res.diagnostics, res.error_bounds, res.rms_bounds = {}, {}, [], []
             if sum(len(r.costs) for r in unsettled) >= max(SETTLE_BATCH,
                                                            min(settled, MAX_SETTLE_BATCH)):
                 settle_unsettled()
@@ -372,8 +404,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         files.update(write_user_unit_outputs(rdir, dom, files, parameters))
         fault_point("after_outputs")
         first_seq, last_seq = ledger.entry_range(rid) or (None, None)
-        bounds = [b for r in results for b in r.error_bounds]
-        rms = [b for r in results for b in r.rms_bounds]
         manifest = {
             **base_manifest,
             "mechanism": mechanism,
@@ -388,10 +418,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
             "ledger_head": ledger.head().to_dict(),  # kept by auditors: `ledger verify`
             "error_bound": {"beta": getattr(spec, "beta", None),
-                            "max": max(bounds) if bounds else None,
-                            "mean": sum(bounds) / len(bounds) if bounds else None,
-                            "rms_mean": sum(rms) / len(rms) if rms else None,
-                            "rms_max": max(rms) if rms else None},
+                            "max": bounds.top, "mean": bounds.mean,
+                            "rms_mean": rms.mean, "rms_max": rms.top},
             "periods": periods,
             "public_metadata": {
                 "fields": list(dom.public_fields()),
