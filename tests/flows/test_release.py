@@ -86,8 +86,8 @@ def _ledger_rows(ledger_path: Path) -> list[tuple]:
 
 def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy_file,
                                                               tmp_path, monkeypatch):
-    """Two users per reserve transaction (three transactions for six users, one user's two
-    curves always in the same one) admit, deny and charge exactly as one transaction."""
+    """Four users per reserve transaction (4 + 2 for six users, one user's two curves
+    always in the same one) admit, deny and charge exactly as one transaction."""
     import flows.release as rel
     from schemas.policy import load_policy
 
@@ -102,7 +102,7 @@ def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy
     template.mkdir()
     Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
     runs = {}
-    for name, batch in (("one", 50_000), ("batched", 2)):
+    for name, batch in (("one", 50_000), ("batched", 4)):
         monkeypatch.setattr(rel, "RESERVE_BATCH", batch)
         monkeypatch.setattr(rel, "reserve_budget", counting)
         calls.clear()
@@ -116,8 +116,8 @@ def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy
                       [sorted(c) for c in calls])
     one, batched = runs["one"], runs["batched"]
     assert [len(c) for c in one[3]] == [6, 6]
-    assert batched[3][:3] == [["user-0", "user-1"], ["user-2", "user-3"], ["user-4", "user-5"]]
-    assert len(batched[3]) == 6
+    first, rest = [f"user-{u}" for u in range(4)], ["user-4", "user-5"]
+    assert batched[3] == [first, rest, first, rest]
     assert batched[1] == one[1]  # the same decisions, amounts and balances, in the same order
     assert ("second", "user-1", "curve:c0", "deny") in {r[:4] for r in batched[1]}
     assert batched[2] == one[2]  # and the same released bytes
