@@ -43,6 +43,15 @@ def test_release_curves_end_to_end_and_rerun(curves_csv, policy_file, ledger_pat
     assert set(values["user_id"]) == {f"user-{u}" for u in range(6)}
     assert {"x", "y", "t", "curve_id"} <= set(values.columns)
     assert (rdir / "report.html").exists() and (rdir / "plots" / "private_curves.png").exists()
+    # the manifest's error-bound figures are those of the released curves (chunk order)
+    curves = pq.read_table(rdir / "curves.parquet").to_pandas()
+    eb = res["manifest"]["error_bound"]
+    assert eb["max"] == curves["error_bound"].max()
+    assert eb["mean"] == sum(curves["error_bound"].tolist()) / len(curves) == pytest.approx(
+        curves["error_bound"].mean())
+    rms = (curves["error_bound"] / curves["duration"] ** 0.5).tolist()
+    assert eb["rms_max"] == pytest.approx(max(rms)) and eb["rms_mean"] == pytest.approx(
+        sum(rms) / len(rms))
     assert not any((tmp_path / "out" / ".staging").glob("*/*")), "staging must be removed"
     # 9 curves (users 1, 3, 5 have two) at ε = 0.5: every account is charged exactly its curves.
     bal = {r["user_id"]: float(r["spent"]) for r in Ledger(ledger_path).balances("tracks")}
