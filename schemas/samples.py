@@ -1,4 +1,4 @@
-"""Pandera models of the sample tables that enter privpipe: curves and streams.
+"""Pandera schemas of the sample tables that enter privpipe: curves and streams.
 
 Ingestion converts each batch of input rows to the domain's units and then
 validates it with the schema built here. The frame's index is the 1-based data
@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
-from pandera.typing import Series
 
 ROW_INDEX = "_row"
 CURVE_KEYS = ("user_id", "curve_id", "t")
@@ -151,81 +150,48 @@ def _whole(v: np.ndarray) -> np.ndarray:
         return np.floor(v) == v
 
 
-class _Samples(pa.DataFrameModel):
-    user_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
-    t: Series[float] = pa.Field(nullable=True)
-
-    class Config:
-        """Extra columns (raw helpers) are allowed; dtypes are checked, not coerced."""
-
-        strict = False
-        coerce = False
-
-    # The t-finite check is declared in each subclass, not here: pandera 0.35
-    # loses an inherited check's `name` in the subclass whose schema is built
-    # second (the rule then reads "_t_finite"; tests/schemas/test_samples.py).
+def _id_column() -> pa.Column:
+    """A non-empty text id (user, curve or stream)."""
+    return pa.Column(str, nullable=False, checks=pa.Check.str_length(min_value=1))
 
 
-class CurveSamples(_Samples):
-    """Curve samples after conversion: one row per (user, curve, time) sample.
-
-    Columns: ``user_id`` (non-empty text), ``curve_id`` (non-empty text), ``t``
-    (float, domain time unit from the curve's start) and one or more float value
-    columns added per domain by `curve_samples_schema`. Rules: finite numbers;
-    t strictly increasing within a curve; at least 2 points per curve.
-    """
-
-    curve_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
-
-    @pa.check("t", name=RULE_FINITE, ignore_na=False)
-    @classmethod
-    def _t_finite(cls, s: Series[float]) -> Series[bool]:
-        return _finite(s)
-
-    @pa.dataframe_check(name=RULE_INCREASING)
-    @classmethod
-    def _increasing(cls, df: pd.DataFrame) -> Series[bool]:
-        return increasing_check("curve_id")._check_fn(df)
-
-    @pa.dataframe_check(name=RULE_MIN_POINTS)
-    @classmethod
-    def _min_points(cls, df: pd.DataFrame) -> Series[bool]:
-        return min_points_check("curve_id")._check_fn(df)
+def _float_column(*checks: pa.Check) -> pa.Column:
+    """A float column, nullable so that NaN reaches `finite_check` (see there)."""
+    return pa.Column(float, nullable=True, checks=[finite_check(), *checks])
 
 
-class StreamSamples(_Samples):
-    """Stream samples after conversion: one row per (user, stream, step) sample.
+def _step_range_check() -> pa.Check:
+    return pa.Check(lambda s: pd.Series(~_step_out_of_range(s.to_numpy(dtype=np.float64)),
+                                        index=s.index), name=RULE_STEP_RANGE)
 
-    Columns: ``user_id``, ``stream_id`` (non-empty text), ``t`` (the absolute
-    step index as a float, integral) and ``value`` (float, the domain's value
-    unit before normalisation). Rules: finite; steps strictly increasing within
-    a stream (no duplicates); step indices within ±2^53 (exact as float64 and
-    int64); values inside the declared range when one is given (added by
-    `stream_samples_schema`).
-    """
 
-    stream_id: Series[str] = pa.Field(nullable=False, str_length={"min_value": 1})
-    value: Series[float] = pa.Field(nullable=True)
+# The schemas are built with pandera's object API, not as DataFrameModel classes:
+# building a model's schema asks pandera for every installed backend's index
+# types, which imports dask.dataframe when the dask extra is installed (1.2 s of
+# CPU in every release). Extra columns (raw helpers) are allowed; dtypes are
+# checked, not coerced.
 
-    @pa.check("t", name=RULE_FINITE, ignore_na=False)
-    @classmethod
-    def _t_finite(cls, s: Series[float]) -> Series[bool]:
-        return _finite(s)
+#: Curve samples after conversion: one row per (user, curve, time) sample.
+#: Columns: ``user_id`` (non-empty text), ``curve_id`` (non-empty text), ``t``
+#: (float, domain time unit from the curve's start) and one or more float value
+#: columns added per domain by `curve_samples_schema`. Rules: finite numbers;
+#: t strictly increasing within a curve; at least 2 points per curve.
+CurveSamples = pa.DataFrameSchema(
+    {"user_id": _id_column(), "t": _float_column(), "curve_id": _id_column()},
+    checks=[increasing_check("curve_id"), min_points_check("curve_id")],
+    strict=False, coerce=False, name="CurveSamples")
 
-    @pa.check("value", name=RULE_FINITE, ignore_na=False)
-    @classmethod
-    def _value_finite(cls, s: Series[float]) -> Series[bool]:
-        return _finite(s)
-
-    @pa.check("t", name=RULE_STEP_RANGE)
-    @classmethod
-    def _step_range(cls, s: Series[float]) -> Series[bool]:
-        return pd.Series(~_step_out_of_range(s.to_numpy(dtype=np.float64)), index=s.index)
-
-    @pa.dataframe_check(name=RULE_INCREASING)
-    @classmethod
-    def _increasing(cls, df: pd.DataFrame) -> Series[bool]:
-        return increasing_check("stream_id")._check_fn(df)
+#: Stream samples after conversion: one row per (user, stream, step) sample.
+#: Columns: ``user_id``, ``stream_id`` (non-empty text), ``t`` (the absolute
+#: step index as a float, integral) and ``value`` (float, the domain's value
+#: unit before normalisation). Rules: finite; steps strictly increasing within
+#: a stream (no duplicates); step indices within ±2^53 (exact as float64 and
+#: int64); values inside the declared range when one is given (added by
+#: `stream_samples_schema`).
+StreamSamples = pa.DataFrameSchema(
+    {"user_id": _id_column(), "t": _float_column(_step_range_check()),
+     "stream_id": _id_column(), "value": _float_column()},
+    checks=[increasing_check("stream_id")], strict=False, coerce=False, name="StreamSamples")
 
 
 def finite_range_check(low: float, high: float, name: str) -> pa.Check:
@@ -264,7 +230,7 @@ def curve_samples_schema(
     Returns:
         A `pandera.DataFrameSchema` (the `CurveSamples` model plus the columns).
     """
-    schema = CurveSamples.to_schema()
+    schema = CurveSamples
     limit, rule = _time_limit(window)
     col_t = schema.columns["t"]
     schema = schema.update_columns(
@@ -298,7 +264,7 @@ def stream_samples_schema(
     Returns:
         A `pandera.DataFrameSchema` (the `StreamSamples` model plus range rules).
     """
-    schema = StreamSamples.to_schema()
+    schema = StreamSamples
     updates: dict[str, pa.Column] = {}
     if value_range is not None:
         lo, hi = value_range
