@@ -196,7 +196,9 @@ def test_reduce_seg_checks_and_final_noise(tmp_path, notion, amount):
         released = np.stack([np.asarray(v).reshape(M, N_OUT) for v in seg["coefficients"]])
         dist = float(np.linalg.norm(released - exact))  # orthonormal Legendre: Euclidean
         pit.append(norm_cdf(notion, released.size, float(steps["project"])).cdf(dist))
-    assert sum(outcomes) >= 10 and len(outcomes) - sum(outcomes) >= 10
+    # the test's power is a property of the design: enough merges and keeps are expected
+    # (the observed counts are random: CGP at ρ = 1 expects ≈ 14 merges of ≈ 1,600 checks)
+    assert sum(probs) >= 10 and len(probs) - sum(probs) >= 10
     assert _binned_bernoulli_pvalue(outcomes, probs) > ALPHA
     assert ks_pvalue(pit, "uniform") > ALPHA
 

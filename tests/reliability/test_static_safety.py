@@ -23,7 +23,7 @@ SQL_METHODS = {"execute", "executemany", "sql", "query", "_query"}
 QUOTERS = {"quote_ident", "quote_literal", "q", "int"}
 # (file, interpolated source) -> why it is not attacker-controlled
 REVIEWED = {
-    ("ledger/summaries.py", "query"): "one of the module's constant SQL texts, passed by its callers",
+    ("ledger/summaries.py", "query"): "one of the module's constant SQL texts, passed by callers",
     ("ledger/entries.py", "select"): "CAST expressions over the constant ENTRY_COLUMNS",
     ("ledger/settle.py", "_LOOKUP"): "a module constant of string literals only",
     ("ledger/verify.py", "_CHAIN_SQL"): "_chain_sql(): constants and HASHED_COLUMNS only",
