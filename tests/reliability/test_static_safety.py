@@ -40,6 +40,10 @@ REVIEWED = {
     ("ingest/defaults.py", "src.relation"): "OpenedSource.relation (see source.py)",
     ("ingest/pipeline.py", "lat"): "lat = q(domain.lat_column), quote_ident of the column",
     ("ingest/pipeline.py", "plan.sql"): "_select_sql: quote_ident of every column name",
+    ("ingest/pipeline.py", "plan.typed_sql"): "_select_sql over OpenedSource.typed_csv",
+    ("ingest/pipeline.py", "head"): "OpenedSource.relation LIMIT a module constant",
+    ("ingest/pipeline.py", "where"): "_plan's tests: constant SQL around quote_ident(column)",
+    ("ingest/pipeline.py", "relation"): "OpenedSource.typed_csv: quote_literal of path, types",
 }
 RNG_ALLOWED = {"default_rng", "Generator", "SeedSequence", "PCG64", "PCG64DXSM", "Philox",
                "SFC64", "MT19937", "BitGenerator"}
