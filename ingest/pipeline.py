@@ -340,21 +340,23 @@ def _typed_scanned(src: OpenedSource, plan: _Plan, batch_rows: int
     """The typed read's batches; `_NotTyped` where it cannot stand for the text read."""
     numbers = ["_t_num", *(f"_v{i}" for i in range(len(plan.inputs)))]
     try:
-        reader = src.con.sql(plan.typed_sql).to_arrow_reader(batch_rows)
-    except duckdb.Error as err:
+        for batch in _read(src.con.sql(plan.typed_sql).to_arrow_reader(batch_rows)):
+            # an empty cell is null in both reads, but the text read keeps a quoted
+            # empty field as text ("not a number"): a null leaves the typed read
+            if any(batch.column(c).null_count for c in numbers):
+                raise _NotTyped
+            yield batch
+    except (duckdb.Error, OSError) as err:
         raise _NotTyped from err
+
+
+def _read(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    """The batches of a DuckDB Arrow reader, one at a time (its errors pass through)."""
     while True:
         try:
-            batch = reader.read_next_batch()
+            yield reader.read_next_batch()
         except StopIteration:
             return
-        except (duckdb.Error, OSError) as err:
-            raise _NotTyped from err
-        # an empty cell is null in both reads, but the text read keeps a quoted empty
-        # field as text ("not a number"): a null leaves the typed read
-        if any(batch.column(c).null_count for c in numbers):
-            raise _NotTyped
-        yield batch
 
 
 def _spill_scan(src: OpenedSource, batches: Iterator[pa.RecordBatch], path: Path) -> bool:
@@ -395,17 +397,12 @@ def _scanned(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Rec
     error or, through the Arrow stream, as an OSError; only errors of reading
     the source are translated (not those of writing the reader's own file).
     """
-    reader = src.con.sql(plan.sql).to_arrow_reader(batch_rows)
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        except (duckdb.Error, OSError) as err:
-            if src.numbered:
-                raise
-            raise csv_error(src.label, err) from None
-        yield batch
+    try:
+        yield from _read(src.con.sql(plan.sql).to_arrow_reader(batch_rows))
+    except (duckdb.Error, OSError) as err:
+        if src.numbered:
+            raise
+        raise csv_error(src.label, err) from None
 
 
 def _ordered_batches(src: OpenedSource, plan: _Plan, batch_rows: int
