@@ -21,6 +21,7 @@ from prefect import flow
 from prefect.context import get_run_context
 from prefect.utilities.annotations import quote
 
+from flows.collector import fewer_collections
 from flows.dry_run import dry_run_result
 from flows.faults import fault_point
 from flows.outcome import release_state
@@ -203,6 +204,7 @@ def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             "manifest": manifest}
 
 
+@fewer_collections()
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int | None, table: str | None,

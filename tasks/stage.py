@@ -24,8 +24,7 @@ from ingest import Rejection, UserCurves, UserStreams, input_fingerprint
 from schemas.policy import Domain
 from tasks.staging import (
     StagedChunk,
-    read_arrow,
-    run_starts,
+    read_chunk,
     stage_curve_chunk,
     stage_stream_chunk,
 )
@@ -143,13 +142,9 @@ class StreamChunk(TaskPayload):
 
 def _admitted_runs(path: str, key: str, admitted: set[str] | frozenset[str]) -> tuple[
         Any, list[str], list[str], np.ndarray]:
-    """The staged table, and per run of (user, key) rows: user, key, start row (admitted only)."""
-    table = read_arrow(path)
-    ucol, kcol = table.column("user_id"), table.column(key)
-    starts = run_starts(ucol, kcol)
-    bounds = np.append(starts, table.num_rows)
-    users = ucol.take(starts).to_pylist() if starts.size else []
-    keys = kcol.take(starts).to_pylist() if starts.size else []
+    """The staged samples, and per admitted item: user, key, row span (in payload order)."""
+    items, table = read_chunk(path, key)
+    users, keys, bounds = items.user_ids, items.keys, items.offsets
     keep = [i for i, u in enumerate(users) if u in admitted]
     first_seen: dict[str, int] = {}
     for i in keep:

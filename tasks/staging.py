@@ -90,8 +90,55 @@ class StagedChunk:
     fingerprints: tuple[str, ...] = ()
 
 
+def items_path(path: str | Path) -> Path:
+    """The item file beside a staged chunk's sample file (``chunk-N.arrow``)."""
+    p = Path(path)
+    return p.with_name(p.stem + ".items" + p.suffix)
+
+
+def _write_chunk(ids: list[str], keys: list[str], key: str, counts: list[int],
+                 samples: dict[str, pa.Array], path: Path) -> None:
+    """One staged chunk: its items (user, key, points) and its samples, in two files.
+
+    The samples file holds only the numeric columns, row after row in item
+    order; the item file says whose rows they are. Writing and mapping the
+    numbers costs no per-row string (a chunk's ids would be copied once per
+    sample, then compared row by row to find the items again).
+    """
+    write_arrow(pa.table({"user_id": pa.array(ids, pa.string()), key: pa.array(keys, pa.string()),
+                          "points": pa.array(counts, pa.int64())}), items_path(path))
+    write_arrow(pa.table(samples), path)
+
+
+@dataclass(frozen=True)
+class ChunkItems:
+    """The items of a staged chunk, in staged order: user, item id, rows of the samples file."""
+
+    user_ids: list[str]
+    keys: list[str]
+    offsets: np.ndarray  # (items + 1,): item i is samples rows offsets[i]:offsets[i+1]
+
+
+def read_chunk(path: str | Path, key: str) -> tuple[ChunkItems, pa.Table]:
+    """A staged chunk: its items and its samples table (memory-mapped).
+
+    Raises:
+        ValueError: the two files do not describe the same rows (not a chunk
+            this release wrote).
+    """
+    items = read_arrow(items_path(path))
+    samples = read_arrow(path)
+    counts = items.column("points").to_numpy()
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if int(offsets[-1]) != samples.num_rows or (counts.size and counts.min() < 0):
+        raise ValueError(f"staged chunk {str(path)!r}: its items do not cover its samples")
+    return ChunkItems(items.column("user_id").to_pylist(), items.column(key).to_pylist(),
+                      offsets), samples
+
+
 def stage_curve_chunk(users: list[UserCurves], path: Path, value_columns: tuple[str, ...]) -> None:
-    """Write validated curves of `users` to a private staging file."""
+    """Write validated curves of `users` to private staging files (see `_write_chunk`)."""
     uid, cid, n_pts, t, vals = [], [], [], [], []
     for u in users:
         for c in u.curves:
@@ -100,41 +147,33 @@ def stage_curve_chunk(users: list[UserCurves], path: Path, value_columns: tuple[
             n_pts.append(len(c.t))
             t.append(np.asarray(c.t, dtype=np.float64))
             vals.append(np.asarray(c.values, dtype=np.float64).reshape(len(c.t), -1))
-    cols = {
-        "user_id": repeat_ids(uid, n_pts),
-        "curve_id": repeat_ids(cid, n_pts),
-        "t": pa.array(np.concatenate(t) if t else np.empty(0)),
-    }
+    cols = {"t": pa.array(np.concatenate(t) if t else np.empty(0))}
     v = np.concatenate(vals) if vals else np.empty((0, len(value_columns)))
     for j, name in enumerate(value_columns):
         cols[name] = pa.array(v[:, j])
-    write_arrow(pa.table(cols), path)
+    _write_chunk(uid, cid, "curve_id", n_pts, cols, path)
 
 
 def read_curve_chunk(path: str | Path, value_columns: Iterable[str]) -> list[UserCurves]:
     """Read a staged curve chunk back into `UserCurves` (fingerprints left empty)."""
-    table = read_arrow(path)
+    items, table = read_chunk(path, "curve_id")
     names = list(value_columns)
-    ucol, ccol = table.column("user_id"), table.column("curve_id")
     t = table.column("t").to_numpy()
     v = np.column_stack([table.column(c).to_numpy() for c in names]) if len(t) else np.empty(
         (0, len(names)))
-    starts = run_starts(ucol, ccol)
-    bounds = np.append(starts, len(t)).tolist()
-    users = ucol.take(pa.array(starts)).to_pylist()
-    curves = ccol.take(pa.array(starts)).to_pylist()
+    bounds = items.offsets.tolist()
     out: list[UserCurves] = []
     for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        curve = Curve(curve_id=curves[k], t=t[i:j].copy(), values=v[i:j].copy())
-        if out and out[-1].user_id == users[k]:
+        curve = Curve(curve_id=items.keys[k], t=t[i:j].copy(), values=v[i:j].copy())
+        if out and out[-1].user_id == items.user_ids[k]:
             out[-1].curves.append(curve)
         else:
-            out.append(UserCurves(user_id=users[k], curves=[curve], fingerprint=""))
+            out.append(UserCurves(user_id=items.user_ids[k], curves=[curve], fingerprint=""))
     return out
 
 
 def stage_stream_chunk(users: list[UserStreams], path: Path) -> None:
-    """Write validated, normalised streams of `users` to a private staging file."""
+    """Write validated, normalised streams of `users` to private staging files."""
     uid, sid, n_pts, steps, vals = [], [], [], [], []
     for u in users:
         for s in u.streams:
@@ -143,30 +182,23 @@ def stage_stream_chunk(users: list[UserStreams], path: Path) -> None:
             n_pts.append(len(s.steps))
             steps.append(np.asarray(s.steps, dtype=np.int64))
             vals.append(np.asarray(s.values, dtype=np.float64))
-    table = pa.table({
-        "user_id": repeat_ids(uid, n_pts),
-        "stream_id": repeat_ids(sid, n_pts),
+    _write_chunk(uid, sid, "stream_id", n_pts, {
         "step": pa.array(np.concatenate(steps) if steps else np.empty(0, np.int64)),
         "value": pa.array(np.concatenate(vals) if vals else np.empty(0)),
-    })
-    write_arrow(table, path)
+    }, path)
 
 
 def read_stream_chunk(path: str | Path) -> list[UserStreams]:
     """Read a staged stream chunk back into `UserStreams` (fingerprints left empty)."""
-    table = read_arrow(path)
-    ucol, scol = table.column("user_id"), table.column("stream_id")
+    items, table = read_chunk(path, "stream_id")
     steps = table.column("step").to_numpy()
     vals = table.column("value").to_numpy()
-    starts = run_starts(ucol, scol)
-    bounds = np.append(starts, len(steps)).tolist()
-    users = ucol.take(pa.array(starts)).to_pylist()
-    streams = scol.take(pa.array(starts)).to_pylist()
+    bounds = items.offsets.tolist()
     out: list[UserStreams] = []
     for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        stream = Stream(stream_id=streams[k], steps=steps[i:j].copy(), values=vals[i:j].copy())
-        if out and out[-1].user_id == users[k]:
+        stream = Stream(stream_id=items.keys[k], steps=steps[i:j].copy(), values=vals[i:j].copy())
+        if out and out[-1].user_id == items.user_ids[k]:
             out[-1].streams.append(stream)
         else:
-            out.append(UserStreams(user_id=users[k], streams=[stream], fingerprint=""))
+            out.append(UserStreams(user_id=items.user_ids[k], streams=[stream], fingerprint=""))
     return out

@@ -22,6 +22,8 @@ from ingest import Curve, Stream, UserCurves, UserStreams
 from tasks.outputs import ParquetAppender, merge_parquet
 from tasks.staging import (
     group_spans,
+    items_path,
+    read_arrow,
     read_curve_chunk,
     read_stream_chunk,
     repeat_ids,
@@ -81,6 +83,25 @@ def test_curve_and_stream_chunks_round_trip_privately(tmp_path):
     (s,) = read_stream_chunk(spath)
     assert s.user_id == "m" and s.streams[0].stream_id == "s0"
     np.testing.assert_array_equal(s.streams[0].steps, [3, 4, 5])
+
+
+def test_a_staged_chunk_is_numbers_beside_a_private_item_file(tmp_path):
+    users = [UserCurves("a", [Curve("c1", np.array([0.0, 1.0]), np.ones((2, 2)))], ""),
+             UserCurves("b", [Curve("c1", np.array([0.0, 2.0, 3.0]), np.zeros((3, 2)))], "")]
+    path = tmp_path / "chunk-00000.arrow"
+    stage_curve_chunk(users, path, ("x", "y"))
+    items = items_path(path)
+    assert items.name == "chunk-00000.items.arrow"
+    assert stat.S_IMODE(items.stat().st_mode) == 0o600
+    assert read_arrow(path).column_names == ["t", "x", "y"]  # no per-row id
+    assert read_arrow(items).to_pylist() == [
+        {"user_id": "a", "curve_id": "c1", "points": 2},
+        {"user_id": "b", "curve_id": "c1", "points": 3}]
+    # an item file that does not describe the samples is refused, not misread
+    write_arrow(pa.table({"user_id": ["a", "b"], "curve_id": ["c1", "c1"],
+                          "points": pa.array([2, 4], pa.int64())}), items)
+    with pytest.raises(ValueError, match="do not cover its samples"):
+        read_curve_chunk(path, ("x", "y"))
 
 
 def test_group_spans():
