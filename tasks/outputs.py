@@ -9,6 +9,7 @@ identical files.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 from collections.abc import Sequence
@@ -29,8 +30,21 @@ def _is_floating(typ: pa.DataType) -> bool:
     return pa.types.is_floating(typ)
 
 
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with each dictionary-typed field as its value type (a string column)."""
+    return pa.schema([pa.field(f.name, f.type.value_type, f.nullable, f.metadata)
+                      if pa.types.is_dictionary(f.type) else f for f in schema],
+                     metadata=schema.metadata)
+
+
 def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.ParquetWriter:
     """The one Parquet writer of release outputs (zstd; each encoding where it pays).
+
+    A dictionary-typed column (ids repeated over many rows,
+    `tasks.staging.repeat_ids_encoded`) is written as its dictionary and
+    indices, and the file's Arrow schema names its value type: readers see
+    the plain string column, as if it had been written from one (the Parquet
+    column is dictionary-encoded UTF-8 either way; tests/flows/test_outputs_staging.py).
 
     Noisy floats never repeat, so a dictionary page for them is built, found too
     large and thrown away for every row group (most of the encoding time): only
@@ -43,8 +57,16 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     """
     other = [f.name for f in schema if not _is_floating(f.type)]
     flat = [f.name for f in schema if pa.types.is_floating(f.type)]
-    return pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,
-                            write_statistics=other, use_byte_stream_split=flat)
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        return pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,
+                                write_statistics=other, use_byte_stream_split=flat)
+    writer = pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,
+                              write_statistics=other, use_byte_stream_split=flat,
+                              store_schema=False)
+    # what `store_schema=True` stores (Arrow's ARROW:schema key), for the plain schema
+    writer.add_key_value_metadata({"ARROW:schema": base64.b64encode(
+        plain_schema(schema).serialize().to_pybytes()).decode()})
+    return writer
 
 
 def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:

@@ -42,7 +42,7 @@ from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
 from tasks.stage import CurveChunk, StreamChunk, TaskPayload, contiguous_ranges
-from tasks.staging import repeat_ids
+from tasks.staging import repeat_ids, repeat_ids_encoded
 
 CURVE_MECHANISMS = registry.names("curves")
 STREAM_MECHANISMS = registry.names("streams")
@@ -356,8 +356,8 @@ def _curve_tables(users: list[str], curves: list[str], fn: PrivateFunctionBatch,
                   points: list[int]) -> dict[str, pa.Table]:
     """The chunk's ``values``, ``segments`` and ``curves`` tables."""
     values = pa.table({
-        "user_id": repeat_ids(users, points),
-        "curve_id": repeat_ids(curves, points),
+        "user_id": repeat_ids_encoded(users, points),
+        "curve_id": repeat_ids_encoded(curves, points),
         "t": pa.array(grid),
         **{c: pa.array(out[:, j]) for j, c in enumerate(value_columns)},
     })
@@ -367,8 +367,8 @@ def _curve_tables(users: list[str], curves: list[str], fn: PrivateFunctionBatch,
     coefs = fn.coefficients.reshape(total, -1)
     width = coefs.shape[1]
     segments = pa.table({
-        "user_id": repeat_ids(users, segs),
-        "curve_id": repeat_ids(curves, segs),
+        "user_id": repeat_ids_encoded(users, segs),
+        "curve_id": repeat_ids_encoded(curves, segs),
         "segment": pa.array((np.arange(total) - np.repeat(fn.seg_offsets[:-1], segs)
                              ).astype(np.int32), pa.int32()),
         "t_start": pa.array(fn.breakpoints[left], pa.float64()),

@@ -56,6 +56,20 @@ def repeat_ids(ids: Sequence[str], counts: Sequence[int] | np.ndarray) -> pa.Arr
     return pa.array(list(ids), pa.string()).take(pa.array(index))
 
 
+def repeat_ids_encoded(ids: Sequence[str], counts: Sequence[int] | np.ndarray
+                       ) -> pa.DictionaryArray:
+    """`repeat_ids` as a dictionary array: each distinct id once, an int32 index per row.
+
+    Building it makes no string per row (`repeat_ids` makes one per row, which
+    costs about 16 ms per 500,000 rows), and the Parquet writer takes its
+    dictionary as it is instead of hashing every row again; `tasks.outputs`
+    writes such a column as the plain string column it stands for.
+    """
+    encoded = pc.dictionary_encode(pa.array(list(ids), pa.string()))
+    index = np.repeat(encoded.indices.to_numpy(), np.asarray(counts, dtype=np.int64))
+    return pa.DictionaryArray.from_arrays(pa.array(index, pa.int32()), encoded.dictionary)
+
+
 def run_starts(*columns: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Positions where a run of equal values (over all `columns`) starts (row 0 included)."""
     n = len(columns[0]) if columns else 0

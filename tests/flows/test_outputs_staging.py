@@ -27,6 +27,7 @@ from tasks.staging import (
     read_curve_chunk,
     read_stream_chunk,
     repeat_ids,
+    repeat_ids_encoded,
     stage_curve_chunk,
     stage_stream_chunk,
     write_arrow,
@@ -102,6 +103,39 @@ def test_a_staged_chunk_is_numbers_beside_a_private_item_file(tmp_path):
                           "points": pa.array([2, 4], pa.int64())}), items)
     with pytest.raises(ValueError, match="do not cover its samples"):
         read_curve_chunk(path, ("x", "y"))
+
+
+def test_dictionary_ids_are_written_as_the_plain_string_columns(tmp_path):
+    import duckdb
+
+    users, counts = ["b", "a'; --", "b", "ü" * 40], [3, 1, 2, 4]
+    plain = pa.table({"user_id": repeat_ids(users, counts), "t": np.arange(10.0)})
+    coded = pa.table({"user_id": repeat_ids_encoded(users, counts), "t": np.arange(10.0)})
+    assert pa.types.is_dictionary(coded.schema.field("user_id").type)
+    assert len(coded.column("user_id").combine_chunks().dictionary) == 3  # each id once
+    paths = {}
+    for name, table in (("plain", plain), ("coded", coded)):
+        app = ParquetAppender(tmp_path / "staging" / name)
+        app.add_table("values", table)
+        app.add_table("values", table)  # a second row group, as a second chunk
+        app.finish("values", tmp_path / f"{name}.parquet")
+        paths[name] = tmp_path / f"{name}.parquet"
+    back = {n: pq.read_table(p) for n, p in paths.items()}
+    assert back["coded"].schema == back["plain"].schema  # string, not dictionary
+    assert back["coded"].equals(back["plain"])
+    assert back["coded"].column("user_id").to_pylist() == plain.column("user_id").to_pylist() * 2
+    footer = {n: pq.ParquetFile(p).metadata.metadata for n, p in paths.items()}
+    assert footer["coded"] == footer["plain"]
+    assert pd_dtype(paths["coded"]) == pd_dtype(paths["plain"])
+    con = duckdb.connect()
+    assert con.execute(f"SELECT typeof(user_id) FROM '{paths['coded']}' LIMIT 1").fetchall() == [
+        ("VARCHAR",)]
+
+
+def pd_dtype(path):
+    import pandas as pd
+
+    return str(pd.read_parquet(path)["user_id"].dtype)
 
 
 def test_group_spans():
