@@ -32,28 +32,75 @@ def evaluate_local(basis: LocalBasis, breakpoints: np.ndarray, bp_offsets: np.nd
     coefficients[seg_offsets[c]:seg_offsets[c+1]] (k_c, m, n); it is
     evaluated at t[t_offsets[c]:t_offsets[c+1]]. A time on an inner edge takes
     the right segment; outside the edges: ``"clamp"`` (end values), ``"zero"``
-    or ``"basis"`` (the end segment's polynomial continued).
+    or ``"basis"`` (the end segment's polynomial continued). Post-processing
+    of released values: no privacy cost.
 
     Returns:
         (len(t), n) values.
     """
-    n_fn = bp_offsets.size - 1
-    fn = np.repeat(np.arange(n_fn), np.diff(t_offsets))
-    first, last = breakpoints[bp_offsets[:-1]][fn], breakpoints[bp_offsets[1:] - 1][fn]
+    counts = np.diff(t_offsets)
+    fn = np.repeat(np.arange(bp_offsets.size - 1), counts)
+    first = np.repeat(breakpoints[bp_offsets[:-1]], counts)
+    last = np.repeat(breakpoints[bp_offsets[1:] - 1], counts)
     tc = np.clip(t, first, last) if outside in ("clamp", "zero") else t
-    # edges and times keyed by (function, time): complex numbers sort by (real, imag)
-    edge_fn = np.repeat(np.arange(n_fn), np.diff(bp_offsets))
-    pos = np.searchsorted(edge_fn + 1j * breakpoints, fn + 1j * tc, side="right") - 1
-    seg = np.clip(pos - bp_offsets[:-1][fn], 0, np.diff(seg_offsets)[fn] - 1)
-    at = bp_offsets[:-1][fn] + seg
-    phi = basis.columns(tc, breakpoints[at], breakpoints[at + 1])  # m arrays (T,)
-    rows = coefficients[seg_offsets[:-1][fn] + seg]  # (T, m, n)
+    left = np.arange(coefficients.shape[0]) + np.repeat(bp_offsets[:-1] - seg_offsets[:-1],
+                                                         np.diff(seg_offsets))  # edge index
+    runs = _segment_runs(breakpoints, bp_offsets, seg_offsets, fn, tc, t_offsets)
+    if runs is not None:  # the times of each segment are consecutive: repeat per segment
+        a_t, b_t = np.repeat(breakpoints[left], runs), np.repeat(breakpoints[left + 1], runs)
+        rows = np.repeat(coefficients, runs, axis=0)  # (T, m, n)
+    else:
+        seg = _segment_index(breakpoints, bp_offsets, seg_offsets, fn, tc)
+        edge = np.take(left, seg)
+        a_t, b_t = np.take(breakpoints, edge), np.take(breakpoints, edge + 1)
+        rows = np.take(coefficients, seg, axis=0)
+    phi = basis.columns(tc, a_t, b_t)  # m arrays (T,)
     out = phi[0][:, None] * rows[:, 0, :]
     for ell in range(1, len(phi)):
         out = out + phi[ell][:, None] * rows[:, ell, :]
     if outside == "zero":
         out[(t < first) | (t > last)] = 0.0
     return out
+
+
+def _segment_index(breakpoints: np.ndarray, bp_offsets: np.ndarray, seg_offsets: np.ndarray,
+                   fn: np.ndarray, tc: np.ndarray) -> np.ndarray:
+    """The (global) segment of every time: the last edge at or before it, end segments beyond.
+
+    Edges and times are keyed by (function, time), complex numbers that sort by
+    (real, imag), and every time is searched among the edges.
+    """
+    edge_fn = np.repeat(np.arange(bp_offsets.size - 1), np.diff(bp_offsets))
+    pos = np.searchsorted(edge_fn + 1j * breakpoints, fn + 1j * tc, side="right") - 1
+    return seg_offsets[:-1][fn] + np.clip(pos - bp_offsets[:-1][fn], 0,
+                                          np.diff(seg_offsets)[fn] - 1)
+
+
+def _segment_runs(breakpoints: np.ndarray, bp_offsets: np.ndarray, seg_offsets: np.ndarray,
+                  fn: np.ndarray, tc: np.ndarray, t_offsets: np.ndarray) -> np.ndarray | None:
+    """How many consecutive times fall in each (global) segment, or None.
+
+    None unless each function's times are in order (an output grid, a curve's
+    own samples).
+
+    The same rule as `_segment_index`: segment s >= 1 of function c starts at
+    c's first time at or after its edge s (the few inner edges are searched
+    among the times, keyed by (function, time)), segment 0 at c's first time.
+    """
+    keys = fn + 1j * tc
+    if keys.size > 1 and np.any(keys[1:] < keys[:-1]):
+        return None
+    inner = np.ones(breakpoints.size, dtype=bool)
+    inner[bp_offsets[:-1]] = False
+    inner[bp_offsets[1:] - 1] = False
+    edge_fn = np.repeat(np.arange(bp_offsets.size - 1), np.diff(bp_offsets))[inner]
+    starts = np.empty(int(seg_offsets[-1]) + 1, dtype=np.int64)
+    firsts = np.zeros(starts.size - 1, dtype=bool)
+    firsts[seg_offsets[:-1]] = True
+    starts[:-1][firsts] = t_offsets[:-1]
+    starts[:-1][~firsts] = np.searchsorted(keys, edge_fn + 1j * breakpoints[inner], side="left")
+    starts[-1] = keys.size
+    return np.diff(starts)
 
 
 @dataclass(frozen=True)
