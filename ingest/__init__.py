@@ -1,12 +1,13 @@
 """Validated, streaming ingestion of curve and stream inputs (CSV, Parquet, DuckDB).
 
 Plain functions, called by the Prefect tasks and by ``privpipe validate``:
-`iter_users` streams validated users, `scan` summarises an input in one pass.
+`iter_users` streams validated users (`read_users`: straight when the
+input is in order), `scan` summarises an input in one pass.
 """
 
 from ingest.defaults import default_domain
 from ingest.fingerprint import input_fingerprint, user_fingerprint
-from ingest.pipeline import INPUT_TIME_UNITS, iter_users, scan
+from ingest.pipeline import INPUT_TIME_UNITS, NeedsSpill, iter_users, read_users, scan
 from ingest.projection import EARTH_RADIUS_M, project
 from ingest.types import Curve, IngestReport, Rejection, Stream, UserCurves, UserStreams
 
@@ -15,6 +16,7 @@ __all__ = [
     "INPUT_TIME_UNITS",
     "Curve",
     "IngestReport",
+    "NeedsSpill",
     "Rejection",
     "Stream",
     "UserCurves",
@@ -23,6 +25,7 @@ __all__ = [
     "input_fingerprint",
     "iter_users",
     "project",
+    "read_users",
     "scan",
     "user_fingerprint",
 ]

@@ -10,7 +10,11 @@ One pass over the input, in bounded memory:
    stream_id) order.
 2. The rows are read back in (user_id, curve_id or stream_id, file row) order:
    as written when the input was in that order already (one parse of the
-   file, no sort), else sorted by DuckDB, spilling to disk if needed. Arrow
+   file, no sort), else sorted by DuckDB, spilling to disk if needed. A
+   caller that can start over (`read_users`, `scan`, the release's staging)
+   first reads straight from the scan with no private file (``spill=False``),
+   checking the order batch by batch, and reads again with it only when a
+   row comes out of order (`NeedsSpill`). Arrow
    record batches are cut at user boundaries, so a user is never split
    between two batches (a batch holds whole users; a user larger than
    `batch_rows` makes one larger batch).
@@ -27,9 +31,10 @@ the domain, rows of a curve are ordered by t in the batch instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -314,6 +319,20 @@ class _NotTyped(Exception):
     """The typed read of a CSV met a cell that is not a number (or a CSV error)."""
 
 
+class NeedsSpill(Exception):
+    """A straight read (``spill=False``) cannot go on; read again with ``spill=True``.
+
+    Raised at the first row out of (user, key) order, or at the first CSV cell
+    that ends the typed read (see `_spill`; then `typed_read_ended`), before
+    any user of that batch is yielded. What the read yielded so far is not
+    what the spilled read promises (all users, in order): the caller discards it.
+    """
+
+    def __init__(self, message: str, *, typed_read_ended: bool = False) -> None:
+        super().__init__(message)
+        self.typed_read_ended = typed_read_ended
+
+
 def _spill(src: OpenedSource, plan: _Plan, batch_rows: int, path: Path) -> bool:
     """Scan the source once, in record order, into the Arrow file `path`.
 
@@ -359,17 +378,55 @@ def _read(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
             return
 
 
+def _numbered(src: OpenedSource, batch: pa.RecordBatch, before: int) -> pa.RecordBatch:
+    """The batch with its file row numbers (``_row``, from 1) when the source has none."""
+    if src.numbered:
+        return batch
+    numbers = pa.array(np.arange(before + 1, before + 1 + batch.num_rows, dtype=np.int64))
+    return pa.RecordBatch.from_arrays([numbers, *batch.columns],
+                                      names=["_row", *batch.schema.names])
+
+
+def _empty_input(src: OpenedSource) -> ValidationError:
+    return ValidationError(_file_problem(src.label, None, "not empty",
+                                         "the input has no data rows"))
+
+
+def _straight(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The scan's batches as they come, each checked to follow (user, key) order.
+
+    No private copy of the rows: `NeedsSpill` at the first batch out of order
+    or (typed CSV read) at the first cell that is not a number, before that
+    batch is yielded.
+    """
+    last, rows = None, 0
+    typed = plan.typed_sql is not None
+    batches = _typed_scanned(src, plan, batch_rows) if typed else _scanned(src, plan, batch_rows)
+    try:
+        for raw in batches:
+            if raw.num_rows == 0:
+                continue
+            batch = _numbered(src, raw, rows)
+            users, keys = batch.column("_user"), batch.column("_key")
+            if not _in_order(users, keys, last):
+                raise NeedsSpill("the rows are not in (user, key) order")
+            last = (users[-1].as_py(), keys[-1].as_py())
+            rows += batch.num_rows
+            yield batch
+    except _NotTyped:
+        raise NeedsSpill("a cell ended the typed read", typed_read_ended=True) from None
+    if rows == 0:
+        raise _empty_input(src)
+
+
 def _spill_scan(src: OpenedSource, batches: Iterator[pa.RecordBatch], path: Path) -> bool:
     in_order, last, rows = True, None, 0
     writer = None
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
+        for raw in batches:
+            if raw.num_rows == 0:
                 continue
-            if not src.numbered:
-                numbers = pa.array(np.arange(rows + 1, rows + 1 + batch.num_rows, dtype=np.int64))
-                batch = pa.RecordBatch.from_arrays([numbers, *batch.columns],
-                                                   names=["_row", *batch.schema.names])
+            batch = _numbered(src, raw, rows)
             if writer is None:
                 # LZ4 frames: the columns a clean input leaves null (raw text, date/times)
                 # and the repeated ids take next to no disk, at a small CPU cost
@@ -385,8 +442,7 @@ def _spill_scan(src: OpenedSource, batches: Iterator[pa.RecordBatch], path: Path
         if writer is not None:
             writer.close()
     if rows == 0:
-        raise ValidationError(_file_problem(src.label, None, "not empty",
-                                            "the input has no data rows"))
+        raise _empty_input(src)
     return in_order
 
 
@@ -405,9 +461,15 @@ def _scanned(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Rec
         raise csv_error(src.label, err) from None
 
 
-def _ordered_batches(src: OpenedSource, plan: _Plan, batch_rows: int
+def _ordered_batches(src: OpenedSource, plan: _Plan, batch_rows: int, spill: bool = True
                      ) -> Iterator[pa.RecordBatch]:
-    """The source's converted rows in (user, key, file row) order (see the module doc)."""
+    """The source's converted rows in (user, key, file row) order (see the module doc).
+
+    ``spill=False``: straight from the scan, or `NeedsSpill` (`_straight`).
+    """
+    if not spill:
+        yield from _straight(src, plan, batch_rows)
+        return
     if src.scratch is None:
         raise RuntimeError("internal error (a bug): the source has no scratch directory")
     path = src.scratch / "rows.arrow"
@@ -435,9 +497,10 @@ def _sorted_rows(src: OpenedSource, path: Path, batch_rows: int) -> Iterator[pa.
         src.con.unregister("_rows")
 
 
-def _blocks(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.Table]:
+def _blocks(src: OpenedSource, plan: _Plan, batch_rows: int, spill: bool = True
+            ) -> Iterator[pa.Table]:
     """Yield Arrow tables that each hold whole users, in sorted order."""
-    reader = _ordered_batches(src, plan, batch_rows)
+    reader = _ordered_batches(src, plan, batch_rows, spill)
     pending: list[pa.RecordBatch] = []
     pending_user: object = None
     for batch in reader:
@@ -792,6 +855,7 @@ def iter_users(
     input_time_unit: str | None = None,
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     max_problems_per_user: int = 1000,
+    spill: bool = True,
 ) -> Iterator[UserCurves | UserStreams | Rejection]:
     """Stream the validated users of an input, in sorted user-id order.
 
@@ -812,6 +876,13 @@ def iter_users(
         max_problems_per_user: problems listed per rejected user; beyond it the
             first problem of each further (column, rule) is still listed, and one
             "more problems" entry counts the rest, so every reason appears.
+        spill: True: the scan's rows go to a private file first, which is read
+            back as it is when it came in (user, key) order and sorted
+            otherwise. False (a straight read): users are yielded as the scan
+            reaches them, with no copy of the rows, and `NeedsSpill` is raised
+            at the first row out of order (or that ends a CSV's typed read):
+            for callers that can start again with ``spill=True`` (see
+            `read_users`). Both give the same users, problems and fingerprints.
 
     Returns:
         An iterator (parameters are checked when this is called, the file is
@@ -827,17 +898,67 @@ def iter_users(
     """
     _check_parameters(domain, batch_rows, input_time_unit, max_problems_per_user)
     return _iter_users(source, domain, table, batch_rows, input_time_unit,
-                       memory_limit, max_problems_per_user)
+                       memory_limit, max_problems_per_user, spill)
 
 
 def _iter_users(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
                 batch_rows: int, input_time_unit: str | None,
-                memory_limit: str, max_problems: int
+                memory_limit: str, max_problems: int, spill: bool = True, typed: bool = True
                 ) -> Iterator[UserCurves | UserStreams | Rejection]:
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _plan(src, domain, input_time_unit)
-        for block in _blocks(src, plan, batch_rows):
+        if not typed:
+            plan = replace(plan, typed_sql=None)
+        for block in _blocks(src, plan, batch_rows, spill):
             yield from _Batch(block, plan).results(max_problems)
+
+
+T = TypeVar("T")
+
+
+def _two_reads(read: Callable[[bool, bool], T]) -> T:
+    """``read(spill, typed)`` straight, or once more spilled if that read stopped.
+
+    The second read skips the typed CSV read when a cell ended it in the first
+    (it would end there again), so an input costs at most the two reads its
+    spilled read alone costs when a cell is not a number.
+    """
+    try:
+        return read(False, True)
+    except NeedsSpill as stop:
+        typed = not stop.typed_read_ended
+    return read(True, typed)
+
+
+def read_users(
+    source: str | Path | pd.DataFrame,
+    domain: Domain,
+    consume: Callable[[Iterator[UserCurves | UserStreams | Rejection]], T],
+    *,
+    table: str | None = None,
+    batch_rows: int = 200_000,
+    input_time_unit: str | None = None,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    max_problems_per_user: int = 1000,
+) -> T:
+    """``consume(users)`` over a straight read, or again over the spilled one.
+
+    `consume` gets the users of `iter_users` with ``spill=False`` (the other
+    arguments as there) and returns its result. If that read raises
+    `NeedsSpill`, which passes through `consume` (it may clean up on the way),
+    `consume` is called once more on a spilled read: so `consume` must start
+    from nothing each time. An input already in (user, key) order (a sorted
+    export, the usual case) is then parsed once with no private copy of its
+    rows; any other costs the straight read up to its first row out of order,
+    then the spilled read.
+
+    Raises:
+        ValidationError, ParameterError: as `iter_users`.
+    """
+    _check_parameters(domain, batch_rows, input_time_unit, max_problems_per_user)
+    args = (source, domain, table, batch_rows, input_time_unit, memory_limit,
+            max_problems_per_user)
+    return _two_reads(lambda spill, typed: consume(_iter_users(*args, spill, typed)))
 
 
 def scan(
@@ -852,8 +973,10 @@ def scan(
 ) -> IngestReport:
     """Validate a whole input in one streaming pass and summarise it.
 
-    Same arguments as `iter_users`; per-user arrays are dropped as soon as a
-    user is counted, so memory does not grow with the input.
+    Same arguments as `iter_users` but `spill`: like `read_users`, an input
+    in (user, key) order is read straight, any other one again through the
+    private spill file. Per-user arrays are dropped as soon as a user is
+    counted, so memory does not grow with the input.
 
     Returns:
         An `IngestReport` (counts, time span, value ranges, rejections,
@@ -864,6 +987,14 @@ def scan(
         ParameterError: invalid arguments.
     """
     _check_parameters(domain, batch_rows, input_time_unit, max_problems_per_user)
+    args = (source, domain, table, batch_rows, input_time_unit, memory_limit,
+            max_problems_per_user)
+    return _two_reads(lambda spill, typed: _scan(*args, spill, typed))
+
+
+def _scan(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
+          batch_rows: int, input_time_unit: str | None, memory_limit: str,
+          max_problems_per_user: int, spill: bool, typed: bool) -> IngestReport:
     users = items = points = rows = 0
     t_lo, t_hi = np.inf, -np.inf
     ncols = len(domain.value_columns)
@@ -873,8 +1004,10 @@ def scan(
     fps: dict[str, str] = {}
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _plan(src, domain, input_time_unit)
+        if not typed:
+            plan = replace(plan, typed_sql=None)
         label = src.label
-        for block in _blocks(src, plan, batch_rows):
+        for block in _blocks(src, plan, batch_rows, spill):
             rows += block.num_rows
             for r in _Batch(block, plan).results(max_problems_per_user):
                 if isinstance(r, Rejection):

@@ -12,6 +12,7 @@ the noise key or a denied user's data.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ingest import Rejection, UserCurves, UserStreams, input_fingerprint
 from schemas.policy import Domain
 from tasks.staging import (
     StagedChunk,
+    items_path,
     read_chunk,
     stage_curve_chunk,
     stage_stream_chunk,
@@ -223,6 +225,10 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
                    table: str | None = None) -> StagePlan:
     """Validate `source` for `domain` (one streaming pass) and stage chunks of users.
 
+    The input is read straight when it comes in (user, key) order; at its
+    first row out of order the chunks staged so far are deleted and it is read
+    again, sorted (`ingest.read_users`): the plan is the sorted read's either way.
+
     A chunk (one mechanism task) holds `chunk_users` users or, by default, as
     many whole users as reach `CHUNK_POINTS` samples (at most `MAX_CHUNK_USERS`
     users): a task's fixed cost in Prefect (tens of ms) is then small against
@@ -233,14 +239,34 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
     """
     staging_dir = Path(staging)
     staging_dir.mkdir(parents=True, exist_ok=True)
-    fingerprints: dict[str, str] = {}
+    return ingest.read_users(
+        source, domain, lambda users: _stage_users(users, domain, staging_dir, chunk_users),
+        table=table)
+
+
+def _stage_users(users: Iterator[UserCurves | UserStreams | Rejection], domain: Domain,
+                 staging_dir: Path, chunk_users: int | None) -> StagePlan:
+    """Stage the users of one read; a read that must start over takes its chunk files along."""
     chunks: list[StagedChunk] = []
+    try:
+        return _stage_into(users, domain, staging_dir, chunk_users, chunks)
+    except ingest.NeedsSpill:
+        for chunk in chunks:
+            Path(chunk.path).unlink(missing_ok=True)
+            items_path(chunk.path).unlink(missing_ok=True)
+        raise
+
+
+def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: Domain,
+                staging_dir: Path, chunk_users: int | None,
+                chunks: list[StagedChunk]) -> StagePlan:
+    fingerprints: dict[str, str] = {}
     steps: dict[str, list[tuple[str, str]]] = {}
     stream_steps: dict[tuple[str, str], list[tuple[int, int]]] = {}
     rejected: list[dict[str, Any]] = []
     buf: list[UserCurves | UserStreams] = []
     n_items = n_points = buf_points = 0
-    for item in ingest.iter_users(source, domain, table=table):
+    for item in users:
         if isinstance(item, Rejection):
             rejected.append({
                 "user_id": item.user_id,
