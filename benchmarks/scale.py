@@ -23,10 +23,11 @@ with ``reconstruct="none"``: CPR is per-stream post-processing, timed apart by
     .venv/bin/python benchmarks/scale.py [--users 10000 100000 1000000]
         [--kinds curves streams] [--work DIR] [--runner RUNNER]
 
-The 10^6 curve row needs about 45 GB of free disk in --work (input 8 GB,
-staging 27 GB, outputs 8 GB; each run's files are removed after it) and
-about 11 GB more in TMPDIR while the input is read (the reader's copy of the
-rows, `ingest.pipeline`). It took 14.7 minutes and 1.7 GB (2026-12-02), plus 9 for its input.
+The 10^6 curve row needs about 30 GB of free disk in --work (input 8 GB,
+staging 12 GB, outputs 8 GB; each run's files are removed after it). Its input
+comes in user order, so the reader makes no copy of its rows (an input out of
+order would need about 11 GB more in TMPDIR while it is read, `ingest.pipeline`).
+It took 14.7 minutes and 1.7 GB (2026-12-02), plus 9 for its input.
 """
 
 from __future__ import annotations
