@@ -15,11 +15,14 @@ released users or a chosen group of at least `min_users`:
 Values are in the domain's declared units (its public value range maps [0, 1]
 back to them). Nothing here draws noise or touches the ledger: it charges
 nothing. Reads go through DuckDB in chunks of steps (or phases), so memory is
-bounded by the chunk, not by the release.
+bounded by the chunk, not by the release: one scan splits the reports by
+chunk into a private temporary directory (about the size of the release's
+samples file), then each chunk reads its own.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -55,26 +58,44 @@ def _chunks(con: duckdb.DuckDBPyConnection, cell_sql: str, n_rows: int,
 
 def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step: float,
            confidence: float, n_rows: int, n_cells: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Mean and distribution tables over steps (period None) or phases, chunk by chunk."""
+    """Mean and distribution tables over steps (period None) or phases, chunk by chunk.
+
+    The reports are first split by chunk in one scan (a Parquet file per chunk
+    in a private temporary directory), so each chunk then reads only its own
+    rows: one pass over the release whatever its size, where a query per
+    chunk over all reports would read them once per chunk.
+    """
     cell_sql = "step" if period is None else f"(step % {int(period)})"
+    chunks = _chunks(con, cell_sql, n_rows, n_cells)
+    lo, per = chunks[0][0], chunks[0][1] - chunks[0][0] + 1
     means, dists = [], []
-    for a, b in _chunks(con, cell_sql, n_rows, n_cells):
-        y, st = con.execute(
-            f"SELECT y, step FROM s WHERE {cell_sql} BETWEEN ? AND ? ORDER BY step",  # noqa: S608
-            [a, b]).fetchnumpy().values()
-        if len(y) == 0:
-            continue
-        y = np.asarray(y, dtype=np.float64)
-        st = np.asarray(st, dtype=np.int64)
-        m = population_mean(y, steps=st, epsilon_per_step=epsilon_per_step, period=period,
-                            confidence=confidence)
-        d = population_distribution(y, steps=st, epsilon_per_step=epsilon_per_step,
-                                    period=period, quantile_levels=QUANTILES)
-        means.append(pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
-                                   "lower": m.lower, "upper": m.upper}))
-        dists.append(pd.DataFrame({"cell": d.cells, "reports": d.reports, "mean": d.mean,
-                                   **{f"q{int(100 * q)}": d.quantiles[:, i]
-                                      for i, q in enumerate(QUANTILES)}}))
+    with tempfile.TemporaryDirectory(prefix="privpipe-population-") as tmp:
+        scratch = tmp.replace("'", "''")  # a path quoted for SQL
+        split = (f"COPY (SELECT y, step, ({cell_sql} - {int(lo)}) // {int(per)} AS part "  # noqa: S608
+                 f"FROM s) TO '{scratch}/parts' (FORMAT parquet, PARTITION_BY (part))")
+        con.execute(split)
+        for k in range(len(chunks)):
+            part = Path(tmp) / "parts" / f"part={k}"
+            if not part.is_dir():
+                continue
+            files = str(part).replace("'", "''")
+            # (step, y): a report order that does not depend on the scan's threads
+            y, st = con.execute(
+                f"SELECT y, step FROM read_parquet('{files}/*.parquet') ORDER BY step, y"  # noqa: S608
+            ).fetchnumpy().values()
+            if len(y) == 0:
+                continue
+            y = np.asarray(y, dtype=np.float64)
+            st = np.asarray(st, dtype=np.int64)
+            m = population_mean(y, steps=st, epsilon_per_step=epsilon_per_step, period=period,
+                                confidence=confidence)
+            d = population_distribution(y, steps=st, epsilon_per_step=epsilon_per_step,
+                                        period=period, quantile_levels=QUANTILES)
+            means.append(pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
+                                       "lower": m.lower, "upper": m.upper}))
+            dists.append(pd.DataFrame({"cell": d.cells, "reports": d.reports, "mean": d.mean,
+                                       **{f"q{int(100 * q)}": d.quantiles[:, i]
+                                          for i, q in enumerate(QUANTILES)}}))
     return pd.concat(means, ignore_index=True), pd.concat(dists, ignore_index=True)
 
 

@@ -67,3 +67,26 @@ def test_a_group_smaller_than_k_is_refused(release, tmp_path):
     assert step["reports"].max() <= 25
     res = CliRunner().invoke(app, ["population", str(tmp_path)])
     assert res.exit_code == 2 and "not a release folder" in res.output
+
+
+def test_chunks_of_steps_give_the_tables_of_one_chunk(release, tmp_path, monkeypatch):
+    """Reports split by chunk in one scan: every report in exactly one chunk, same tables."""
+    import tempfile
+
+    from tasks import population
+
+    rdir, _ = release
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    tables = {}
+    for rows in (10**9, 3_000):  # one chunk; chunks of a few steps (and phases)
+        monkeypatch.setattr(population, "CHUNK_ROWS", rows)
+        out = tmp_path / f"out-{rows}"
+        population.population_view_fn(str(rdir / "samples.parquet"), str(out),
+                                      epsilon_per_step=E0, value_range=(0.0, hh.VALUE_MAX),
+                                      value_unit="kWh", period=48)
+        tables[rows] = {p.name: p.read_bytes() for p in (out / "population").iterdir()}
+    assert sorted(tables[3_000]) == ["phase_distribution.csv", "phase_mean.csv",
+                                     "step_distribution.csv", "step_mean.csv"]
+    assert tables[3_000] == tables[10**9]
+    assert not list((tmp_path / "tmp").iterdir())  # the split reports are removed
