@@ -40,6 +40,8 @@ from tasks.safe_files import make_dirs, write_file
 #: rows read per chunk (every report of a chunk's steps or phases)
 CHUNK_ROWS = 2_000_000
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+#: DuckDB's memory while it splits the reports by chunk
+MEMORY_LIMIT = "256MB"
 
 
 def _scale(value_range: tuple[float, float] | None):
@@ -71,6 +73,9 @@ def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step:
     means, dists = [], []
     with tempfile.TemporaryDirectory(prefix="privpipe-population-") as tmp:
         scratch = tmp.replace("'", "''")  # a path quoted for SQL
+        # bounded: DuckDB flushes the open partitions (and spills) within the limit
+        con.execute(f"SET temp_directory = '{scratch}/spill'")
+        con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         split = (f"COPY (SELECT y, step, ({cell_sql} - {int(lo)}) // {int(per)} AS part "  # noqa: S608
                  f"FROM s) TO '{scratch}/parts' (FORMAT parquet, PARTITION_BY (part))")
         con.execute(split)
