@@ -41,7 +41,7 @@ from tasks.safe_files import make_dirs, write_file
 CHUNK_ROWS = 2_000_000
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 #: DuckDB's memory while it splits the reports by chunk
-MEMORY_LIMIT = "256MB"
+MEMORY_LIMIT = "512MB"
 
 
 def _scale(value_range: tuple[float, float] | None):
@@ -76,6 +76,8 @@ def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step:
         # bounded: DuckDB flushes the open partitions (and spills) within the limit
         con.execute(f"SET temp_directory = '{scratch}/spill'")
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        con.execute("SET preserve_insertion_order = false")  # each chunk is sorted below
+        con.execute("SET partitioned_write_flush_threshold = 65536")
         split = (f"COPY (SELECT y, step, ({cell_sql} - {int(lo)}) // {int(per)} AS part "  # noqa: S608
                  f"FROM s) TO '{scratch}/parts' (FORMAT parquet, PARTITION_BY (part))")
         con.execute(split)
