@@ -179,7 +179,8 @@ def write_input(path: Path, kind: str, users: int, *, points: int = 500,
 def run(kind: str, src: Path, work: Path, runner: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), kind, str(src), str(work),
                            runner], capture_output=True, text=True, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    # the child's JSON may follow a progress bar on the same line
+    lines = [ln[ln.index('{"'):] for ln in proc.stdout.splitlines() if '{"' in ln]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"{kind} release failed (exit {proc.returncode}):\n"
                          f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")

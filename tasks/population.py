@@ -128,6 +128,7 @@ def _in_units(df: pd.DataFrame, to_units: Any, cell: str) -> pd.DataFrame:
 def _open(samples_path: str, users: list[str] | None, min_users: int
           ) -> tuple[duckdb.DuckDBPyConnection, int, int, int]:
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # no bars on a CLI user's terminal
     con.read_parquet(samples_path).create_view("a")
     if users is not None:
         con.register("chosen", pd.DataFrame({"user_id": pd.Series(sorted(set(users)), dtype=str)}))
