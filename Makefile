@@ -1,5 +1,6 @@
 # The two commands of the README. Each does all set-up on a fresh machine
-# that has Python 3.11 and pip: it creates .venv and installs the project.
+# that has Python 3.11, pip and a C compiler: it creates .venv and installs the project
+# (compiling mechanisms/curves/_forest.c).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,7 +8,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
+# setup.py and the C source: a changed kernel is rebuilt before the next run or test
+$(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat
