@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test lint bench clean
 
 # setup.py and the C source: a changed kernel is rebuilt before the next run or test
-$(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c
+$(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/_evaluate.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat
