@@ -17,7 +17,9 @@ Draws, per curve and from that curve's generator only, in this order:
 the ReduceSeg check slots (4 parts × (2^k₁ − 1), breadth-first; one block of
 standard Laplace (GP) or normal (CGP) variates times each slot's level scale,
 see `reduce_seg.draw_checks`), then the final noise (``standard_normal(D)``
-and, for GP, ``gamma(D)``). Every slot is drawn
+and, for GP, ``gamma(D)``). Under GP the first two are one call, a standard
+Laplace block of top + 2 + slots variates, the SVT's part times 3/ε_svt after:
+the same doubles as the two calls (`_Round._draw_blocks`). Every slot is drawn
 whether or not the SVT halts before it or the check runs (see `svt.py` and
 `reduce_seg.py`): the law of the output is that of Algorithms 4/5, and the
 number of draws depends only on public N, k₁ and on the released dimension D.
@@ -382,22 +384,36 @@ class _Round:
                              notion=opts.notion, margin=opts.margin, mn=self.m * self.n)
 
     def _draw_blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every curve's SVT slots (C, top + 2) and ReduceSeg check slots (C, 4·slots)."""
+        """Every curve's SVT slots (C, top + 2) and ReduceSeg check slots (C, 4·slots).
+
+        GP: both are Laplace, drawn as one standard block per curve (one generator
+        call) and scaled after: ``laplace(0, s)`` is ``0 ± s·log(·)`` and
+        ``laplace(0, 1)·s`` is ``(0 ± log(·))·s``, the same double for s > 0, so the
+        values are those of the two calls the module docstring lists.
+        """
         count, opts = len(self.batch), self.opts
         self.svt_scale = laplace_scale(3, svt_epsilon(opts.notion, self.quarter))  # >= 3/ε
         scales = (np.tile(slot_scales(self._plan(3)), 4) if opts.reduce else np.zeros(0))
-        svt, checks = [], []
-        for rng, n in zip(self.rngs, (self.tops + 2).tolist(), strict=True):
-            svt.append(rng.laplace(0.0, self.svt_scale, size=n))
-            checks.append(draw_checks(opts.notion, rng, scales))
+        sizes = self.tops + 2
         width = int(self.tops.max()) + 2
-        flat = np.concatenate(svt)
-        starts = np.cumsum([0] + [d.size for d in svt[:-1]])
-        svt_noise = np.zeros((count, width))
         columns = np.arange(width)
-        inside = columns[None, :] < self.tops[:, None] + 2
-        svt_noise[inside] = flat[(starts[:, None] + columns[None, :])[inside]]
-        return svt_noise, np.concatenate(checks).reshape(count, scales.size)
+        inside = columns[None, :] < sizes[:, None]
+        svt_noise = np.zeros((count, width))
+        if opts.notion == "gp":
+            block = sizes + scales.size
+            flat = np.concatenate([rng.laplace(0.0, 1.0, size=n) for rng, n in
+                                   zip(self.rngs, block.tolist(), strict=True)])
+            starts = np.cumsum(block) - block
+            svt_noise[inside] = flat[(starts[:, None] + columns[None, :])[inside]] * self.svt_scale
+            checks = flat[(starts + sizes)[:, None] + np.arange(scales.size)] * scales
+            return svt_noise, checks
+        svt, rows = [], []
+        for rng, n in zip(self.rngs, sizes.tolist(), strict=True):
+            svt.append(rng.laplace(0.0, self.svt_scale, size=n))
+            rows.append(draw_checks(opts.notion, rng, scales))
+        starts = np.cumsum(sizes) - sizes
+        svt_noise[inside] = np.concatenate(svt)[(starts[:, None] + columns[None, :])[inside]]
+        return svt_noise, np.concatenate(rows).reshape(count, scales.size)
 
     def _build(self, curves: np.ndarray, levels: np.ndarray, dist: np.ndarray) -> None:
         """Forests for `curves`, one per distinct finest level; fill their level distances."""

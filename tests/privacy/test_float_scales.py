@@ -72,11 +72,14 @@ class RecordingGenerator(np.random.Generator):
     def __init__(self, seed: int) -> None:
         super().__init__(np.random.PCG64(seed))
         self.laplace_scales: list[float] = []
+        self.laplace_draws: list[np.ndarray] = []
         self.normal_scales: list[float] = []
 
     def laplace(self, loc=0.0, scale=1.0, size=None):  # noqa: D102
         self.laplace_scales.extend(np.ravel(np.asarray(scale, dtype=float)).tolist())
-        return super().laplace(loc, scale, size)
+        out = super().laplace(loc, scale, size)
+        self.laplace_draws.append(np.asarray(out))
+        return out
 
     def normal(self, loc=0.0, scale=1.0, size=None):  # noqa: D102
         self.normal_scales.extend(np.ravel(np.asarray(scale, dtype=float)).tolist())
@@ -214,10 +217,16 @@ def test_privfuncseg_scales(monkeypatch, amount, notion):
     big = amount * 400
     kw = {"epsilon": big} if notion == "gp" else {"rho": big}
     rng = RecordingGenerator(0)
-    slot_calls = []
+    slot_calls, svt_scales, svt_noise = [], [], []
     real_slots = segment_module.slot_scales
     monkeypatch.setattr(segment_module, "slot_scales",
                         lambda plan: slot_calls.append(real_slots(plan)) or slot_calls[-1])
+    real_scale, real_crossing = segment_module.laplace_scale, segment_module.first_crossing
+    monkeypatch.setattr(segment_module, "laplace_scale",
+                        lambda *a: svt_scales.append(real_scale(*a)) or svt_scales[-1])
+    monkeypatch.setattr(segment_module, "first_crossing",
+                        lambda q, n, noise, **k: svt_noise.append(noise.copy())
+                        or real_crossing(q, n, noise, **k))
     f = privfuncseg(t, v, rng=rng, **kw)
     steps = {i.step: i.amount for i in f.cost.items}
     final = steps["project"]
@@ -225,11 +234,24 @@ def test_privfuncseg_scales(monkeypatch, amount, notion):
     # the last noise_scale call is the final projection's
     assert _exact_scale_ok(notion, spy.scales[-1], final)
     assert any(b == final for _, b, _ in spy.calls)
-    # documented draw order (mechanisms/curves/segment.py): first the SVT's slots, one
-    # laplace call at the SVT's scale; then the ReduceSeg check slots, standard draws
-    # times `reduce_seg.slot_scales` (4 parts, breadth-first, level by level)
+    # documented draw order (mechanisms/curves/segment.py): first the SVT's slots, then
+    # the ReduceSeg check slots, standard draws times `reduce_seg.slot_scales` (4 parts,
+    # breadth-first, level by level). GP draws both as one standard Laplace block and
+    # scales the SVT's slots after; CGP draws the SVT's slots at their scale.
     quarter = big / 4
-    assert _exact_scale_ok(notion, rng.laplace_scales[0], quarter, Fraction(3))
+    top = f.diagnostics["max_level"]
+    assert len(svt_scales) == 1 and _exact_scale_ok(notion, svt_scales[0], quarter, Fraction(3))
+    if notion == "gp":
+        assert rng.laplace_scales[0] == 1.0
+        assert rng.laplace_draws[0].size == top + 2 + 4 * 15
+    else:
+        assert rng.laplace_scales[0] == svt_scales[0]
+    # the SVT ran on exactly these draws times the checked scale
+    applied = svt_noise[0][0, : top + 2]
+    if notion == "gp":
+        assert np.array_equal(applied, rng.laplace_draws[0][: top + 2] * svt_scales[0])
+    else:
+        assert np.array_equal(applied, rng.laplace_draws[0][: top + 2])
     slots = np.concatenate(slot_calls)
     assert slots.size == 15  # one root's slots; the 4 parts use the same
     for level in range(1, 5):  # slot 2^(l-1) - 1 + i; each check spends (ε/16)/2^(l-1)/2^l
