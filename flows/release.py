@@ -132,7 +132,10 @@ def _scheduled_date() -> str | None:
 
 def _continuation(ledger_path: str, rid: str, domain: str, plan: StagePlan,
                   spec: StreamSpec) -> Any:
-    """The stream release's continuation plan; users it rejects join the plan's rejected."""
+    """The whole continuation plan of a stream dry run; users it rejects join the plan's rejected.
+
+    A release plans and reserves group by group instead (`_stream_batches`).
+    """
     from tasks.continuation import plan_release
 
     cont = plan_release(ledger_path, rid, domain, quote(plan), spec.epsilon_per_step)
@@ -141,40 +144,99 @@ def _continuation(ledger_path: str, rid: str, domain: str, plan: StagePlan,
     return cont
 
 
-def _reserve(ledger_path: str, rid: str, plan: StagePlan, dom: Domain,
-             spec: CurveSpec | StreamSpec, cont: Any, *, parameters: dict[str, Any],
-             fingerprint: str) -> tuple[set[str], list[dict[str, Any]]]:
-    """Reserve the release's requests, RESERVE_BATCH users per ledger transaction.
+def _reserve(ledger_path: str, rid: str, batches: Any, spec: CurveSpec | StreamSpec, *,
+             parameters: dict[str, Any], fingerprint: str
+             ) -> tuple[set[str], list[dict[str, Any]]]:
+    """Reserve the release's requests, one ledger transaction per batch of `batches`.
 
-    Each user's requests are decided together, in one transaction, so a user is
-    admitted or denied whole (`Ledger.reserve`); users are independent (each
-    has its own accounts), so batches of users decide exactly what one
-    transaction would. Batches bound the memory of a reserve (its requests,
-    decisions and DuckDB work grow with the batch, not with the release), and
-    curve requests are built one batch at a time. Every batch runs before any
-    chunk is submitted: no noise is drawn until the whole release is reserved.
-    A crash between batches leaves the earlier batches reserved (recorded, not
-    spent twice): the rerun answers them from their entries and reserves the
-    rest. Returns the admitted users and the denials, sorted by user.
+    Each batch holds every request of its users (at most RESERVE_BATCH users),
+    so a user is admitted or denied whole (`Ledger.reserve`); users are
+    independent (each has its own accounts), so batches of users decide
+    exactly what one transaction would. Batches bound the memory of a reserve
+    (its requests, decisions and DuckDB work grow with the batch, not with the
+    release), and are built one at a time by the iterator. Every batch runs
+    before any chunk is submitted: no noise is drawn until the whole release is
+    reserved. A crash between batches leaves the earlier batches reserved
+    (recorded, not spent twice): the rerun answers them from their entries and
+    reserves the rest. An iterator of no batch still makes one (empty) reserve
+    call. Returns the admitted users and the denials, sorted by user.
     """
-    if cont is None:
-        users = sorted(plan.steps)
-        batches: Any = (plan_requests(plan, dom.name, spec.notion, amount=spec.amount,
-                                      users=users[i:i + RESERVE_BATCH])
-                        for i in range(0, max(len(users), 1), RESERVE_BATCH))
-    else:  # streams: only the steps after each stream's watermark (tasks/continuation.py)
-        batches = by_user(cont.requests, RESERVE_BATCH)
     admitted: set[str] = set()
     denied: list[dict[str, Any]] = []
-    for n, requests in enumerate(batches):
-        if n:
+    calls = 0
+
+    def reserve(requests: list[Any]) -> None:
+        nonlocal calls
+        if calls:
             fault_point("between_reserves")
         ok, no = reserve_budget(ledger_path, rid, quote(requests), mechanism=spec.mechanism,
                                 parameters=parameters, input_fingerprint=fingerprint,
                                 flow_run_id=_flow_run_id())
-        admitted |= ok
+        calls += 1
+        admitted.update(ok)
         denied.extend(no)
+
+    for requests in batches:
+        reserve(requests)
+    if not calls:
+        reserve([])
     return admitted, sorted(denied, key=lambda r: r["user_id"])
+
+
+def _curve_batches(plan: StagePlan, dom: Domain, spec: CurveSpec) -> Any:
+    """The curve release's requests, RESERVE_BATCH users at a time (built batch by batch)."""
+    users = sorted(plan.steps)
+    return (plan_requests(plan, dom.name, spec.notion, amount=spec.amount,
+                          users=users[i:i + RESERVE_BATCH])
+            for i in range(0, max(len(users), 1), RESERVE_BATCH))
+
+
+def _chunk_groups(chunks: list[Any], max_users: int) -> list[list[Any]]:
+    """Consecutive chunks in groups of at most `max_users` users (one chunk at least)."""
+    groups: list[list[Any]] = []
+    users = 0
+    for chunk in chunks:
+        if groups and users + len(chunk.user_ids) <= max_users:
+            groups[-1].append(chunk)
+            users += len(chunk.user_ids)
+        else:
+            groups.append([chunk])
+            users = len(chunk.user_ids)
+    return groups
+
+
+def _stream_batches(ledger_path: str, rid: str, plan: StagePlan, dom: Domain, spec: StreamSpec,
+                    staging: Path, unchanged: set[str]) -> Any:
+    """Plan the streams' continuations group by group, yielding each group's requests.
+
+    A group is consecutive chunks of at most RESERVE_BATCH users. For each, the
+    continuation plan (`tasks.continuation`: what each stream repeats and what
+    it adds) is made, its rejected users join the plan's, its users with
+    nothing new join `unchanged`, each chunk's stream plans are written to the
+    private staging directory for its task (`chunk_plans_path`), and the
+    group's requests are yielded, in batches of at most RESERVE_BATCH users
+    (`by_user`), to be reserved before the next group is planned. So only one
+    group's requests and plans are ever in memory. Each user's plan reads only
+    that user's released ranges, so planning group by group plans what one pass
+    would. A group with no request yields nothing.
+    """
+    from tasks.continuation import plan_release, write_chunk_plans
+
+    for group in _chunk_groups(plan.chunks, RESERVE_BATCH):
+        cont = plan_release(ledger_path, rid, dom.name, quote(plan), spec.epsilon_per_step,
+                            chunks=quote(group))
+        plan.rejected.extend(cont.rejected)
+        plan.users -= len(cont.rejected)
+        unchanged |= cont.unchanged
+        for index, plans in cont.plans.items():
+            write_chunk_plans(chunk_plans_path(staging, index), plans)
+        if cont.requests:
+            yield from by_user(cont.requests, RESERVE_BATCH)
+
+
+def chunk_plans_path(staging: Path, index: int) -> Path:
+    """Where a stream chunk's continuation plans wait for its task (private staging)."""
+    return staging / f"plans-{index:05d}.json"
 
 
 class _Spread:
@@ -253,19 +315,17 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                          "policy": domain_record(dom)}
         # Streams continue: only the steps after each stream's watermark are
         # requested; the earlier ones are repeated (tasks/continuation.py).
-        cont = (None if isinstance(spec, CurveSpec) else
-                _continuation(ledger_path, rid, dom.name, plan, spec))
+        unchanged: set[str] = set()
         mechanism = spec.mechanism
-        admitted, denied = _reserve(ledger_path, rid, plan, dom, spec, cont,
-                                    parameters=parameters, fingerprint=fingerprint)
+        batches = (_curve_batches(plan, dom, spec) if isinstance(spec, CurveSpec) else
+                   _stream_batches(ledger_path, rid, plan, dom, spec, staging, unchanged))
+        admitted, denied = _reserve(ledger_path, rid, batches, spec, parameters=parameters,
+                                    fingerprint=fingerprint)
         # requested and reserved: the per-user plan is not needed again (memory must
         # not grow with users; chunks keep their users and fingerprints)
         plan.steps.clear()
         plan.stream_steps.clear()
-        if cont is not None:
-            cont.requests.clear()
-        if cont is not None:
-            admitted = admitted | cont.unchanged  # nothing new to charge: repeated only
+        admitted |= unchanged  # nothing new to charge: repeated only
         record = ledger.release(rid)
         if record is not None and record["state"] == "reserved" and not record["manifest"]:
             # after the reserve: only a run the binding admitted describes the release
@@ -340,9 +400,10 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
                 pending.append(privatize_curves.submit(
                     load_curve_chunk(chunk, dom.value_columns, seeds), dom.value_columns, spec))
             else:
-                from tasks.continuation import seeded_segments
+                from tasks.continuation import read_chunk_plans, seeded_segments
 
-                segments = seeded_segments(ledger, rid, parameters, cont.plans[chunk.index],
+                segments = seeded_segments(ledger, rid, parameters,
+                                           read_chunk_plans(chunk_plans_path(staging, chunk.index)),
                                            [u for u, _ in users])
                 pending.append(privatize_streams.submit(load_stream_chunk(chunk, segments),
                                                         spec))
@@ -411,7 +472,8 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
             "mechanism": mechanism,
             "counts": {"users_in_input": plan.users + len(plan.rejected),
                        "users_released": len(admitted), "users_denied": len(denied),
-                       **({"users_unchanged": len(cont.unchanged)} if cont else {}),
+                       **({"users_unchanged": len(unchanged)} if kind == "streams"
+                          else {}),
                        "users_rejected": len(plan.rejected), "items": plan.items,
                        # the total point count is an aggregate of private counts unless
                        # the domain declares point counts public

@@ -33,6 +33,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -287,8 +288,12 @@ def _requests(user: Any, domain: str, plans: dict[str, StreamPlan], per_step: Fr
 
 
 def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
-                    per_step: Fraction) -> ReleasePlan:
-    """Plan every staged stream against the ledger's released ranges (flow process only).
+                    per_step: Fraction, chunks: Any = None) -> ReleasePlan:
+    """Plan the staged streams against the ledger's released ranges (flow process only).
+
+    Plans the streams of `chunks` (staged chunks of `plan`; all of them by
+    default). Users are independent: each user's plan reads only that user's
+    released ranges, so chunks planned apart plan what they plan together.
 
     Privacy: reads the staged (validated) values to fingerprint them with the
     noise key (`Ledger.range_fingerprint`); nothing is drawn and nothing leaves
@@ -301,7 +306,7 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
 
     led = Ledger(ledger_path)
     out = ReleasePlan([], [], set(), {})
-    for chunk in plan.chunks:
+    for chunk in plan.chunks if chunks is None else chunks:
         users = read_stream_chunk(chunk.path)
         keys = [(u.user_id, s.stream_id) for u in users for s in u.streams]
         history = {k: [ReleasedRange(r.release_id, r.first_step, r.last_step, r.steps,
@@ -351,6 +356,53 @@ def seeded_segments(ledger: Any, release_id: str, parameters: dict[str, Any],
                 seed = ledger.noise_seeds(g.release_id, [user], [g.fingerprint], params)[user]
                 segs.append(SeededSegment(g.first_step, g.last_step, g.new, seed))
             out[(user, sid)] = tuple(segs)
+    return out
+
+
+def _range_record(r: ReleasedRange) -> list[Any]:
+    return [r.release_id, r.first_step, r.last_step, r.steps, r.fingerprint,
+            str(r.epsilon_per_step), r.parameters]
+
+
+def write_chunk_plans(path: Path, plans: dict[str, dict[str, StreamPlan]]) -> None:
+    """Write one chunk's stream plans (user -> stream -> plan) as JSON, mode 0600.
+
+    For the release's private staging directory: between the reserve and the
+    chunk's task the plans wait on disk, not in memory (a release's memory must
+    not grow with its users). What is written is public or keyed: step ranges,
+    release ids, keyed fingerprints, ε/w and release parameters; no value.
+    """
+    from tasks.safe_files import NewFile, disk_errors
+
+    doc = {user: {sid: {"segments": [[g.release_id, g.first_step, g.last_step, g.new,
+                                      g.fingerprint, g.parameters] for g in p.segments],
+                        "watermark": p.watermark,
+                        "new_range": None if p.new_range is None else _range_record(p.new_range)}
+                  for sid, p in streams.items()}
+           for user, streams in plans.items()}
+    new = NewFile(path, durable=False)
+    try:
+        with disk_errors(path):
+            new.file.write(json.dumps(doc, separators=(",", ":")).encode())
+    except BaseException:
+        new.abort()
+        raise
+    new.commit()
+
+
+def read_chunk_plans(path: Path) -> dict[str, dict[str, StreamPlan]]:
+    """Read what `write_chunk_plans` wrote: the same plans (equal dataclasses)."""
+    doc = json.loads(Path(path).read_bytes())
+    out: dict[str, dict[str, StreamPlan]] = {}
+    for user, streams in doc.items():
+        out[user] = {}
+        for sid, p in streams.items():
+            r = p["new_range"]
+            new_range = None if r is None else ReleasedRange(
+                r[0], int(r[1]), int(r[2]), int(r[3]), r[4], Fraction(r[5]), r[6])
+            segments = tuple(Segment(g[0], int(g[1]), int(g[2]), bool(g[3]), fingerprint=g[4],
+                                     parameters=g[5]) for g in p["segments"])
+            out[user][sid] = StreamPlan(segments, p["watermark"], new_range)
     return out
 
 

@@ -134,3 +134,81 @@ def test_changed_history_gap_and_early_step_are_rejected(meters, policy_file, le
     runs = _runs(ledger_path)
     second = runs[runs["release_id"] == res["release_id"]]
     assert not second["user_id"].isin([changed, gap, early]).any()
+
+
+def _reserve_rows(ledger_path: Path) -> list[tuple]:
+    con = duckdb.connect(str(ledger_path), read_only=True)
+    try:
+        return con.execute(
+            "SELECT release_id, user_id, step, kind, CAST(amount AS VARCHAR), "
+            "CAST(balance_after AS VARCHAR), reason FROM entries "
+            "WHERE kind IN ('reserve', 'deny') ORDER BY seq").fetchall()
+    finally:
+        con.close()
+
+
+def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_path,
+                                                        monkeypatch):
+    """A stream release plans and reserves a few users at a time (memory flat in users):
+    the same entries, rejections, unchanged users and bytes as one group, and every group
+    reserved before the first chunk's noise is drawn."""
+    import hashlib
+    import shutil
+
+    import flows.release as rel
+    from schemas.policy import load_policy
+
+    users = sorted(meters["user_id"].unique())
+    changed, quiet = users[3], users[7]
+    d1 = meters[meters["t"] < DAY]
+    d12 = meters[meters["t"] < 2 * DAY].copy()
+    d12.loc[(d12["user_id"] == changed) & (d12["t"] == 5), "value"] += 0.01
+    d12 = d12[~((d12["user_id"] == quiet) & (d12["t"] >= DAY))]  # nothing new: repeated only
+    template = tmp_path / "template"
+    template.mkdir()
+    Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
+    events: list[tuple[str, frozenset]] = []
+    real_reserve, real_task = rel.reserve_budget, rel.privatize_streams
+
+    def reserving(ledger, rid, requests, **kw):
+        events.append(("reserve", frozenset(r.user_id for r in requests.unquote())))
+        return real_reserve(ledger, rid, requests, **kw)
+
+    class Task:
+        def submit(self, chunk, spec):
+            events.append(("chunk", frozenset()))
+            return real_task.submit(chunk, spec)
+
+    runs = {}
+    for name, batch in (("one", 50_000), ("groups", 3)):
+        shutil.copytree(template, tmp_path / name)  # the same noise key: the same noise
+        led = tmp_path / name / "ledger.duckdb"
+        _release(_csv(d1, tmp_path / "d1.csv"), policy_file, led, tmp_path / name / "a")
+        monkeypatch.setattr(rel, "RESERVE_BATCH", batch)
+        monkeypatch.setattr(rel, "reserve_budget", reserving)
+        monkeypatch.setattr(rel, "privatize_streams", Task())
+        events.clear()
+        res = release_streams(input_path=_csv(d12, tmp_path / "d12.csv"), domain="meters",
+                              epsilon="1", out_dir=str(tmp_path / name / "b"),
+                              ledger_path=str(led), policy_path=str(policy_file),
+                              chunk_users=2, release_id="day2")
+        monkeypatch.undo()
+        out = Path(res["out"])
+        runs[name] = (_reserve_rows(led), res["manifest"]["counts"], list(events),
+                      {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                       for p in sorted(out.glob("*.parquet"))})
+        assert Ledger(led).verify().ok
+        assert not list((tmp_path / name / "b").rglob("plans-*.json"))  # staging is gone
+    one, groups = runs["one"], runs["groups"]
+    assert groups[0] == one[0]  # the same entries, amounts and balances, in the same order
+    assert groups[1] == one[1] and one[1]["users_rejected"] == 1
+    assert one[1]["users_unchanged"] == 1
+    assert groups[3] == one[3]  # the same released bytes
+    kinds = [k for k, _ in groups[2]]
+    assert kinds.count("reserve") >= 8 and kinds.index("chunk") > max(
+        i for i, k in enumerate(kinds) if k == "reserve")  # all reserved before any noise
+    reserved = [u for k, u in groups[2] if k == "reserve"]
+    assert all(len(u) <= 3 for u in reserved)
+    assert sum(map(len, reserved)) == len(set().union(*reserved))  # a user in one call only
+    assert set().union(*reserved) == set(users) - {changed, quiet}
+    assert [k for k, _ in one[2]].count("reserve") == 1

@@ -14,8 +14,10 @@ from tasks.continuation import (
     ReleasedRange,
     Segment,
     plan_stream,
+    read_chunk_plans,
     seeded_segments,
     stream_rng,
+    write_chunk_plans,
 )
 
 EPS = Fraction(1, 5)
@@ -168,3 +170,31 @@ def test_seeded_segments_redraw_an_earlier_range_with_its_own_release_seed():
     first = seeded_segments(_SeedLog(), "r1", {"epsilon": "1"},
                             {"u": {"load": _plan(s1, v1, [], rid="r1")}}, ["u"])[("u", "load")]
     assert first[0].seed == segs[0].seed and segs[1].seed != segs[0].seed
+
+
+def test_chunk_plans_wait_on_disk_unchanged(tmp_path):
+    # the plans a release writes between its reserve and a chunk's task read back as they
+    # were, every field (fingerprints and parameters too, which equality ignores), 0600
+    from dataclasses import astuple
+
+    s1, v1 = _day(0)
+    s2, v2 = _day(1)
+    earlier = ReleasedRange("r1", 0, 47, 48, fp(s1, v1), EPS, parameters='{"epsilon": "1"}')
+    plans = {"u1": {"s0": _plan(np.concatenate([s1, s2]), np.concatenate([v1, v2]), [earlier]),
+                    "s1": _plan(s1, v1, [], rid="r2", eps=Fraction(1, 3))},
+             "u2": {"s0": _plan(s1, v1, [_released("r2", s1, v1)])}}  # a rerun: nothing new
+    path = tmp_path / "plans-00003.json"
+    write_chunk_plans(path, plans)
+    assert path.stat().st_mode & 0o777 == 0o600
+    back = read_chunk_plans(path)
+    assert back.keys() == plans.keys()
+    for user, streams in plans.items():
+        assert back[user].keys() == streams.keys()
+        for sid, plan in streams.items():
+            got = back[user][sid]
+            assert [astuple(g) for g in got.segments] == [astuple(g) for g in plan.segments]
+            assert got.watermark == plan.watermark
+            assert (got.new_range is None) == (plan.new_range is None)
+            if plan.new_range is not None:
+                assert astuple(got.new_range) == astuple(plan.new_range)
+    assert back["u1"]["s0"].segments[0].parameters == '{"epsilon": "1"}'
