@@ -22,7 +22,7 @@ PLAN_COLUMNS = ("user_id", "decision", "requested", "remaining_after", "units", 
 
 
 def dry_run_result(ledger: Ledger, release_id: str, plan: Any, domain: str, notion: str,
-                   *, amount: Fraction | None = None, per_step: Fraction | None = None,
+                   *, amount: Fraction | None = None,
                    mechanism: str, parameters: dict[str, Any],
                    input_fingerprint: str, requests: list[Any] | None = None
                    ) -> dict[str, Any]:
@@ -35,12 +35,12 @@ def dry_run_result(ledger: Ledger, release_id: str, plan: Any, domain: str, noti
         domain: the domain charged.
         notion: ``gp``, ``cgp`` or ``wevent``.
         amount: ε or ρ per curve (gp/cgp).
-        per_step: ε/w per step (wevent).
         mechanism: the release's mechanism (its metric is checked against the domain's).
         parameters: the release's parameters (the release id's binding is checked).
         input_fingerprint: the input's fingerprint.
         requests: the release's requests when they are not `plan_requests` of the
-            whole input (a stream release's continuation plan: new steps only).
+            whole input (a stream release's continuation plan: new steps only;
+            required for streams).
 
     Returns:
         ``release_id``, ``dry_run`` (True), ``input_fingerprint``, ``counts`` and
@@ -49,7 +49,7 @@ def dry_run_result(ledger: Ledger, release_id: str, plan: Any, domain: str, noti
         when admitted, before it when denied), in the domain's units.
     """
     if requests is None:
-        requests = plan_requests(plan, domain, notion, amount=amount, per_step=per_step)
+        requests = plan_requests(plan, domain, notion, amount=amount)
     result = ledger.plan(release_id, requests, mechanism=mechanism, parameters=parameters,
                          input_fingerprint=input_fingerprint)
     by_user: dict[str, list[Any]] = defaultdict(list)

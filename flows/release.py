@@ -299,7 +299,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         if dry_run:  # the decisions reserve would make (flows/dry_run.py); nothing written
             return dry_run_result(ledger, rid, plan, dom.name, parameters["notion"],
                                   amount=getattr(spec, "amount", None),
-                                  per_step=getattr(spec, "epsilon_per_step", None),
                                   mechanism=spec.mechanism, parameters=parameters,
                                   input_fingerprint=fingerprint,
                                   requests=None if isinstance(spec, CurveSpec) else
@@ -324,7 +323,6 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         # requested and reserved: the per-user plan is not needed again (memory must
         # not grow with users; chunks keep their users and fingerprints)
         plan.steps.clear()
-        plan.stream_steps.clear()
         admitted |= unchanged  # nothing new to charge: repeated only
         record = ledger.release(rid)
         if record is not None and record["state"] == "reserved" and not record["manifest"]:

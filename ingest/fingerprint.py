@@ -119,3 +119,48 @@ def input_fingerprint(user_fingerprints: dict[str, str], rejected: Iterable[str]
     for u in sorted({r for r in rejected if r} - set(user_fingerprints)):
         acc.reject(u)
     return acc.hexdigest()
+
+
+class OrderedInputFingerprint:
+    """`input_fingerprint` of users met one by one in increasing id order, holding no pair.
+
+    A release's staging meets every user once, in user order (the reader's
+    order, `ingest.pipeline`): the accepted users are hashed as they come and
+    only the rejected ids are kept (they are hashed after all the accepted
+    ones), so nothing per accepted user stays in memory. The digest is that of
+    `input_fingerprint` over the same users.
+    """
+
+    def __init__(self) -> None:
+        self._acc = InputFingerprint()
+        self._rejected: list[str] = []
+        self._last: str | None = None
+        self._digest: str | None = None
+        self.users = 0
+
+    def _next(self, user_id: str) -> None:
+        if self._digest is not None:
+            raise RuntimeError("internal error (a bug): a user after the input's digest")
+        if self._last is not None and not user_id > self._last:
+            raise RuntimeError("internal error (a bug): users reached the fingerprint unsorted")
+        self._last = user_id
+
+    def add(self, user_id: str, fingerprint: str) -> None:
+        """Add one accepted user (ids strictly increasing over accepted and rejected users)."""
+        self._next(user_id)
+        self._acc.add(user_id, fingerprint)
+        self.users += 1
+
+    def reject(self, user_id: str) -> None:
+        """Add one rejected user (``""``, rows without a user id, is skipped)."""
+        if user_id:
+            self._next(user_id)
+            self._rejected.append(user_id)
+
+    def hexdigest(self) -> str:
+        """The input's SHA-256 hex digest (no user may be added after it)."""
+        if self._digest is None:
+            for u in self._rejected:
+                self._acc.reject(u)
+            self._digest = self._acc.hexdigest()
+        return self._digest

@@ -15,31 +15,23 @@ from typing import Any
 from prefect import task
 
 from ledger import Ledger, Request, Settlement
-from mechanisms.cost import StepRun
 from tasks.privatize import ChunkResult
 from tasks.stage import StagePlan
 
 
 def plan_requests(plan: StagePlan, domain: str, notion: str, amount: Fraction | None = None,
-                  per_step: Fraction | None = None,
                   users: Iterable[str] | None = None) -> list[Request]:
-    """One ledger request per (user, curve) or (user, stream) of the staged input.
+    """One ledger request per (user, curve) of a staged curve input (gp or cgp).
 
     `users` (default: every staged user, sorted) limits the requests to those
-    users, in that order: a release reserves a batch of users at a time.
+    users, in that order: a release reserves a batch of users at a time. Stream
+    releases build theirs from the continuation plan (`tasks.continuation`).
     """
-    requests: list[Request] = []
-    for user_id in sorted(plan.steps) if users is None else users:
-        for step, stream_id in plan.steps[user_id]:
-            if notion == "wevent":
-                ranges = plan.stream_steps[(user_id, stream_id)]
-                runs = tuple(StepRun(a, b, per_step) for a, b in ranges)  # type: ignore[arg-type]
-                requests.append(Request(user_id=user_id, domain=domain, step=step,
-                                        notion="wevent", stream_id=stream_id, runs=runs))
-            else:
-                requests.append(Request(user_id=user_id, domain=domain, step=step,
-                                        notion=notion, amount=amount))
-    return requests
+    if notion not in ("gp", "cgp"):
+        raise ValueError(f"plan_requests makes curve requests (gp or cgp), not {notion!r}")
+    return [Request(user_id=user_id, domain=domain, step=step, notion=notion, amount=amount)
+            for user_id in (sorted(plan.steps) if users is None else users)
+            for step, _ in plan.steps[user_id]]
 
 
 def by_user(requests: Sequence[Request], max_users: int) -> Iterator[list[Request]]:

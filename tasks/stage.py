@@ -21,7 +21,8 @@ import numpy as np
 from prefect import task
 
 import ingest
-from ingest import Rejection, UserCurves, UserStreams, input_fingerprint
+from ingest import Rejection, UserCurves, UserStreams
+from ingest.fingerprint import OrderedInputFingerprint
 from schemas.policy import Domain
 from tasks.staging import (
     StagedChunk,
@@ -36,14 +37,17 @@ from tasks.staging import (
 class StagePlan:
     """The staged input: chunk files, what each user asks for, rejections, fingerprint.
 
-    `steps` maps user_id -> list of (step, stream_id, steps-array-or-None); it is
-    what the plan turns into ledger requests. Nothing here is a raw value.
+    `steps` maps each user of a curve release to its ledger steps (one
+    ``curve:ID`` per curve): what the plan turns into ledger requests. A stream
+    release plans its requests against the ledger's watermarks from the staged
+    chunks instead (`tasks.continuation`), so `steps` is empty for streams (it
+    would cost a few hundred bytes per user for nothing). Nothing here is a
+    raw value.
     """
 
     fingerprint: str
     chunks: list[StagedChunk]
     steps: dict[str, list[tuple[str, str]]]
-    stream_steps: dict[tuple[str, str], list[tuple[int, int]]] = field(default_factory=dict)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     users: int = 0
     items: int = 0
@@ -260,29 +264,26 @@ def _stage_users(users: Iterator[UserCurves | UserStreams | Rejection], domain: 
 def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: Domain,
                 staging_dir: Path, chunk_users: int | None,
                 chunks: list[StagedChunk]) -> StagePlan:
-    fingerprints: dict[str, str] = {}
+    fingerprints = OrderedInputFingerprint()  # hashed as users come: none kept
     steps: dict[str, list[tuple[str, str]]] = {}
-    stream_steps: dict[tuple[str, str], list[tuple[int, int]]] = {}
     rejected: list[dict[str, Any]] = []
     buf: list[UserCurves | UserStreams] = []
     n_items = n_points = buf_points = 0
     for item in users:
         if isinstance(item, Rejection):
+            fingerprints.reject(item.user_id)
             rejected.append({
                 "user_id": item.user_id,
                 "reasons": [p.describe(show_values=False) for p in item.problems],
                 "rules": sorted({p.rule for p in item.problems}),
             })
             continue
-        fingerprints[item.user_id] = item.fingerprint
+        fingerprints.add(item.user_id, item.fingerprint)
         if isinstance(item, UserCurves):
             steps[item.user_id] = [(f"curve:{c.curve_id}", "") for c in item.curves]
             n_items += len(item.curves)
             points = sum(len(c.t) for c in item.curves)
         else:
-            steps[item.user_id] = [(f"stream:{s.stream_id}", s.stream_id) for s in item.streams]
-            for s in item.streams:
-                stream_steps[(item.user_id, s.stream_id)] = contiguous_ranges(s.steps)
             n_items += len(item.streams)
             points = sum(len(s.steps) for s in item.streams)
         n_points += points
@@ -296,9 +297,8 @@ def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: D
     if buf:
         chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
     # The input's one fingerprint, as `privpipe validate` prints it (ingest/fingerprint.py).
-    fingerprint = input_fingerprint(fingerprints, (r["user_id"] for r in rejected))
-    return StagePlan(fingerprint=fingerprint, chunks=chunks, steps=steps,
-                     stream_steps=stream_steps, rejected=rejected, users=len(steps),
+    return StagePlan(fingerprint=fingerprints.hexdigest(), chunks=chunks, steps=steps,
+                     rejected=rejected, users=fingerprints.users,
                      items=n_items, points=n_points)
 
 

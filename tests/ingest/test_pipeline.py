@@ -292,3 +292,37 @@ def test_problem_list_is_capped_but_keeps_every_reason(tmp_path, curves_domain):
     assert "25 more problems" in rej.problems[-1].message
     (full,) = iter_users(f, curves_domain)
     assert len(full.problems) == 31
+
+
+def test_ordered_input_fingerprint_is_the_input_fingerprint():
+    # staging hashes users as they come (in id order) and keeps only the rejected ids
+    import hashlib
+    import random
+
+    import pytest
+
+    from ingest.fingerprint import OrderedInputFingerprint, input_fingerprint
+
+    rng = random.Random(4)
+    for _ in range(50):
+        ids = sorted({"".join(rng.choices("abcé😀'\"; ", k=rng.randint(1, 6)))
+                      for _ in range(rng.randint(0, 40))})
+        accepted, rejected = {}, []
+        acc = OrderedInputFingerprint()
+        for u in ids:
+            if rng.random() < 0.2:
+                rejected.append(u)
+                acc.reject(u)
+            else:
+                accepted[u] = hashlib.sha256(u.encode()).hexdigest()
+                acc.add(u, accepted[u])
+            if rng.random() < 0.1:
+                acc.reject("")  # rows without a user id: not hashed
+        assert acc.users == len(accepted)
+        assert acc.hexdigest() == input_fingerprint(accepted, rejected + [""])
+    acc = OrderedInputFingerprint()
+    acc.add("b", "00" * 32)
+    with pytest.raises(RuntimeError, match="unsorted"):
+        acc.reject("a")
+    with pytest.raises(RuntimeError, match="unsorted"):
+        acc.add("b", "00" * 32)
