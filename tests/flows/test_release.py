@@ -14,6 +14,7 @@ import pytest
 from flows.faults import InjectedFault
 from flows.release import release_curves, release_streams
 from ledger import Ledger
+from tests.flows.ledger_rows import reserve_rows
 
 
 def _digest(directory: Path) -> dict[str, str]:
@@ -81,18 +82,6 @@ def test_denied_users_get_no_output(curves_csv, policy_file, ledger_path, tmp_pa
         assert float(r["spent"]) <= float(r["cap"])
 
 
-def _ledger_rows(ledger_path: Path) -> list[tuple]:
-    """Every reserve/deny entry of the ledger, without its sequence number and time."""
-    con = duckdb.connect(str(ledger_path), read_only=True)
-    try:
-        return con.execute(
-            "SELECT release_id, user_id, step, kind, CAST(amount AS VARCHAR), "
-            "CAST(balance_after AS VARCHAR), reason FROM entries "
-            "WHERE kind IN ('reserve', 'deny') ORDER BY seq").fetchall()
-    finally:
-        con.close()
-
-
 def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy_file,
                                                               tmp_path, monkeypatch):
     """Four users per reserve transaction (4 + 2 for six users, one user's two curves
@@ -121,7 +110,7 @@ def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy
         res = release_curves(input_path=str(curves_csv), domain="tracks", epsilon="1",
                              out_dir=str(tmp_path / name / "b"), ledger_path=str(ledger_path),
                              policy_path=str(policy_file), release_id="second")
-        runs[name] = (res, _ledger_rows(ledger_path), _digest(Path(res["out"])),
+        runs[name] = (res, reserve_rows(ledger_path), _digest(Path(res["out"])),
                       [sorted(c) for c in calls])
     one, batched = runs["one"], runs["batched"]
     assert [len(c) for c in one[3]] == [6, 6]

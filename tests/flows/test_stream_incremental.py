@@ -14,6 +14,7 @@ from data import households as hh
 from flows.release import release_streams
 from ledger import Ledger
 from ledger.amounts import from_units
+from tests.flows.ledger_rows import reserve_rows
 
 pytestmark = pytest.mark.prefect
 DAY = 48
@@ -136,17 +137,6 @@ def test_changed_history_gap_and_early_step_are_rejected(meters, policy_file, le
     assert not second["user_id"].isin([changed, gap, early]).any()
 
 
-def _reserve_rows(ledger_path: Path) -> list[tuple]:
-    con = duckdb.connect(str(ledger_path), read_only=True)
-    try:
-        return con.execute(
-            "SELECT release_id, user_id, step, kind, CAST(amount AS VARCHAR), "
-            "CAST(balance_after AS VARCHAR), reason FROM entries "
-            "WHERE kind IN ('reserve', 'deny') ORDER BY seq").fetchall()
-    finally:
-        con.close()
-
-
 def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_path,
                                                         monkeypatch):
     """A stream release plans and reserves a few users at a time (memory flat in users):
@@ -194,7 +184,7 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
                               chunk_users=2, release_id="day2")
         monkeypatch.undo()
         out = Path(res["out"])
-        runs[name] = (_reserve_rows(led), res["manifest"]["counts"], list(events),
+        runs[name] = (reserve_rows(led), res["manifest"]["counts"], list(events),
                       {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                        for p in sorted(out.glob("*.parquet"))})
         assert Ledger(led).verify().ok
