@@ -18,7 +18,10 @@ with ``reconstruct="none"``: CPR is per-stream post-processing, timed apart by
   appends, manifest) and Prefect's overhead;
 * the size of the release's output files;
 * the slope of wall and CPU time against users between consecutive sizes
-  (log-log: 1.0 is linear) and the marginal cost per user.
+  (log-log: 1.0 is linear) and the marginal cost per user;
+* each task's summed run time, which names what the "flow + Prefect" column
+  holds (for streams: the continuation plan, post-processing, the population
+  view).
 
     .venv/bin/python benchmarks/scale.py [--users 10000 100000 1000000]
         [--kinds curves streams] [--work DIR] [--runner RUNNER]
@@ -27,7 +30,7 @@ The 10^6 curve row needs about 30 GB of free disk in --work (input 8 GB,
 staging 12 GB, outputs 8 GB; each run's files are removed after it). Its input
 comes in user order, so the reader makes no copy of its rows (an input out of
 order would need about 11 GB more in TMPDIR while it is read, `ingest.pipeline`).
-It took 14.7 minutes and 1.7 GB (2026-12-02), plus 9 for its input.
+It took 6.6 minutes and 1.6 GB (2026-12-04), plus 4 for its input.
 """
 
 from __future__ import annotations
@@ -210,6 +213,9 @@ def summarise(kind: str, users: int, res: dict) -> dict:
     parts = {"ingest": row["ingest"], "ledger": row["ledger"], "mechanism": row["mech_span"],
              "report": row["report"], "flow/Prefect": row["other"]}
     row["dominant"] = max(parts, key=parts.get)
+    # every task's summed run time, so the rest column can be read: the stream
+    # continuation plan, post-processing, the population view and merges are there
+    row["tasks"] = {name: round(s["sum"], 1) for name, s in sorted(res["stages"].items())}
     return row
 
 
@@ -237,6 +243,15 @@ def table(rows: list[dict]) -> str:
             f"{math.log(b['cpu'] / a['cpu']) / ratio:.2f} | "
             f"{(b['wall'] - a['wall']) / (b['users'] - a['users']) * 1e3:.2f} | "
             f"{(b['cpu'] - a['cpu']) / (b['users'] - a['users']) * 1e3:.2f} |")
+    names = sorted({n for r in rows for n in r.get("tasks", {})})
+    if names:
+        lines += ["", "Summed run time of each task, s (Prefect's task runs; tasks overlap):", "",
+                  "| kind | users | " + " | ".join(names) + " |",
+                  "|" + "---|" * (2 + len(names))]
+        for r in rows:
+            cells = " | ".join(f"{r['tasks'][n]:.1f}" if n in r["tasks"] else "-"
+                               for n in names)
+            lines.append(f"| {r['kind']} | {r['users']:,} | {cells} |")
     return "\n".join(lines)
 
 
