@@ -562,6 +562,11 @@ class Ledger:
         check_id(release_id, "release_id", allow_empty=True)
         return self._read(lambda con: summaries.user_charges(con, release_id))
 
+    def window_charge_summary(self, release_id: str) -> tuple[summaries.Spread | None, bool]:
+        """A w-event release's per-user window charges, spread (`summaries.window_charges`)."""
+        check_id(release_id, "release_id", allow_empty=True)
+        return self._read(lambda con: summaries.window_charges(con, release_id))
+
     def balance_summary(self, domain: str) -> summaries.DomainBudget | None:
         """The spread of a domain's balances, exact (`summaries.balance_summary`)."""
         check_id(domain, "domain", allow_empty=True)

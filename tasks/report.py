@@ -9,14 +9,13 @@ rejections only as counts per rule. Raw data is plotted only by the
 
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from prefect import task
 
 from ledger import Ledger
-from ledger.summaries import Spread, spread_of
+from ledger.summaries import Spread
 from tasks import release_kinds as kinds
 from tasks import release_sections as sec
 from tasks.release_sections import ReleaseContext, Section
@@ -46,22 +45,14 @@ STREAM_SECTIONS: tuple[Section, ...] = (
 def user_charges(ledger: Ledger, release_id: str, notion: str) -> tuple[Spread | None, bool]:
     """The spread of what the release charged each user, and whether it is per-user windows.
 
-    ε-GP and ρ-CGP: the sum of the user's net charges, aggregated in the
-    ledger (`Ledger.charge_summary`: no row per user in memory). w-event: the
-    user's largest window (`Ledger.release_charges`): over all of its streams
-    in a per-user domain, else the most charged stream's.
+    Both aggregated without a row per user in memory: ε-GP and ρ-CGP, the sum
+    of the user's net charges (`Ledger.charge_summary`); w-event, the user's
+    largest window over all of its streams in a per-user domain, else the most
+    charged stream's (`Ledger.window_charge_summary`).
     """
     if notion != "wevent":
         return ledger.charge_summary(release_id), False
-    rows = ledger.release_charges(release_id)
-    over_streams = any(r.get("user_window") is not None for r in rows)
-    per_user: dict[str, Fraction] = {}
-    for r in rows:
-        if over_streams:
-            per_user[r["user_id"]] = r["user_window"]
-        else:
-            per_user[r["user_id"]] = max(per_user.get(r["user_id"], Fraction(0)), r["window"])
-    return spread_of(list(per_user.values())), over_streams
+    return ledger.window_charge_summary(release_id)
 
 
 def release_context(rdir: str, manifest: dict[str, Any], denied: list[dict[str, Any]],

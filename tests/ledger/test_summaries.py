@@ -1,4 +1,4 @@
-"""`Ledger.charge_summary` and `Ledger.balance_summary`: exact spreads computed in DuckDB.
+"""`Ledger.charge_summary`, `balance_summary`, `window_charge_summary`: exact spreads.
 
 The expected figures are computed here from the per-account rows
 (`release_charges`, `balances`) with Python's exact `Fraction` and
@@ -7,12 +7,17 @@ The expected figures are computed here from the per-account rows
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from fractions import Fraction
 
-from ledger import Request, Settlement
-from mechanisms.cost import Cost, CostItem
+import pytest
+from ledger_helpers import POLICY
+
+from ledger import Ledger, Request, Settlement, summaries
+from mechanisms.cost import Cost, CostItem, StepRun, WEventCost
+from schemas.policy import parse_policy
 
 
 def _spread(values):
@@ -69,3 +74,54 @@ def test_balance_spread_and_near_cap_count_equal_the_rows(led):
     assert got.cap == cap and got.accounts == len(rows) == 16
     assert got.near == sum(1 for r in rows if r["remaining"] <= cap / 10) == 2
     assert led.balance_summary("power") is None  # a domain without accounts
+
+
+def _window_expected(led, release_id):
+    """Per-user window charges from the per-account rows of `release_charges`."""
+    rows = led.release_charges(release_id)
+    over_streams = any(r["user_window"] is not None for r in rows)
+    per_user: dict[str, Fraction] = {}
+    for r in rows:
+        if over_streams:
+            per_user[r["user_id"]] = r["user_window"]
+        else:
+            per_user[r["user_id"]] = max(per_user.get(r["user_id"], Fraction(0)), r["window"])
+    return (_spread(per_user.values()) if per_user else None), over_streams
+
+
+@pytest.mark.parametrize("budget", ["per_user", "per_stream"])
+@pytest.mark.parametrize("fetch_rows", [1, 3, 50_000])
+def test_window_spread_is_each_users_largest_window_swept_in_batches(tmp_path, monkeypatch,
+                                                                     budget, fetch_rows):
+    # 15 users with 1-3 streams each, 1/(16+i) per step (15 distinct values: no counts),
+    # some with a gap that keeps a window from holding every step; u3 settles a refund;
+    # fetch_rows 1 and 3 put one user's rows in several fetches
+    monkeypatch.setattr(summaries, "FETCH_ROWS", fetch_rows)
+    pol = json.loads(json.dumps(POLICY))
+    pol["domains"]["power"]["wevent_budget"] = budget
+    led = Ledger.init(tmp_path / "ledger.duckdb", actor="pytest")
+    led.apply_policy(parse_policy(pol))
+    reqs = []
+    for i in range(15):
+        q = Fraction(1, 16 + i)
+        for k in range(1 + i % 3):
+            runs = ((StepRun(0, 6, q),) if k != 1 else (StepRun(0, 2, q), StepRun(5, 7, q)))
+            reqs.append(Request(f"u{i:02d}", "power", step=f"s{k}", notion="wevent",
+                                stream_id=f"s{k}", runs=runs))
+    res = led.reserve("r", reqs, mechanism="square_wave", parameters={})
+    assert not res.denied
+    q3 = Fraction(1, 19)
+    led.settle("r", [Settlement("u03", "power", "s0",
+                                WEventCost(Fraction(1), 4, (StepRun(4, 6, q3),)),
+                                stream_id="s0")])
+    spread, over_streams = led.window_charge_summary("r")
+    expected, expected_over = _window_expected(led, "r")
+    assert over_streams is expected_over is (budget == "per_user")
+    assert _got(spread) == expected
+    assert expected[4] is None  # more than 12 distinct windows
+    # u01 (2 streams, 1/17): per user a window holds 4 + 2 steps, per stream only 4
+    u1 = {r["stream_id"]: r for r in led.release_charges("r") if r["user_id"] == "u01"}
+    assert u1["s0"]["window"] == Fraction(4, 17)
+    if budget == "per_user":
+        assert u1["s0"]["user_window"] == Fraction(6, 17)
+    assert led.window_charge_summary("no-such-release") == (None, False)
