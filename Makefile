@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat
+	# bytecode for the editable sources, as pip writes for installed packages: an
+	# environment with PYTHONDONTWRITEBYTECODE would compile them at every command
+	$(PY) -m compileall -q flows tasks ledger mechanisms schemas ingest > /dev/null
 	touch $(STAMP)
 
 run: $(STAMP)
