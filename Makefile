@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench clean
 
-# setup.py and the C source: a changed kernel is rebuilt before the next run or test
+# setup.py and the C source: a changed kernel is rebuilt before the next run or test.
+# compileall writes the editable sources' bytecode, as pip does for installed
+# packages: an environment with PYTHONDONTWRITEBYTECODE would compile them at every command.
 $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/_evaluate.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat
-	# bytecode for the editable sources, as pip writes for installed packages: an
-	# environment with PYTHONDONTWRITEBYTECODE would compile them at every command
 	$(PY) -m compileall -q flows tasks ledger mechanisms schemas ingest > /dev/null
 	touch $(STAMP)
 
