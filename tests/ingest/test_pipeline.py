@@ -1,10 +1,14 @@
 """Validated ingestion of curves: rules, rejections, row numbers, grouping, chunking."""
 
+import hashlib
+import random
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from ingest import Curve, Rejection, UserCurves, iter_users, scan
+from ingest.fingerprint import OrderedInputFingerprint, input_fingerprint
 from schemas.errors import ParameterError, ValidationError
 from tests.ingest.conftest import make_domain, write_csv
 
@@ -296,13 +300,6 @@ def test_problem_list_is_capped_but_keeps_every_reason(tmp_path, curves_domain):
 
 def test_ordered_input_fingerprint_is_the_input_fingerprint():
     # staging hashes users as they come (in id order) and keeps only the rejected ids
-    import hashlib
-    import random
-
-    import pytest
-
-    from ingest.fingerprint import OrderedInputFingerprint, input_fingerprint
-
     rng = random.Random(4)
     for _ in range(50):
         ids = sorted({"".join(rng.choices("abcé😀'\"; ", k=rng.randint(1, 6)))
