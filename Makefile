@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat
-	$(PY) -m compileall -q flows tasks ledger mechanisms schemas ingest > /dev/null
+	$(PY) -m compileall -q flows tasks reports files ledger mechanisms schemas ingest > /dev/null
 	touch $(STAMP)
 
 run: $(STAMP)

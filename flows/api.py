@@ -146,6 +146,6 @@ def audit(*, ledger_path: str | os.PathLike[str] | None = None,
     Ledger(ledger)
     preflight.out_dir(out_dir)
     _prefect()
-    from flows.audit import audit as flow
+    from flows.audit_flow import audit as flow
 
     return flow(ledger_path=ledger, out_dir=str(out_dir), near_cap_fraction=near_cap_fraction)

@@ -10,6 +10,8 @@ import gc
 
 import typer
 
+from files.safe_files import apply_operator_umask
+from flows import configure
 from flows.cli_common import err_console
 from flows.cli_ledger import ledger_app
 from flows.cli_population import population_cmd
@@ -21,8 +23,8 @@ from flows.cli_release import (
     serve_cmd,
 )
 from flows.cli_validate import validate
+from flows.collector import fewer_collections
 from schemas.errors import ParameterError
-from tasks.safe_files import apply_operator_umask
 
 app = typer.Typer(
     name="privpipe",
@@ -47,14 +49,21 @@ app.command("population")(population_cmd)
 
 
 def main() -> None:
-    """Console-script entry point: apply PRIVPIPE_UMASK (docs/files.md), then run the command."""
+    """Console-script entry point: set Prefect up, apply PRIVPIPE_UMASK, then run the command.
+
+    `flows.configure` is the one place Prefect's settings are applied (before
+    Prefect is imported; docs/operations.md); PRIVPIPE_UMASK: docs/files.md.
+    """
+    configure()
     try:
         apply_operator_umask()
     except ParameterError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         raise SystemExit(err.exit_code) from None
     try:
-        app()
+        # The CLI's own process only: a library caller's collector is never tuned.
+        with fewer_collections():
+            app()
     finally:
         # The command is done: freeze what it built so the interpreter's exit does
         # not walk it with the cyclic collector (about 0.5 s after a release, half a

@@ -230,7 +230,7 @@ def audit_cmd(
     policy. Writes OUT/audit/. Exit 4 when the ledger does not verify.
     """
     _prepare(verbose)
-    from flows.audit import audit
+    from flows.audit_flow import audit
 
     with _spinner("auditing the ledger"):
         res = audit(ledger_path=str(_ledger_path(ledger)), out_dir=str(out),

@@ -56,7 +56,7 @@ def run_demo(out_dir: str | Path, ledger_path: str | Path, *,
              policy_path: str | Path = BUNDLED_POLICY, task_runner: str = "threads",
              on_step: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run the demo; return one row per step with the report path."""
-    from flows.audit import audit
+    from flows.audit_flow import audit
     from flows.release import release_curves, release_streams
     from flows.runners import make_task_runner
 

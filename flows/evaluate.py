@@ -18,10 +18,10 @@ from prefect import flow, task
 from data import loaders
 from flows.demo import DEMO_RELEASES
 from flows.settings import BUNDLED_POLICY
+from reports.evaluation_report import Suite, write_evaluation_report
 from schemas.errors import ParameterError
 from schemas.policy import load_policy
 from tasks import evaluation
-from tasks.evaluation_report import Suite, write_evaluation_report
 
 # Default grids per bundled domain, in each domain's own units (the L2 metric
 # scales with value and time units, so one grid cannot serve all of them).

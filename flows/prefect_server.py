@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from files.safe_files import open_append
 from flows.settings import (
     configure_prefect,
     configured_api_url,
@@ -38,7 +39,6 @@ from flows.settings import (
     prefect_home,
 )
 from schemas.errors import BadInputError
-from tasks.safe_files import open_append
 
 _PR_SET_PDEATHSIG = 1
 _WATCH_SECONDS = 0.5

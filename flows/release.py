@@ -1,6 +1,6 @@
 """Release flows: `release_curves` and `release_streams`.
 
-The chain (DESIGN.md): ingest -> plan -> ledger reserve -> mechanism tasks
+The chain (docs/design.md): ingest -> plan -> ledger reserve -> mechanism tasks
 over chunks of users -> ledger settle -> outputs -> reconstruction -> report.
 The flows only wire tasks. Budget is reserved (durably, in the ledger) before
 any noise is drawn; every user's noise comes from the ledger's HMAC seed of
@@ -21,7 +21,10 @@ from prefect import flow
 from prefect.context import get_run_context
 from prefect.utilities.annotations import quote
 
-from flows.collector import fewer_collections
+from files.outputs import ParquetAppender
+from files.release_dir import ReleaseBuild, published_release
+from files.staging import read_arrow, write_arrow
+from files.staging_dir import StagingDir
 from flows.dry_run import dry_run_result
 from flows.faults import fault_point
 from flows.outcome import release_state
@@ -39,8 +42,8 @@ from mechanisms.cost import exact, float_at_most
 from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain
+from schemas.units import domain_record
 from tasks.ledger_ops import by_user, plan_requests, reserve_budget, settle_chunk
-from tasks.outputs import ParquetAppender
 from tasks.privatize import (
     ChunkResult,
     CurveFraming,
@@ -50,12 +53,9 @@ from tasks.privatize import (
     privatize_curves,
     privatize_streams,
 )
-from tasks.release_dir import ReleaseBuild, published_release
 from tasks.report import write_release_report
 from tasks.stage import StagePlan, load_curve_chunk, load_stream_chunk, stage_input
-from tasks.staging import read_arrow, write_arrow
-from tasks.staging_dir import StagingDir
-from tasks.user_units import domain_record, write_user_unit_outputs
+from tasks.user_units import write_user_unit_outputs
 
 SETTLE_BATCH = 2000
 """The settlements of a release's first ledger transaction (see `_release`)."""
@@ -266,7 +266,6 @@ def _result(rid: str, rdir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             "manifest": manifest}
 
 
-@fewer_collections()
 def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | StreamSpec,
              parameters: dict[str, Any], release_id: str | None, out_dir: str,
              ledger_path: str, chunk_users: int | None, table: str | None,

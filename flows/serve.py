@@ -138,7 +138,7 @@ def _cron_problems(path: Path, k: str, cron: Any, timezone: Any) -> list[Problem
 
 
 def _flows() -> dict[str, Any]:
-    from flows.audit import audit
+    from flows.audit_flow import audit
     from flows.release import release_curves, release_streams
 
     return {"release_curves": release_curves, "release_streams": release_streams,

@@ -1,8 +1,9 @@
 """Process-wide settings of the CLI, the Python API and the flows: where things live.
 
 One rule decides which Prefect privpipe talks to and where Prefect keeps its
-files, for the CLI and the Python API alike (`configure_prefect`, run when the
-`flows` package is imported, before Prefect is):
+files, for the CLI and the Python API alike (`configure_prefect`, exported as
+`flows.configure`: called by the CLI when it starts and by the API before it
+first reaches Prefect; importing `flows` changes nothing):
 
 1. ``PREFECT_HOME`` set: used as it is.
 2. Otherwise, if Prefect is configured for this user (``PREFECT_API_URL`` in the

@@ -7,7 +7,7 @@ order their entries are written in, and the accounts' state afterwards.
 directly against an independent model (`tests/ledger/test_admission.py` and
 the state machine in `tests/ledger/test_ledger_state_machine.py`).
 
-The rule (the privacy filter of DESIGN.md): a user is admitted iff, after all
+The rule (the privacy filter of docs/design.md): a user is admitted iff, after all
 of that user's charges in the call, every cap still holds: for a gp/cgp
 account ``spent + Σ charges <= cap``; for a w-event account every window of w
 consecutive steps, history included, sums to at most the cap. A w-event

@@ -84,12 +84,6 @@ class ReserveResult:
     admitted: list[Decision] = field(default_factory=list)
     denied: list[Decision] = field(default_factory=list)
 
-    @property
-    def admitted_users(self) -> set[str]:
-        """Users whose requests were all admitted."""
-        return {d.user_id for d in self.admitted}
-
-
 @dataclass(frozen=True)
 class Settlement:
     """The actual cost of an admitted request, reported after the mechanism ran.

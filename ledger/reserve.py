@@ -5,7 +5,6 @@ checked, every request is priced (`ledger.pricing`), requests recorded earlier
 in the release are answered from their entries (a changed request is a
 `ReplayConflictError`), the rest are decided by the pure `admission.admit`
 and written as ``reserve``/``deny`` entries with the accounts' new spend.
-`plan_tx` runs the same steps and writes nothing.
 """
 
 from __future__ import annotations

@@ -72,16 +72,6 @@ def _float_at_most(value: Fraction) -> float:
     return f
 
 
-def scale_at_least(scale: float) -> float:
-    """Return `scale` moved up by one ulp.
-
-    A noise scale computed in floating point may round below the exact scale
-    it approximates; one ulp up makes it never smaller. Prefer
-    `laplace_scale` / `gaussian_scale`, which start from the exact amounts.
-    """
-    return math.nextafter(scale, math.inf)
-
-
 def _exact_number(x: Fraction | float | int, name: str) -> Fraction:
     """`x` as an exact positive rational; a float is read as its exact binary value.
 

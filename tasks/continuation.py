@@ -43,19 +43,6 @@ from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
 from tasks.stage import SeededSegment
 
-#: why a user's input does not continue its streams: rule -> what it means (the
-#: release report counts rejected users per rule, as it does for validation rules)
-CONTINUATION_RULES = {
-    "stream_changed_history": "repeats released steps with other values or other steps "
-                              "present: a changed history cannot be released again",
-    "stream_step_before_watermark": "has a step before the stream's watermark (the last "
-                                    "released step) that was never released",
-    "stream_gap_after_watermark": "continues after a gap: the steps right after the "
-                                  "watermark are missing",
-    "stream_other_epsilon": "asks another ε/w than the stream was released with",
-    "stream_rerun_other_data": "reruns a release id on other data for this stream",
-}
-
 
 class ContinuationError(PrivpipeError):
     """A stream's input does not continue what was released for it (the user is rejected).
@@ -301,8 +288,8 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
     request and no output, so nothing is charged for it. Cost: one ledger read
     per chunk and one HMAC pass over each stream's values.
     """
+    from files.staging import read_stream_chunk
     from ledger import Ledger
-    from tasks.staging import read_stream_chunk
 
     led = Ledger(ledger_path)
     out = ReleasePlan([], [], set(), {})
@@ -372,7 +359,7 @@ def write_chunk_plans(path: Path, plans: dict[str, dict[str, StreamPlan]]) -> No
     not grow with its users). What is written is public or keyed: step ranges,
     release ids, keyed fingerprints, ε/w and release parameters; no value.
     """
-    from tasks.safe_files import NewFile, disk_errors
+    from files.safe_files import NewFile, disk_errors
 
     doc = {user: {sid: {"segments": [[g.release_id, g.first_step, g.last_step, g.new,
                                       g.fingerprint, g.parameters] for g in p.segments],

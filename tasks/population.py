@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from prefect import task
 
+from files.safe_files import make_dirs, write_file
 from mechanisms.reconstruct import population_distribution, population_mean
 from schemas.errors import ParameterError
-from tasks.safe_files import make_dirs, write_file
 
 #: rows read per chunk (every report of a chunk's steps or phases)
 CHUNK_ROWS = 2_000_000
@@ -177,7 +177,7 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
                 files[f"{cell}_{kind}"] = name
     finally:
         con.close()
-    from tasks.plots_population import plot_population
+    from reports.plots_population import plot_population
 
     pngs = plot_population(tables, out / "plots", value_unit=value_unit,
                                  confidence=confidence, period=period)

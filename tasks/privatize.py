@@ -26,6 +26,7 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from files.staging import repeat_ids, repeat_ids_encoded
 from mechanisms import registry
 from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
 from mechanisms.curves import CurveBatch, PrivateFunction, PrivateFunctionBatch, noise_scale
@@ -42,7 +43,6 @@ from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
 from tasks.stage import CurveChunk, StreamChunk, TaskPayload, contiguous_ranges
-from tasks.staging import repeat_ids, repeat_ids_encoded
 
 CURVE_MECHANISMS = registry.names("curves")
 STREAM_MECHANISMS = registry.names("streams")

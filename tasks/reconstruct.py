@@ -14,8 +14,8 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from files.staging import repeat_ids, run_starts
 from mechanisms.reconstruct import cpr_many
-from tasks.staging import repeat_ids, run_starts
 from tasks.stream_history import merge_history
 
 #: CPR's diagnostics["path"] -> the report's status. Only a significant period is reported.

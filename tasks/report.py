@@ -4,7 +4,7 @@ A release report shows only private outputs, counts, ledger figures, public
 parameters and data-independent error bounds: never a raw value, and
 rejections only as counts per rule. Raw data is plotted only by the
 `evaluate` flow, on public or synthetic data. The sections are listed in
-`CURVE_SECTIONS` and `STREAM_SECTIONS` (see `tasks.release_sections`).
+`CURVE_SECTIONS` and `STREAM_SECTIONS` (see `reports.release_sections`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from prefect import task
 
 from ledger import Ledger
 from ledger.summaries import Spread
-from tasks import release_kinds as kinds
-from tasks import release_sections as sec
-from tasks.release_sections import ReleaseContext, Section
-from tasks.report_render import now_text, publish_artifacts, render
+from reports import kind_sections as kinds
+from reports import release_sections as sec
+from reports.release_sections import ReleaseContext, Section
+from reports.render import now_text, publish_artifacts, render
 
 CURVE_SECTIONS: tuple[Section, ...] = (
     sec.header, sec.guarantee, sec.users, sec.charges, sec.denied, sec.rejected, sec.budget,

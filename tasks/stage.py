@@ -21,16 +21,16 @@ import numpy as np
 from prefect import task
 
 import ingest
-from ingest import Rejection, UserCurves, UserStreams
-from ingest.fingerprint import OrderedInputFingerprint
-from schemas.policy import Domain
-from tasks.staging import (
+from files.staging import (
     StagedChunk,
     items_path,
     read_chunk,
     stage_curve_chunk,
     stage_stream_chunk,
 )
+from ingest import Rejection, UserCurves, UserStreams
+from ingest.fingerprint import OrderedInputFingerprint
+from schemas.policy import Domain
 
 
 @dataclass

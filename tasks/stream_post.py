@@ -56,7 +56,7 @@ stream_post = task(stream_post_processing, name="stream-post-processing", persis
 
 def report_lines(manifest: dict[str, Any]) -> list[str]:
     """Markdown of the history and population sections of a stream release report."""
-    from tasks.report_render import md_table
+    from reports.render import md_table
     from tasks.stream_progress import progress_columns
 
     lines: list[str] = []

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from files.staging import run_starts
 from mechanisms.reconstruct import cpr_on_steps, longest_run
-from tasks.staging import run_starts
 from tasks.stream_history import history_reports
 
 #: streams of the release whose history is replayed for the report

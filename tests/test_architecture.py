@@ -1,13 +1,19 @@
-"""The arrows of DESIGN.md hold: flows -> tasks -> (mechanisms, ledger, schemas).
+"""The arrows of docs/design.md hold: flows -> tasks -> reports -> files -> core.
 
-Walks the AST of every Python file (so imports inside functions, ``try``
-blocks and ``importlib.import_module("...")`` / ``__import__("...")`` calls
-with literal names count too) and checks:
+The core is ``mechanisms``, ``ledger``, ``schemas`` and ``ingest``. Walks the
+AST of every Python file (so imports inside functions, ``try`` blocks and
+``importlib.import_module("...")`` / ``__import__("...")`` calls with literal
+names count too; only an ``if TYPE_CHECKING:`` block, which is never run, is
+skipped) and checks:
 
 - ``mechanisms/`` imports numpy, scipy, the standard library and itself only;
   in particular never prefect, duckdb, pandera, matplotlib or pandas;
-- ``mechanisms/``, ``ledger/``, ``schemas/`` and ``ingest/`` never import
-  ``flows`` or ``tasks``; ``tasks/`` never imports ``flows``.
+- the core never imports ``flows``, ``tasks``, ``reports`` or ``files``;
+- ``files/`` (safe files, staging, release directories) never imports
+  ``flows``, ``tasks`` or ``reports``;
+- ``reports/`` (rendering) never imports ``flows`` or ``tasks``: tasks gather
+  the data, reports render it;
+- ``tasks/`` never imports ``flows``.
 """
 
 import ast
@@ -20,12 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN_IN_CORE = {"prefect", "duckdb", "pandera", "matplotlib", "pandas"}
 ALLOWED_IN_CORE = {"numpy", "scipy", "mechanisms"} | set(sys.stdlib_module_names) | {
     "__future__"}
-ORCHESTRATION = {"flows", "tasks"}
+ORCHESTRATION = {"flows", "tasks", "reports", "files"}
+CORE = ("mechanisms", "ledger", "schemas", "ingest")
 
 
 def imported_modules(source: str, package: str) -> set[str]:
     """Top-level names of every module `source` imports (relative ones resolved to `package`)."""
     tree = ast.parse(source)
+    for node in ast.walk(tree):  # type-only imports never run: drop them
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(
+                node.test, "attr", None)) == "TYPE_CHECKING":
+            node.body = []
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -59,6 +70,7 @@ def test_helper_sees_every_kind_of_import():
         "from . import cost\ndef f():\n    import prefect\n"
         "try:\n    import matplotlib.pyplot\nexcept ImportError:\n    pass\n"
         "import importlib\nimportlib.import_module('pandera.pandas')\n__import__('flows.cli')\n"
+        "if TYPE_CHECKING:\n    import tasks.x\n"
     )
     assert imported_modules(src, "mechanisms") == {
         "numpy", "pandas", "duckdb", "mechanisms", "prefect", "matplotlib", "importlib",
@@ -78,11 +90,30 @@ def test_mechanisms_are_pure(path):
 
 @pytest.mark.parametrize(
     "path",
-    [p for pkg in ("mechanisms", "ledger", "schemas", "ingest") for p in _files(pkg)],
+    [p for pkg in CORE for p in _files(pkg)],
     ids=lambda p: str(p.relative_to(ROOT)))
 def test_lower_layers_never_import_orchestration(path):
     bad = _imports(path) & ORCHESTRATION
     assert not bad, f"{path} imports {sorted(bad)}: the arrows point flows -> tasks -> core"
+
+
+@pytest.mark.parametrize("path", _files("files"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_files_never_import_tasks_reports_or_flows(path):
+    bad = _imports(path) & {"flows", "tasks", "reports"}
+    assert not bad, f"{path} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", _files("reports"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_reports_render_only(path):
+    bad = _imports(path) & {"flows", "tasks"}
+    assert not bad, f"{path} imports {sorted(bad)}: tasks gather the data, reports render it"
+
+
+def test_every_product_folder_is_checked():
+    folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert folders <= set(CORE) | {"flows", "tasks", "reports", "files", "data"}, folders
+    for pkg in ("reports", "files", "tasks"):
+        assert _files(pkg), f"{pkg}/ has no Python files"
 
 
 @pytest.mark.parametrize("path", _files("tasks"), ids=lambda p: str(p.relative_to(ROOT)))

@@ -45,7 +45,7 @@ COMPONENTS = [
     ("ingest.pipeline", "_Batch.__init__", "ingest: convert + validate a batch", ()),
     ("ingest.pipeline", "_spill", "ingest: CSV scan + spill (this thread; DuckDB's not)", ()),
     ("ingest.pipeline", "user_fingerprint", "ingest: user fingerprints", ()),
-    ("tasks.staging", "stage_curve_chunk", "staging: write chunk files", ("tasks.stage",)),
+    ("files.staging", "stage_curve_chunk", "staging: write chunk files", ("tasks.stage",)),
     ("tasks.stage", "load_curve_chunk", "staging: load chunk for its task", ("flows.release",)),
     ("ledger.ledger", "Ledger.reserve", "ledger: reserve", ()),
     ("ledger.ledger", "Ledger.noise_seeds", "ledger: noise seeds", ()),
@@ -54,7 +54,7 @@ COMPONENTS = [
     ("tasks.privatize", "_run_curves", "mechanism: privfuncseg_batch", ()),
     ("mechanisms.curves.result", "evaluate_local", "outputs: evaluate on the grid", ()),
     ("tasks.privatize", "_curve_tables", "outputs: chunk tables", ()),
-    ("tasks.outputs", "ParquetAppender.add_table", "outputs: Parquet encode + write", ()),
+    ("files.outputs", "ParquetAppender.add_table", "outputs: Parquet encode + write", ()),
 ]
 
 

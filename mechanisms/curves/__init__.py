@@ -1,7 +1,7 @@
 """Curve mechanisms under geo-privacy (ε-GP / ρ-CGP w.r.t. the L2 distance of functions).
 
 Paper: *Function Privatization in the Local Model* (LSY); specs
-``specs/MECHANISMS.md`` §1. Pure numpy/scipy. Every mechanism takes an injected
+``docs/mechanisms.md`` §1. Pure numpy/scipy. Every mechanism takes an injected
 ``rng``, exactly one of ``epsilon`` / ``rho``, and returns a `PrivateFunction`
 with ``.evaluate(t)``, ``.cost``, ``.dim``, ``.breakpoints``,
 ``.coefficients``, ``.basis_name``, ``.error_bound(beta)``, ``.diagnostics``.

@@ -130,13 +130,6 @@ class LegendreBasis(LocalBasis):
             cols.append(((2 * k + 1) * s * cols[k] - k * cols[k - 1]) / (k + 1))
         return [c * (norm * inv) for c, norm in zip(cols, self._norm.tolist(), strict=True)]
 
-    def endpoint_values(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Values at the left and right segment ends for lengths (k,): two (k, m) arrays."""
-        scale = self._norm[None, :] / np.sqrt(length)[:, None]
-        sign = (-1.0) ** np.arange(self.m)
-        return scale * sign[None, :], scale
-
-
 class MonomialBasis(LocalBasis):
     """Monomials ((t − a)/L)^k, k = 0..degree, on the rescaled segment (Gram = L·Hilbert).
 

@@ -95,10 +95,6 @@ class DyadicTree:
         """LS coefficients (2^level, m, n) of all segments of a level."""
         return self.forest.coef[level][0]
 
-    def range_dist(self, depth: int, start: int, stop: int) -> float:
-        """dist₂ of the LS fit on dyadic segments [start, stop) of level `depth` to q there."""
-        return math.sqrt(float(np.sum(self.res2[depth][start:stop])))
-
     def edges(self, nodes: list[tuple[int, int]]) -> np.ndarray:
         """Edges (k+1,) of consecutive dyadic nodes (depth, index)."""
         depth = np.array([d for d, _ in nodes])

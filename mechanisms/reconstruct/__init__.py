@@ -1,6 +1,6 @@
 """CPR reconstruction of periodic streams from Square Wave reports (post-processing).
 
-Spec: ``specs/MECHANISMS.md`` §2.3-§2.5 and §5. Paper: CPR (arXiv 2605.02724).
+Spec: ``docs/mechanisms.md`` §2.3-§2.5 and §5. Paper: CPR (arXiv 2605.02724).
 """
 
 from mechanisms.reconstruct.cpr import (

@@ -1,6 +1,6 @@
 """CPR: Cycle and Phase Recovery of a periodic stream from Square Wave reports.
 
-CPR paper (arXiv 2605.02724) Sec. III; spec ``specs/MECHANISMS.md`` §2.3-§2.5.
+CPR paper (arXiv 2605.02724) Sec. III; spec ``docs/mechanisms.md`` §2.3-§2.5.
 Server-side post-processing of ε-w-event LDP reports: it never sees raw data
 and costs no privacy budget.
 

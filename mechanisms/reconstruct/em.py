@@ -1,6 +1,6 @@
 """SW-aware EM on a grid, pseudo-samples and KDE mode (CPR Sec. II-F, II-G, III-D2).
 
-Spec ``specs/MECHANISMS.md`` §2.5. All of it is post-processing of Square Wave
+Spec ``docs/mechanisms.md`` §2.5. All of it is post-processing of Square Wave
 reports: it never sees raw data and costs nothing.
 
 The EM runs on G groups (CPR's phases) at once, each with m reports, using the

@@ -1,6 +1,6 @@
 """CPR cycle recovery: robust dominant-period detection on privatized reports.
 
-CPR paper (arXiv 2605.02724) Sec. III-C; spec ``specs/MECHANISMS.md`` §2.3 and
+CPR paper (arXiv 2605.02724) Sec. III-C; spec ``docs/mechanisms.md`` §2.3 and
 the validation notes of §5. Pure post-processing of already-private reports:
 it never sees raw data and costs no privacy budget.
 

@@ -1,6 +1,6 @@
 """Periodic streams under w-event LDP: Square Wave, Laplace, LBD and smoothing.
 
-Spec: ``specs/MECHANISMS.md`` §2.1, §2.2, §2.7. Paper: CPR (arXiv 2605.02724).
+Spec: ``docs/mechanisms.md`` §2.1, §2.2, §2.7. Paper: CPR (arXiv 2605.02724).
 """
 
 from mechanisms.streams.baselines import (

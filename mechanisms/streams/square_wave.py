@@ -2,7 +2,7 @@
 
 Li, Wang, Lopuhaä-Zwakenberg, Li, Škorić, "Estimating Numerical Distributions
 under Local Differential Privacy", SIGMOD 2020 (arXiv 1912.01051); used per time
-step by CPR (arXiv 2605.02724, Sec. II-D). Spec: ``specs/MECHANISMS.md`` §2.2.
+step by CPR (arXiv 2605.02724, Sec. II-D). Spec: ``docs/mechanisms.md`` §2.2.
 
 For a per-step budget ε₀ the output density is
 

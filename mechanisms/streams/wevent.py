@@ -3,7 +3,7 @@
 Under w-event LDP (Kellaris et al. VLDB'14 in the local model; CPR paper
 Sec. II-C) a user's stream x_1, x_2, … is protected if, for every window of w
 consecutive time steps, the per-step budgets sum to at most ε. Spending
-ε₀ = ε/w at every step meets this with equality. Spec: ``specs/MECHANISMS.md`` §2.1.
+ε₀ = ε/w at every step meets this with equality. Spec: ``docs/mechanisms.md`` §2.1.
 
 Costs are exact: the user's ε is read with `mechanisms.cost.exact`, the per-step
 cost is the Fraction ε/w, and only the sampler sees float(ε/w).

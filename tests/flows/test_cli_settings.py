@@ -76,10 +76,16 @@ def test_a_profile_without_an_api_url_is_not_a_server(clean):
 
 def test_the_cli_and_the_api_get_the_same_home(clean):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    code = "import os, flows; print(os.environ['PREFECT_HOME'])"
-    api = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    cli = subprocess.run([sys.executable, "-c", "import os, sys; sys.argv = ['privpipe']\n"
-                          + code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    show = "print(os.environ.get('PREFECT_HOME'))"
+    # the API: its functions call flows.configure before they reach Prefect
+    api = subprocess.run([sys.executable, "-c", f"import os, flows; flows.configure(); {show}"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    # the CLI: its entry point calls it when it starts (here for `privpipe --help`)
+    run_cli = ("import os, sys; sys.argv = ['privpipe', '--help']\nfrom flows.cli import main\n"
+               f"try:\n    main()\nexcept SystemExit:\n    pass\n{show}")
+    cli = subprocess.run([sys.executable, "-c", run_cli], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().splitlines()[-1]
+    bare = subprocess.run([sys.executable, "-c", f"import os, flows; {show}"], env=env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert bare == "None", "importing flows must not configure Prefect"
     assert api == cli == str(clean / "pp" / "prefect")

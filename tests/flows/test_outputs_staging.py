@@ -18,9 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import Curve, Stream, UserCurves, UserStreams
-from tasks.outputs import ParquetAppender, merge_parquet
-from tasks.staging import (
+from files.outputs import ParquetAppender, parquet_writer
+from files.staging import (
     group_spans,
     items_path,
     read_arrow,
@@ -32,6 +31,22 @@ from tasks.staging import (
     stage_stream_chunk,
     write_arrow,
 )
+from ingest import Curve, Stream, UserCurves, UserStreams
+
+
+def merge_parquet(chunk_paths, out_path):
+    """The reference: one Parquet writer over the chunk files in order; returns the row count."""
+    rows = 0
+    with open(out_path, "wb") as f:
+        writer = None
+        for p in chunk_paths:
+            table = read_arrow(p)
+            if writer is None:
+                writer = parquet_writer(f, table.schema)
+            writer.write_table(table)
+            rows += table.num_rows
+        writer.close()
+    return rows
 
 
 def _chunks(tmp_path, n=3):
@@ -152,7 +167,7 @@ def _mode(p) -> int:
 
 
 def test_new_files_are_private_whatever_the_umask_and_replace_a_planted_symlink(tmp_path):
-    from tasks.safe_files import write_file
+    from files.safe_files import write_file
 
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious")
@@ -170,7 +185,7 @@ def test_new_files_are_private_whatever_the_umask_and_replace_a_planted_symlink(
 
 
 def test_new_file_appears_only_on_commit_and_abort_leaves_nothing(tmp_path):
-    from tasks.safe_files import NewFile
+    from files.safe_files import NewFile
 
     new = NewFile(tmp_path / "values.parquet")
     new.file.write(b"x" * 100_000)
@@ -200,15 +215,15 @@ class _FullDisk(io.FileIO):
 
 @pytest.fixture()
 def full_disk(monkeypatch):
-    import tasks.safe_files as sf
+    import files.safe_files as sf
 
     _FullDisk.room = 10
     monkeypatch.setattr(sf, "_open_file", lambda fd: io.BufferedWriter(_FullDisk(fd, "wb"), 16))
 
 
 def test_full_disk_names_the_file_and_its_size_and_leaves_nothing(tmp_path, full_disk):
+    from files.safe_files import write_file
     from schemas.errors import FileSystemError
-    from tasks.safe_files import write_file
 
     target = tmp_path / "out" / "chunk-00000.seeds.json"
     target.parent.mkdir()
@@ -239,7 +254,7 @@ def test_full_disk_while_appending_parquet_names_the_output(tmp_path, full_disk)
 
 
 def test_output_modes_follow_privpipe_umask(tmp_path, monkeypatch):
-    from tasks.safe_files import operator_umask, set_output_modes, write_file
+    from files.safe_files import operator_umask, set_output_modes, write_file
 
     (tmp_path / "r" / "plots").mkdir(parents=True)
     write_file(tmp_path / "r" / "report.md", b"r")
@@ -259,8 +274,8 @@ def test_output_modes_follow_privpipe_umask(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("bad", ["999", "abc", "-1", "0o1000", "7777"])
 def test_bad_umask_setting_is_a_parameter_error(bad, monkeypatch):
+    from files.safe_files import operator_umask
     from schemas.errors import ParameterError
-    from tasks.safe_files import operator_umask
 
     monkeypatch.setenv("PRIVPIPE_UMASK", bad)
     with pytest.raises(ParameterError, match="PRIVPIPE_UMASK"):
@@ -269,8 +284,8 @@ def test_bad_umask_setting_is_a_parameter_error(bad, monkeypatch):
 
 @pytest.mark.parametrize("planted", ["symlink", "fifo", "dir-symlink"])
 def test_walks_refuse_symlinks_and_special_files_anywhere(planted, tmp_path):
+    from files.safe_files import set_output_modes, tree_sha256
     from schemas.errors import OutputIntegrityError
-    from tasks.safe_files import set_output_modes, tree_sha256
 
     root = tmp_path / "r"
     (root / "plots").mkdir(parents=True)
@@ -293,7 +308,7 @@ def test_walks_refuse_symlinks_and_special_files_anywhere(planted, tmp_path):
 
 
 def test_rename_new_never_replaces_anything(tmp_path):
-    from tasks.safe_files import rename_new
+    from files.safe_files import rename_new
 
     src = tmp_path / "build"
     src.mkdir()
@@ -319,7 +334,7 @@ def test_rename_new_never_replaces_anything(tmp_path):
 
 
 def test_staging_is_private_and_locked_and_close_removes_it(tmp_path):
-    from tasks.staging_dir import StagingDir
+    from files.staging_dir import StagingDir
 
     old = os.umask(0)
     try:
@@ -336,7 +351,7 @@ def test_staging_is_private_and_locked_and_close_removes_it(tmp_path):
 
 
 def test_sweep_removes_what_no_live_release_holds_and_keeps_what_one_does(tmp_path):
-    from tasks.staging_dir import StagingDir
+    from files.staging_dir import StagingDir
 
     out = tmp_path / "out"
     live = StagingDir.create(out)            # held by this process (another open file)
@@ -364,8 +379,8 @@ def test_sweep_removes_what_no_live_release_holds_and_keeps_what_one_does(tmp_pa
 
 
 def test_staging_root_that_is_a_symlink_or_foreign_is_refused(tmp_path):
+    from files.staging_dir import StagingDir
     from schemas.errors import FileSystemError
-    from tasks.staging_dir import StagingDir
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -381,7 +396,7 @@ def test_reaper_removes_the_staging_of_a_sigkilled_process(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from tasks.staging_dir import StagingDir
+        from files.staging_dir import StagingDir
         st = StagingDir.create(Path({str(out)!r}))
         (st.path / "chunk-00000.arrow").write_bytes(b"raw")
         print(st.path, flush=True)
@@ -402,8 +417,8 @@ def test_reaper_removes_the_staging_of_a_sigkilled_process(tmp_path):
 
 
 def test_release_build_seals_publishes_once_and_checks_what_is_published(tmp_path):
+    from files.release_dir import ReleaseBuild, check_published
     from schemas.errors import OutputIntegrityError, ParameterError
-    from tasks.release_dir import ReleaseBuild, check_published
 
     out = tmp_path / "out"
     out.mkdir()
@@ -440,7 +455,7 @@ def test_release_build_seals_publishes_once_and_checks_what_is_published(tmp_pat
 
 
 def test_append_log_is_private_and_never_follows_a_symlink(tmp_path):
-    from tasks.safe_files import open_append
+    from files.safe_files import open_append
 
     log = tmp_path / "server.log"
     old = os.umask(0)

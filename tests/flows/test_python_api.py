@@ -21,10 +21,26 @@ from schemas.errors import ParameterError
 REPO = Path(__file__).resolve().parents[2]
 
 
+def test_importing_flows_changes_nothing(tmp_path):
+    """`import flows` and its API names set no variable, create no file, load no Prefect."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; before = dict(os.environ); import flows; "
+            "from flows import audit, release_curves, release_streams; "
+            "assert dict(os.environ) == before, set(os.environ) ^ set(before); "
+            "assert 'prefect' not in sys.modules; import gc; print(gc.get_threshold())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVPIPE_"))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert list(tmp_path.iterdir()) == [], "importing flows created files"
+    assert out.strip() == str(__import__("gc").get_threshold())
+
+
 def test_the_names_are_the_api_functions_even_after_the_submodules_load():
-    import flows.audit  # binds the submodule as the package's attribute `audit`
+    import flows.audit_flow  # the flow's module: another name, so nothing shadows the API
     from flows import audit as again
-    from flows.audit import audit as audit_flow
+    from flows.audit_flow import audit as audit_flow
 
     assert again is audit and flows.audit is audit and callable(audit)
     assert audit_flow is not audit and hasattr(audit_flow, "fn")  # the Prefect flow

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from flows.audit import audit
+from flows.audit_flow import audit
 from flows.cli import app
 from ledger import Ledger, Request, Settlement
 from mechanisms.cost import Cost, CostItem

@@ -1,7 +1,7 @@
 """Report building blocks: escaping, embedding, number wording, guarantee readings, sections.
 
 Expected numbers are worked out by hand (or by an independent root finder) from
-the definitions in MECHANISMS.md, not taken from the code under test.
+the definitions in docs/mechanisms.md, not taken from the code under test.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.guarantee import curves_reading, streams_reading
-from tasks.release_kinds import reconstruction
-from tasks.release_sections import ReleaseContext
-from tasks.report_render import md_table, num, quantity, to_html
+from reports.guarantee import curves_reading, streams_reading
+from reports.kind_sections import reconstruction
+from reports.release_sections import ReleaseContext
+from reports.render import md_table, num, quantity, to_html
 from tests.flows.html_report import parse
 
 HOSTILE = ["<script>alert(1)</script>", "a | b | c", "**bold** _it_", "`code`",

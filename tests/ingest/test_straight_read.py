@@ -15,10 +15,10 @@ import pytest
 
 import ingest
 import ingest.pipeline as pipeline
+from files.staging import items_path
 from ingest import NeedsSpill, iter_users, read_users, scan
 from tasks import stage
 from tasks.stage import stage_input_fn
-from tasks.staging import items_path
 from tests.ingest.conftest import write_csv
 from tests.ingest.test_read_order import HEADER, _rows, _summary
 

@@ -2,7 +2,7 @@
 
 The model expands every w-event account to one cost per step and slides every
 window by brute force; gp/cgp accounts add up. It states the rule of
-DESIGN.md directly: a user is admitted iff after all of its charges in the call
+docs/design.md directly: a user is admitted iff after all of its charges in the call
 every account stays within its cap (and it was not denied earlier in the
 release); all or nothing per user.
 """

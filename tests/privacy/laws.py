@@ -1,6 +1,6 @@
 """The noise laws of the papers, computed independently of the code under test.
 
-Everything here is written from the specs (MECHANISMS.md, the papers' algorithms),
+Everything here is written from the specs (docs/mechanisms.md, the papers' algorithms),
 with its own quadrature, bases and SVT probabilities: no function of
 `mechanisms` is used to compute an expected value.
 """

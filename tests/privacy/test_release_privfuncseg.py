@@ -1,7 +1,7 @@
 """PrivFuncSeg (+ ReduceSeg, continuity) through the release task, against the ledger.
 
 Three laws of the paper's Algorithms 4/5 (GP) and 8/9 (CGP), computed here
-from the spec (MECHANISMS.md §1.8-§1.9) and the amounts the LEDGER settled:
+from the spec (docs/mechanisms.md §1.8-§1.9) and the amounts the LEDGER settled:
 
 * the SVT over dyadic levels: P[k̄ = j] for the input's own dyadic residuals
   dist_j (own quadrature), τ_j = 2^j·m·n/(ε/4) (CGP √(2^j m n)/√(2ρ/4)) and

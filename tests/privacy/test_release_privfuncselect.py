@@ -1,7 +1,7 @@
 """PrivFuncSelect through the release task against an independent simulation of the paper.
 
 Algorithm 3 (GP) / 7 (CGP) of the paper, written here from the spec
-(MECHANISMS.md §1.6) with numpy only and calibrated to the four sub-step
+(docs/mechanisms.md §1.6) with numpy only and calibrated to the four sub-step
 amounts the LEDGER settled for the release (svt_terms, project_all,
 svt_subset, project_subset), gives the law of the released selection (the set
 of Legendre degrees with non-zero coefficients). A χ² homogeneity test

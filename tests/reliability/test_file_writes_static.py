@@ -1,4 +1,4 @@
-"""Static check: every file `tasks/` and `flows/` write goes through `tasks/safe_files.py`.
+"""Static check: every file `tasks/` and `flows/` write goes through `files/safe_files.py`.
 
 A direct write (``Path.write_text``, ``open(p, "w")``, ``pq.write_table(t, p)``,
 ``df.to_parquet(p)``, ``fig.savefig(p)``, ``os.replace``...) would follow a planted
@@ -6,7 +6,7 @@ symlink, get the process umask instead of the documented modes, or appear
 half-written; docs/files.md says how to write a file instead. The only modules
 allowed to touch the file system directly are the safe-file modules
 themselves; `ParquetWriter` and `savefig` are allowed only where they are given
-a `NewFile` (`tasks/outputs.py::parquet_writer`, `tasks/plots.py::_save`).
+a `NewFile` (`files/outputs.py::parquet_writer`, `reports/plots.py::_save`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ALLOWED_MODULES = {"tasks/safe_files.py", "tasks/staging_dir.py", "tasks/staging_reaper.py"}
-ALLOWED_CALLS = {("tasks/outputs.py", "ParquetWriter"), ("tasks/plots.py", "savefig")}
+ALLOWED_MODULES = {"files/safe_files.py", "files/staging_dir.py", "files/staging_reaper.py"}
+ALLOWED_CALLS = {("files/outputs.py", "ParquetWriter"), ("reports/plots.py", "savefig")}
 WRITE_METHODS = {"write_text", "write_bytes", "touch", "to_parquet", "to_csv", "to_json",
                  "to_feather", "savefig", "ParquetWriter", "OSFile", "output_stream",
                  "write_feather", "symlink_to", "hardlink_to"}
@@ -66,7 +66,7 @@ def test_tasks_and_flows_write_files_only_through_safe_files(path):
     if module in ALLOWED_MODULES:
         return
     found = direct_writes(path.read_text(encoding="utf-8"), module)
-    assert not found, f"{module} writes files directly (use tasks/safe_files.py): {found}"
+    assert not found, f"{module} writes files directly (use files/safe_files.py): {found}"
 
 
 def test_the_checker_catches_direct_writes():
@@ -99,4 +99,4 @@ with NewFile(path) as fh:
 write_file(path, data)
 """
     assert direct_writes(good, "tasks/report.py") == []
-    assert direct_writes("fig.savefig(fh)", "tasks/plots.py") == []
+    assert direct_writes("fig.savefig(fh)", "reports/plots.py") == []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.plots import _png, plt  # Agg, the deterministic rcParams, PNG bytes
-from tasks.report_files import save_bytes
+from files.report_files import save_bytes
+from reports.plots import _png, plt  # Agg, the deterministic rcParams, PNG bytes
 
 #: at most this many steps are drawn in the per-step plot (the first ones)
 MAX_STEPS = 336

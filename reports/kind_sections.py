@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.release_sections import ReleaseContext
-from tasks.report_render import cell, md_table, num
-from tasks.user_units import stream_time
+from reports.release_sections import ReleaseContext
+from reports.render import cell, md_table, num
+from schemas.units import stream_time
 
 
 def _head(path: Any) -> pa.Table:
@@ -83,7 +83,7 @@ def curve_outputs(ctx: ReleaseContext) -> list[str]:
 
 def curve_plots(ctx: ReleaseContext) -> list[str]:
     """A map of released trajectories (lon/lat) or released curves against time."""
-    from tasks import plots  # matplotlib: only when a report is drawn, not at start-up
+    from reports import plots  # matplotlib: only when a report is drawn, not at start-up
 
     if not ctx.released:
         return []
@@ -202,7 +202,7 @@ def _first_stream(ctx: ReleaseContext, name: str, column: str
 
 def stream_plots(ctx: ReleaseContext) -> list[str]:
     """The first stream: per-sample estimates and reconstruction, in the declared unit."""
-    from tasks import plots  # matplotlib: only when a report is drawn, not at start-up
+    from reports import plots  # matplotlib: only when a report is drawn, not at start-up
 
     if not ctx.released:
         return []

@@ -2,7 +2,7 @@
 
 Staging holds raw input chunks and noise seeds, so it lives in a private
 ``OUT/.staging/`` (mode 0700, ours, not a symlink) and each release gets its own
-``OUT/.staging/<uuid>/`` (0700; every file in it 0600, see `tasks.safe_files`).
+``OUT/.staging/<uuid>/`` (0700; every file in it 0600, see `files.safe_files`).
 
 **Ownership is an flock, not a pid.** The release holds an exclusive `flock`
 on its directory (an open descriptor of ``<uuid>/`` itself, no lock file) for as
@@ -19,7 +19,7 @@ file system for ``OUT``; see docs/files.md.)
 
 **Reaper.** A release killed with SIGKILL cannot clean up, and no later release
 may come. So each release also starts a tiny detached reaper process
-(`tasks/staging_reaper.py`) that waits on a pipe only the release holds open
+(`files/staging_reaper.py`) that waits on a pipe only the release holds open
 and deletes the directory as soon as the release ends: after 5 SIGKILLed
 releases no staging directory is left, and no reaper either.
 """
@@ -35,7 +35,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tasks.safe_files import PRIVATE_DIR_MODE, disk_errors, private_dir
+from files.safe_files import PRIVATE_DIR_MODE, disk_errors, private_dir
 
 STAGING = ".staging"
 _REAPER = Path(__file__).with_name("staging_reaper.py")

@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 
 from ledger import format_fraction
 from ledger.summaries import DomainBudget, Spread
-from tasks.guarantee import curves_reading, streams_reading
-from tasks.report_render import cell, md_table, utc_text
+from reports.guarantee import curves_reading, streams_reading
+from reports.render import cell, md_table, utc_text
+from schemas.continuation_rules import CONTINUATION_RULES
 
 
 @dataclass
@@ -194,7 +195,6 @@ def rejected(ctx: ReleaseContext) -> list[str]:
     """Rejected users as counts per validation rule (no rows, columns, values or ids)."""
     if not ctx.rejected:
         return []
-    from tasks.continuation import CONTINUATION_RULES
 
     per_rule = Counter(rule for r in ctx.rejected for rule in r.get("rules", ["unknown"]))
     rows = [{"rule": rule, "users rejected": n} for rule, n in sorted(per_rule.items())]

@@ -1,6 +1,6 @@
 """Remove a release's staging directory when the release process ends, SIGKILL included.
 
-Started by `tasks.staging_dir.StagingDir.create` as
+Started by `files.staging_dir.StagingDir.create` as
 ``python -I -S staging_reaper.py FD DIRECTORY`` (standard library only, so it
 starts in milliseconds). FD is the read end of a pipe whose only write end the
 release holds; the kernel closes it when the release exits for any reason,

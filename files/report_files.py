@@ -1,4 +1,4 @@
-"""The one place reports and user-unit outputs write files: `tasks.safe_files`.
+"""The one place reports and user-unit outputs write files: `files.safe_files`.
 
 Every report page, plot, table export and user-unit output goes through these
 functions, which create each file as a new private file (exclusive, no-follow,
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from tasks.safe_files import NewFile, make_dirs, set_output_modes, write_file
+from files.safe_files import NewFile, make_dirs, set_output_modes, write_file
 
 __all__ = ["finish_dir", "new_file", "save_bytes", "save_text"]
 

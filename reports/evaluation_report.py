@@ -10,18 +10,20 @@ import json
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from files.report_files import finish_dir, save_text
 from ingest.projection import unproject
+from reports import plots
+from reports.guarantee import curves_reading, streams_reading
+from reports.render import cell, md_table, num, publish_artifacts, render
 from schemas.policy import Domain
-from tasks import plots
-from tasks.evaluation import Loaded, Outcome
-from tasks.guarantee import curves_reading, streams_reading
-from tasks.report_files import finish_dir, save_text
-from tasks.report_render import cell, md_table, num, publish_artifacts, render
-from tasks.user_units import domain_record, lonlat_supported, stream_time, to_value_range
+from schemas.units import domain_record, lonlat_supported, stream_time, to_value_range
+
+if TYPE_CHECKING:  # the evaluation's data types (tasks.evaluation); no runtime import
+    from tasks.evaluation import Loaded, Outcome
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The numbers depend only on public parameters (ε or ρ, w, the domain's units
 and declared range, and a public curve duration), never on data. The
-definitions are those of MECHANISMS.md §1 and §2:
+definitions are those of docs/mechanisms.md §1 and §2:
 
 - ε-GP: Pr[M(q) ∈ S] ≤ e^{ε·d(q, q')} Pr[M(q') ∈ S], d the L2 distance
   (∫‖q(t) − q'(t)‖² dt)^½ in value unit × time unit^½ (for the sup metric,
@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from ledger import format_fraction, wevent_budget
-from tasks.report_render import num, quantity
+from reports.render import num, quantity
 
 DELTA = 1e-6  # the δ of the plain-language (ε', δ) reading of ρ-CGP
 
@@ -56,7 +56,7 @@ def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
     Args:
         notion: ``gp`` or ``cgp``.
         amount: ε (gp) or ρ (cgp) per curve.
-        definition: the domain's public definition (`tasks.user_units.domain_record`).
+        definition: the domain's public definition (`schemas.units.domain_record`).
         duration: a public curve duration in the domain's time unit (e.g. the
             median of the release), or None when no curve was released.
         duration_is: what `duration` is, for the text.

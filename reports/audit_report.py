@@ -1,6 +1,6 @@
 """The compliance audit report: one self-contained HTML page, its tables as CSV and JSON.
 
-Built from `tasks.audit_data.AuditData` only (ledger figures, never release
+Built from `ledger.audit_data.AuditData` only (ledger figures, never release
 outputs or raw data). Per domain: budget spent over time (account balances
 after each release, and each release's per-user charge), spend per account
 against the cap, accounts near or above the cap, denials per user over
@@ -17,11 +17,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from files.report_files import finish_dir, save_text
 from ledger import format_fraction
-from tasks import plots
-from tasks.audit_data import AuditData, DomainSpend
-from tasks.report_files import finish_dir, save_text
-from tasks.report_render import cell, md_table, now_text, publish_artifacts, render, utc_text
+from ledger.audit_data import AuditData, DomainSpend
+from reports import plots
+from reports.render import cell, md_table, now_text, publish_artifacts, render, utc_text
 
 _SYMBOL = {"gp": "ε", "cgp": "ρ", "wevent": "ε per window"}
 

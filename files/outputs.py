@@ -12,16 +12,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from prefect import task
 
-from tasks.safe_files import NewFile, disk_errors, make_dirs, write_file
-from tasks.staging import read_arrow
+from files.safe_files import NewFile, disk_errors, make_dirs
+from files.staging import read_arrow
 
 
 def _is_floating(typ: pa.DataType) -> bool:
@@ -41,7 +39,7 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     """The one Parquet writer of release outputs (zstd; each encoding where it pays).
 
     A dictionary-typed column (ids repeated over many rows,
-    `tasks.staging.repeat_ids_encoded`) is written as its dictionary and
+    `files.staging.repeat_ids_encoded`) is written as its dictionary and
     indices, and the file's Arrow schema names its value type: readers see
     the plain string column, as if it had been written from one (the Parquet
     column is dictionary-encoded UTF-8 either way; tests/flows/test_outputs_staging.py).
@@ -69,37 +67,6 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     return writer
 
 
-def merge_parquet(chunk_paths: Sequence[str], out_path: str | Path) -> int:
-    """Concatenate chunk files (in the given order) into `out_path`; return the row count.
-
-    `out_path` is written as a new private file (`tasks.safe_files.NewFile`) and
-    appears only once complete.
-    """
-    out = Path(out_path)
-    if not chunk_paths:
-        raise ValueError("merge_parquet needs at least one chunk file")
-    rows = 0
-    new = NewFile(out)
-    try:
-        with disk_errors(out):
-            writer: pq.ParquetWriter | None = None
-            for p in chunk_paths:
-                table = read_arrow(p)
-                if writer is None:
-                    writer = parquet_writer(new.file, table.schema)
-                writer.write_table(table)
-                rows += table.num_rows
-            if writer is not None:
-                writer.close()
-    except BaseException:
-        new.abort()
-        raise
-    new.commit()
-    for p in chunk_paths:
-        Path(p).unlink(missing_ok=True)
-    return rows
-
-
 class ParquetAppender:
     """Append chunk files, as they finish and in chunk order, to one Parquet file per output.
 
@@ -107,10 +74,10 @@ class ParquetAppender:
     privatized, so encoding and compression (which run outside the GIL) overlap
     the mechanism tasks instead of following them. The files grow under
     `directory` (the release's private staging dir) as new private files
-    (`tasks.safe_files.NewFile`, mode 0600) and only `finish` renames one into
+    (`files.safe_files.NewFile`, mode 0600) and only `finish` renames one into
     place; a crashed release leaves nothing half-written among its outputs.
-    The bytes are those of `merge_parquet` over the same chunks (one zstd row
-    group per chunk): a rerun writes identical files.
+    The bytes are those of one writer over the same chunks (one zstd row group
+    per chunk; `tests/flows/test_outputs_staging.py`): a rerun writes identical files.
     """
 
     def __init__(self, directory: str | Path):
@@ -164,11 +131,3 @@ class ParquetAppender:
 def json_bytes(obj: dict[str, Any]) -> bytes:
     """Canonical JSON text of `obj` (sorted keys, indented), so reruns produce the same bytes."""
     return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
-
-
-def write_json(obj: dict[str, Any], path: str | Path) -> None:
-    """Write `json_bytes(obj)` to `path` as a new private file (`tasks.safe_files`)."""
-    write_file(path, json_bytes(obj))
-
-
-merge_outputs = task(merge_parquet, name="merge-outputs", persist_result=False)

@@ -21,8 +21,8 @@ from typing import Any
 
 import markdown as md_lib
 
-from tasks.artifacts import artifact_key, embed_images
-from tasks.report_files import save_bytes, save_text
+from files.report_files import save_bytes, save_text
+from reports.artifacts import artifact_key, embed_images
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 62em;
@@ -175,7 +175,7 @@ def render(markdown_text: str, rdir: Path, title: str, plots: dict[str, bytes],
 
 def publish_artifacts(key: str, markdown_text: str, rdir: Path,
                       table: list[dict[str, Any]] | None = None) -> None:
-    """Mirror a report as Prefect artifacts keyed by `key` (images embedded; tasks/artifacts.py)."""
+    """Mirror a report as Prefect artifacts keyed by `key` (images embedded)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.context import get_run_context
 

@@ -7,8 +7,8 @@ users' arrays and noise seeds in memory, so workers never read these files and
 seeds are never written to disk. Staging files are written once and read once
 on this machine, so they are uncompressed Arrow IPC files (no encoding cost,
 memory-mapped reads); only the release outputs are Parquet. Staging files hold
-raw (validated) data, so they are created with mode 0600 (`tasks.safe_files`)
-in the release's locked, 0700 staging directory (`tasks.staging_dir`), which
+raw (validated) data, so they are created with mode 0600 (`files.safe_files`)
+in the release's locked, 0700 staging directory (`files.staging_dir`), which
 is removed when the release ends, however it ends.
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from files.safe_files import NewFile, disk_errors
 from ingest import Curve, Stream, UserCurves, UserStreams
-from tasks.safe_files import NewFile, disk_errors
 
 
 def write_arrow(table: pa.Table, path: Path) -> None:
@@ -62,7 +62,7 @@ def repeat_ids_encoded(ids: Sequence[str], counts: Sequence[int] | np.ndarray
 
     Building it makes no string per row (`repeat_ids` makes one per row, which
     costs about 16 ms per 500,000 rows), and the Parquet writer takes its
-    dictionary as it is instead of hashing every row again; `tasks.outputs`
+    dictionary as it is instead of hashing every row again; `files.outputs`
     writes such a column as the plain string column it stands for.
     """
     encoded = pc.dictionary_encode(pa.array(list(ids), pa.string()))

@@ -14,9 +14,9 @@ from typing import Any
 
 from prefect import flow, task
 
+from ledger.audit_data import collect
+from reports.audit_report import write_audit_report
 from schemas.errors import ParameterError
-from tasks.audit_data import collect
-from tasks.audit_report import write_audit_report
 
 
 def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0.1

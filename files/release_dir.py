@@ -2,9 +2,9 @@
 
 A release never writes into ``OUT/<release_id>/``. It builds the directory in
 its staging directory (`ReleaseBuild.path`, private), writes every file there
-as a new private file (`tasks.safe_files`), seals it (the manifest records the
+as a new private file (`files.safe_files`), seals it (the manifest records the
 SHA-256 of every other file), and publishes it with one rename that refuses to
-replace anything (`tasks.safe_files.rename_new`). So ``OUT/<release_id>/``
+replace anything (`files.safe_files.rename_new`). So ``OUT/<release_id>/``
 either does not exist or is complete, and no file privpipe writes can be a
 symlink planted by someone else.
 
@@ -21,10 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from schemas.errors import OutputIntegrityError
-from schemas.names import check_relative_path
-from tasks.outputs import json_bytes
-from tasks.safe_files import (
+from files.outputs import json_bytes
+from files.safe_files import (
     NewFile,
     fsync_dir,
     make_dirs,
@@ -33,6 +31,8 @@ from tasks.safe_files import (
     tree_sha256,
     write_file,
 )
+from schemas.errors import OutputIntegrityError
+from schemas.names import check_relative_path
 
 MANIFEST = "manifest.json"
 PUBLISHED_STATES = ("settled", "closed")
