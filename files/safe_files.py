@@ -68,9 +68,16 @@ def operator_umask() -> int:
 
 
 def apply_operator_umask() -> int:
-    """Make `operator_umask()` the process umask (files DuckDB and Prefect create follow it)."""
+    """Make `operator_umask()` the process umask (files DuckDB and Prefect create follow it).
+
+    Group and world write bits are always masked in the process umask: the
+    ledger, its WAL and Prefect's database are refused when another user could
+    write them (`ledger.paths.check_private`), so nothing privpipe creates may
+    be writable by others. Published outputs still get exactly the operator's
+    modes (`set_output_modes`).
+    """
     value = operator_umask()
-    os.umask(value)
+    os.umask(value | 0o022)
     return value
 
 

@@ -136,11 +136,24 @@ def ensure_prefect_home() -> Path | None:
     """Create PREFECT_HOME (mode 0700, with its parents) so Prefect can use it.
 
     Prefect creates its home itself but not the parents, which rule 3's
-    directory may not have yet. Returns the directory (None: Prefect's default).
+    directory may not have yet. The home and its SQLite database (with its WAL
+    and shared-memory files) must be the running user's and writable by nobody
+    else (`ledger.paths.check_private`): a planted database would receive the
+    runs' parameters and logs where another user reads them. Returns the
+    directory (None: Prefect's default).
+
+    Raises:
+        LedgerOpenError: the home or its database is another user's or writable
+            by others (exit code 2).
     """
+    from ledger.paths import check_private
+
     home = os.environ.get("PREFECT_HOME")
     if not home:
         return None
     path = Path(home).expanduser()
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_private(path, "the Prefect home")
+    for name in ("prefect.db", "prefect.db-wal", "prefect.db-shm"):
+        check_private(path / name, "the Prefect database")
     return path

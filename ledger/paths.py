@@ -27,6 +27,43 @@ def is_duckdb_file(path: Path) -> bool:
     return head[_MAGIC_OFFSET:] == _DUCKDB_MAGIC
 
 
+def check_private(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a file or directory another user owns or may write (a co-tenant's plant).
+
+    A ledger, its WAL, its directory (where the WAL and keys are created) and
+    Prefect's home and database must be owned by the user running privpipe and
+    writable by nobody else: otherwise another user could replace the ledger,
+    plant a WAL that DuckDB replays into it, or read what Prefect writes.
+    A path that does not exist passes (it will be created private).
+
+    Raises:
+        LedgerOpenError: naming the path, what is wrong, and the fix.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise LedgerOpenError(
+            f"{what} {str(p)!r} is owned by uid {st.st_uid}, not by the user running privpipe "
+            f"(uid {me}): another user could have planted it; if it is yours, "
+            f"`chown {me} {p}`, else remove it")
+    if st.st_mode & 0o022:
+        who = "world" if st.st_mode & 0o002 else "group"
+        raise LedgerOpenError(
+            f"{what} {str(p)!r} is {who}-writable (mode {oct(st.st_mode & 0o777)}): another "
+            f"user could change or replace it; fix: `chmod go-w {p}`")
+
+
+def check_ledger_files(path: Path) -> None:
+    """`check_private` for a ledger's directory, file and WAL (`LedgerOpenError`)."""
+    check_private(path.resolve().parent, "the ledger's directory")
+    check_private(path, "the ledger")
+    check_private(Path(f"{path}.wal"), "the ledger's WAL")
+
+
 def check_existing_ledger(path: str | os.PathLike[str]) -> Path:
     """Refuse a path that cannot be an existing ledger, saying what it is instead.
 
@@ -44,6 +81,7 @@ def check_existing_ledger(path: str | os.PathLike[str]) -> Path:
             f"e.g. --ledger {p / 'ledger.duckdb'}")
     if not p.is_file():
         raise LedgerOpenError(f"{str(p)!r} is not a regular file, so not a ledger")
+    check_ledger_files(p)
     if not os.access(p, os.R_OK):
         raise LedgerOpenError(f"cannot read the ledger {str(p)!r}: permission denied")
     if not is_duckdb_file(p):
@@ -68,4 +106,6 @@ def check_new_ledger_path(path: str | os.PathLike[str]) -> Path:
         check_existing_ledger(p)
     elif p.parent.exists() and not p.parent.is_dir():
         raise LedgerOpenError(f"cannot create {str(p)!r}: {str(p.parent)!r} is not a directory")
+    else:
+        check_private(p.parent, "the ledger's directory")
     return p

@@ -83,7 +83,7 @@ def test_a_write_that_the_file_system_refuses_is_a_storage_error_not_a_conflict(
 def tiny_fs(tmp_path):
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mnt)],
                           capture_output=True)
     if done.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (the file-size limit test covers the case)")
