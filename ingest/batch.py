@@ -57,12 +57,13 @@ def _schema(d: Domain):
     return _SCHEMAS[key]
 
 
-
 def _float(col: pa.ChunkedArray) -> np.ndarray:
+    """The column as float64 (null: NaN)."""
     return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
 def _isnull(col: pa.ChunkedArray) -> np.ndarray:
+    """Whether each cell is null."""
     return pc.is_null(col).to_numpy(zero_copy_only=False)
 
 
@@ -86,7 +87,6 @@ def _missing_or_empty(col: pa.Array) -> np.ndarray:
 def _text(col: pa.Array, rows: np.ndarray) -> np.ndarray:
     """The ids at positions `rows` as an object array (None for null)."""
     return col.take(pa.array(rows, pa.int64())).to_numpy(zero_copy_only=False)
-
 
 
 class _Batch:
@@ -205,6 +205,7 @@ class _Batch:
 
     def _convert_time(self, t_num: np.ndarray, t_us: np.ndarray, kind: np.ndarray,
                       gkind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time per row in domain units, each curve's start or NaN) from the row kinds."""
         d, n = self.plan.domain, self.n
         starts = self.gstarts
         out = np.full(n, np.nan)
@@ -369,6 +370,7 @@ class _Batch:
                 yield UserStreams(user_id=user, streams=items, fingerprint=fp)  # type: ignore[arg-type]
 
     def _projected(self) -> np.ndarray:
+        """lon/lat projected to metres in the domain's fixed frame."""
         d = self.plan.domain
         lon, lat = self.v[:, 0], self.v[:, 1]
         # One fixed, public frame for the whole domain (the policy's projection and
@@ -380,6 +382,7 @@ class _Batch:
 
 
 def _capped(problems: list[Problem], cap: int, label: str) -> list[Problem]:
+    """The first `cap` problems, the first of every further (column, rule), and a count."""
     if len(problems) <= cap:
         return problems
     kept = problems[:cap]

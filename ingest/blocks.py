@@ -37,7 +37,6 @@ def _last_user_start(users: pa.Array | pa.ChunkedArray) -> int:
     return int(diff[-1]) + 1 if diff.size else 0
 
 
-
 def _blocks(src: OpenedSource, plan: _Plan, batch_rows: int, spill: bool = True
             ) -> Iterator[pa.Table]:
     """Yield Arrow tables that each hold whole users, in sorted order."""

@@ -45,6 +45,7 @@ class _Plan:
 
 def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | None,
                       max_problems: int) -> None:
+    """Refuse invalid reader arguments before any file is opened."""
     if not isinstance(domain, Domain):
         raise ParameterError("domain must be a schemas.policy.Domain")
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
@@ -68,6 +69,7 @@ def _check_parameters(domain: Domain, batch_rows: int, input_time_unit: str | No
 
 
 def _domain_inputs(domain: Domain) -> tuple[str, str, tuple[str, ...]]:
+    """(key column, time column, input value columns) the domain reads."""
     key = "curve_id" if domain.kind == "curves" else "stream_id"
     inputs = ((domain.lon_column, domain.lat_column) if domain.projection
               else tuple(domain.value_columns))
@@ -75,8 +77,8 @@ def _domain_inputs(domain: Domain) -> tuple[str, str, tuple[str, ...]]:
 
 
 def _file_problem(label: str, column: str | None, rule: str, message: str) -> Problem:
+    """A file-level problem (no row)."""
     return Problem(label, None, column, rule, message)
-
 
 
 def _plan(src: OpenedSource, domain: Domain, input_time_unit: str | None) -> _Plan:

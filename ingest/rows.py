@@ -43,7 +43,6 @@ class _NotTyped(Exception):
     """The typed read of a CSV met a cell that is not a number (or a CSV error)."""
 
 
-
 def _typed_scanned(src: OpenedSource, plan: _Plan, batch_rows: int
                    ) -> Iterator[pa.RecordBatch]:
     """The typed read's batches; `_NotTyped` where it cannot stand for the text read."""
@@ -81,7 +80,6 @@ def _empty_input(src: OpenedSource) -> ValidationError:
     """The file-level problem of an input with no data rows."""
     return ValidationError(_file_problem(src.label, None, "not empty",
                                          "the input has no data rows"))
-
 
 
 def _scanned(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -55,7 +55,6 @@ def _spill(src: OpenedSource, plan: _Plan, batch_rows: int, path: Path) -> bool:
     return _spill_scan(src, _scanned(src, plan, batch_rows), path)
 
 
-
 def _spill_scan(src: OpenedSource, batches: Iterator[pa.RecordBatch], path: Path) -> bool:
     """Write `batches` (numbered) to `path`; whether they came in (user, key) order."""
     in_order, last, rows = True, None, 0
@@ -82,7 +81,6 @@ def _spill_scan(src: OpenedSource, batches: Iterator[pa.RecordBatch], path: Path
     if rows == 0:
         raise _empty_input(src)
     return in_order
-
 
 
 def _sorted_rows(src: OpenedSource, path: Path, batch_rows: int) -> Iterator[pa.RecordBatch]:

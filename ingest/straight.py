@@ -21,15 +21,14 @@ class NeedsSpill(Exception):
     """A straight read (``spill=False``) cannot go on; read again with ``spill=True``.
 
     Raised at the first row out of (user, key) order, or at the first CSV cell
-    that ends the typed read (see `_spill`; then `typed_read_ended`), before
-    any user of that batch is yielded. What the read yielded so far is not
+    that ends the typed read (see `ingest.spill._spill`; then `typed_read_ended`),
+    before any user of that batch is yielded. What the read yielded so far is not
     what the spilled read promises (all users, in order): the caller discards it.
     """
 
     def __init__(self, message: str, *, typed_read_ended: bool = False) -> None:
         super().__init__(message)
         self.typed_read_ended = typed_read_ended
-
 
 
 def _straight(src: OpenedSource, plan: _Plan, batch_rows: int) -> Iterator[pa.RecordBatch]:
