@@ -73,23 +73,79 @@ def privfuncselect(
     """
     notion, amount = budget(epsilon, rho)
     check_rng(rng)
-    if isinstance(max_terms, bool) or not isinstance(max_terms, (int, np.integer)):
-        raise MechanismParameterError("max_terms must be an integer")
-    if not 1 <= int(max_terms) <= 65:
-        raise MechanismParameterError(f"max_terms must be in [1, 65], got {max_terms}")
-    max_terms = int(max_terms)
+    max_terms = _check_max_terms(max_terms)
     quarter = amount / 4
     final = amount - 3 * quarter
     eps_s = svt_epsilon(notion, quarter)
     scale = noise_scale(notion, quarter)
-    if threshold1 is None:
-        threshold1 = -scale
-    elif not math.isfinite(float(threshold1)):
-        raise MechanismParameterError("threshold1 must be finite")
+    threshold1 = _threshold(threshold1, scale)
     ta, va = check_curve(t, values)
     n = va.shape[1]
     basis = LegendreBasis(max_terms - 1)
     edges = np.array([ta[0], ta[-1]])
+    c, dist, res_full2 = _coefficients(ta, va, basis, edges)
+
+    # line 1
+    first = svt(-dist, threshold=float(threshold1), epsilon=eps_s, rng=rng)
+    k_bar = first.index + 1
+    # line 2: Project-and-Privatize on the first k̄ functions (orthonormal: G = I)
+    noisy = c[:k_bar] + scale * _noise(k_bar * n, notion, rng).reshape(k_bar, n)
+    # lines 3-5
+    order = np.argsort(-np.linalg.norm(noisy, axis=1), kind="stable")
+    dist_b = _ranked_distances(c, noisy, order, k_bar, res_full2)
+    pen = _penalties(notion, n, k_bar, scale)
+    second = svt(pen - dist_b, threshold=0.0, epsilon=eps_s, rng=rng)
+    k1 = second.index + 1
+    chosen = np.sort(order[:k1])
+    # lines 6-7: Project-and-Privatize on the chosen functions
+    coef = np.zeros((1, max_terms, n))
+    scale_final = noise_scale(notion, final)
+    coef[0, chosen] = c[chosen] + scale_final * _noise(k1 * n, notion, rng).reshape(k1, n)
+    return PrivateFunction(
+        breakpoints=edges, coefficients=coef, basis_name="legendre", basis_params=basis.params(),
+        cost=_cost(notion, amount, quarter, final), dim=int(k1 * n), noise_notion=notion,
+        noise_budget=float_at_most(final),
+        diagnostics={"max_terms": max_terms, "k_bar": int(k_bar), "k1": int(k1),
+                     "selected_terms": [int(j) for j in chosen],
+                     "svt_terms_halted": bool(first.halted),
+                     "svt_subset_halted": bool(second.halted)},
+    )
+
+
+def _cost(notion: str, amount: Fraction, quarter: Fraction, final: Fraction) -> Cost:
+    """The four steps' cost: three quarters, then the rest for the final projection."""
+    return Cost(notion=notion, requested=amount, items=(
+        CostItem("svt_terms", notion, quarter), CostItem("project_all", notion, quarter),
+        CostItem("svt_subset", notion, quarter), CostItem("project_subset", notion, final)))
+
+
+def _check_max_terms(max_terms: object) -> int:
+    """`max_terms` as an int in [1, 65]."""
+    if isinstance(max_terms, bool) or not isinstance(max_terms, (int, np.integer)):
+        raise MechanismParameterError("max_terms must be an integer")
+    if not 1 <= int(max_terms) <= 65:
+        raise MechanismParameterError(f"max_terms must be in [1, 65], got {max_terms}")
+    return int(max_terms)
+
+
+def _penalties(notion: str, n: int, k_bar: int, scale: float) -> np.ndarray:
+    """Public offsets n|N_r|/(ε/4) (GP) or √(n|N_r|)/√(2ρ/4) (CGP); `scale` is 1/(ε/4)."""
+    sizes = np.arange(1, k_bar + 1)
+    return n * sizes * scale if notion == "gp" else np.sqrt(n * sizes) * scale
+
+
+def _threshold(threshold1: float | None, scale: float) -> float:
+    """The line-1 threshold 𝒯₁: as given (finite), by default −1/(ε/4) (CGP −1/√(2ρ/4))."""
+    if threshold1 is None:
+        return -scale
+    if not math.isfinite(float(threshold1)):
+        raise MechanismParameterError("threshold1 must be finite")
+    return threshold1
+
+
+def _coefficients(ta: np.ndarray, va: np.ndarray, basis: LegendreBasis,
+                  edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """(c, dist, ‖q − P_U q‖²): the curve's coefficients, and dist_j for j = 1..max_terms."""
     length = float(ta[-1] - ta[0])
     mean = va.mean(axis=0)
     pieces = SubPieces(ta, va - mean, edges)
@@ -100,55 +156,15 @@ def privfuncselect(
     res_full2 = float(dist[-1] ** 2)
     c = c_centred.copy()
     c[0] += mean * math.sqrt(length)
+    return c, dist, res_full2
 
-    # line 1
-    first = svt(-dist, threshold=float(threshold1), epsilon=eps_s, rng=rng)
-    k_bar = first.index + 1
-    # line 2: Project-and-Privatize on the first k̄ functions (orthonormal: G = I)
-    noisy = c[:k_bar] + scale * _noise(k_bar * n, notion, rng).reshape(k_bar, n)
-    # lines 3-5
-    order = np.argsort(-np.linalg.norm(noisy, axis=1), kind="stable")
+
+def _ranked_distances(c: np.ndarray, noisy: np.ndarray, order: np.ndarray, k_bar: int,
+                      res_full2: float) -> np.ndarray:
+    """dist₂(f_{b^(r)}, q) for r = 1..k̄: the r largest noisy terms kept, the rest dropped."""
     err_in = np.sum((c[:k_bar] - noisy) ** 2, axis=1)  # kept term j: ‖c_j − c̃_j‖²
     drop = np.sum(c[:k_bar] ** 2, axis=1)  # dropped term j: ‖c_j‖²
     tail = float(np.sum(c[k_bar:] ** 2))
     base = res_full2 + tail + float(np.sum(drop))
     ranked_in = np.cumsum(err_in[order] - drop[order])
-    dist_b = np.sqrt(np.maximum(base + ranked_in, 0.0))
-    sizes = np.arange(1, k_bar + 1)
-    # n|N_r|/(ε/4) (GP) or √(n|N_r|)/√(2ρ/4) (CGP): public offsets, `scale` is 1/(ε/4)
-    pen = n * sizes * scale if notion == "gp" else np.sqrt(n * sizes) * scale
-    second = svt(pen - dist_b, threshold=0.0, epsilon=eps_s, rng=rng)
-    k1 = second.index + 1
-    chosen = np.sort(order[:k1])
-    # lines 6-7: Project-and-Privatize on the chosen functions
-    coef = np.zeros((1, max_terms, n))
-    scale_final = noise_scale(notion, final)
-    coef[0, chosen] = c[chosen] + scale_final * _noise(k1 * n, notion, rng).reshape(k1, n)
-    cost = Cost(
-        notion=notion,
-        requested=amount,
-        items=(
-            CostItem("svt_terms", notion, quarter),
-            CostItem("project_all", notion, quarter),
-            CostItem("svt_subset", notion, quarter),
-            CostItem("project_subset", notion, final),
-        ),
-    )
-    return PrivateFunction(
-        breakpoints=edges,
-        coefficients=coef,
-        basis_name="legendre",
-        basis_params=basis.params(),
-        cost=cost,
-        dim=int(k1 * n),
-        noise_notion=notion,
-        noise_budget=float_at_most(final),
-        diagnostics={
-            "max_terms": max_terms,
-            "k_bar": int(k_bar),
-            "k1": int(k1),
-            "selected_terms": [int(j) for j in chosen],
-            "svt_terms_halted": bool(first.halted),
-            "svt_subset_halted": bool(second.halted),
-        },
-    )
+    return np.sqrt(np.maximum(base + ranked_in, 0.0))

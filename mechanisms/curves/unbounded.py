@@ -21,7 +21,7 @@ from mechanisms.curves._piecewise import SubPieces, check_curve, restrict
 from mechanisms.curves.batch import CurveBatch
 from mechanisms.curves.result import PrivateFunction
 from mechanisms.curves.segment import SegOptions, privfuncseg_core, seg_options, svt_levels
-from mechanisms.curves.svt import svt
+from mechanisms.curves.svt import SVTResult, svt
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["privfuncseg_unbounded"]
@@ -88,17 +88,45 @@ def privfuncseg_unbounded(
     """
     notion, amount = budget(epsilon, rho)
     check_rng(rng)
-    share = Fraction(svt_share)
-    if not 0 < share < 1:
-        raise MechanismParameterError("svt_share must be in (0, 1)")
-    if isinstance(max_power, bool) or not isinstance(max_power, int) or not 1 <= max_power <= 60:
-        raise MechanismParameterError("max_power must be an integer in [1, 60]")
+    share = _check_domain_options(svt_share, max_power)
     opts = seg_options(basis=basis, epsilon=epsilon, rho=rho, reduce=reduce,
                        continuous=continuous, degree=degree, beta=beta, max_level=20, k1=4,
                        margin=True, threshold=0.0)
     ta, va = check_curve(t, values)
     svt_amount = amount * share
     rest = amount - svt_amount
+    res = _domain_svt(ta, va, notion, amount, svt_amount, max_power, rng)
+    t_bar = 2.0 ** (res.index + 1)
+    inner_opts = SegOptions(notion, rest, opts.degree, opts.reduce, opts.continuous, opts.beta,
+                            20, 4, True, 0.0)
+    inner_fn = _inside(ta, va, t_bar, inner_opts, rng)
+    assert inner_fn.cost is not None
+    items = (CostItem("svt_domain", notion, svt_amount),) + tuple(
+        CostItem("seg_" + i.step, notion, i.amount) for i in inner_fn.cost.items
+    )
+    diag = dict(inner_fn.diagnostics)
+    diag.update({"t_bar": t_bar, "domain_svt_halted": bool(res.halted)})
+    return replace(
+        inner_fn,
+        cost=Cost(notion=notion, requested=amount, items=items),
+        diagnostics=diag,
+        outside="zero",
+    )
+
+
+def _check_domain_options(svt_share: Fraction, max_power: int) -> Fraction:
+    """The SVT's share of the budget, once it and `max_power` are valid."""
+    share = Fraction(svt_share)
+    if not 0 < share < 1:
+        raise MechanismParameterError("svt_share must be in (0, 1)")
+    if isinstance(max_power, bool) or not isinstance(max_power, int) or not 1 <= max_power <= 60:
+        raise MechanismParameterError("max_power must be an integer in [1, 60]")
+    return share
+
+
+def _domain_svt(ta: np.ndarray, va: np.ndarray, notion: str, amount: Fraction,
+                svt_amount: Fraction, max_power: int, rng: np.random.Generator) -> SVTResult:
+    """The SVT over g_{T_j}(q) = ‖q·1_[−T_j,T_j]‖₂ − ‖q‖₂, T_j = 2^j: its index gives T̄."""
     threshold = -1.0 / float(amount) if notion == "gp" else -1.0 / math.sqrt(2.0 * float(amount))
     total = math.sqrt(float(SubPieces(ta, va, np.array([ta[0], ta[-1]])).squared_norms()[0]))
 
@@ -113,7 +141,7 @@ def privfuncseg_unbounded(
             inner = math.sqrt(float(SubPieces(ta, va, np.array([lo, hi])).squared_norms()[0]))
         return inner - total
 
-    res = svt(
+    return svt(
         query,
         threshold=threshold,
         epsilon=svt_epsilon(notion, svt_amount),
@@ -121,23 +149,13 @@ def privfuncseg_unbounded(
         sensitivity=2.0,
         n_queries=max_power,
     )
-    t_bar = 2.0 ** (res.index + 1)
+
+
+def _inside(ta: np.ndarray, va: np.ndarray, t_bar: float, inner_opts: SegOptions,
+            rng: np.random.Generator) -> PrivateFunction:
+    """PrivFuncSeg of q·1_[−T̄,T̄] (zero-extended out to ±T̄, the tree's levels from that)."""
     zt, zv = _zero_extended(ta, va, -t_bar, t_bar)
     tops = svt_levels(CurveBatch(zt, zv, np.array([0, zt.size])).distinct_times(), 20)
     zt, zv = restrict(zt, zv, -t_bar, t_bar)
-    inner_opts = SegOptions(notion, rest, opts.degree, opts.reduce, opts.continuous, opts.beta,
-                            20, 4, True, 0.0)
-    inner_fn = privfuncseg_core(CurveBatch(zt, zv, np.array([0, zt.size])), tops, [rng],
-                                inner_opts).function(0)
-    assert inner_fn.cost is not None
-    items = (CostItem("svt_domain", notion, svt_amount),) + tuple(
-        CostItem("seg_" + i.step, notion, i.amount) for i in inner_fn.cost.items
-    )
-    diag = dict(inner_fn.diagnostics)
-    diag.update({"t_bar": t_bar, "domain_svt_halted": bool(res.halted)})
-    return replace(
-        inner_fn,
-        cost=Cost(notion=notion, requested=amount, items=items),
-        diagnostics=diag,
-        outside="zero",
-    )
+    return privfuncseg_core(CurveBatch(zt, zv, np.array([0, zt.size])), tops, [rng],
+                            inner_opts).function(0)

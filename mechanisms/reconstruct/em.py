@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -171,10 +172,32 @@ def sw_em(
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step"
         )
+    merged = _merge(flat, gid, g, grid, b)
+    pi, iters, converged = _em_loop(merged, g, grid.size, p, q, max_iter=int(max_iter), tol=tol,
+                                    loglik_tol=loglik_tol, smoothing=smoothing)
+    # final log-likelihood at the returned π
+    ll = np.bincount(merged.g_u, weights=merged.counts * np.log(_density(pi, merged, p, q)),
+                     minlength=g)
+    return EMResult(pi=pi, grid=grid, iterations=iters, loglik=ll, converged=converged)
+
+
+class _Merged(NamedTuple):
+    """Reports merged by (group, grid interval [lo, hi)), with their counts."""
+
+    g_u: np.ndarray  # group of each distinct (group, lo, hi)
+    idx_lo: np.ndarray  # flat index g·(B + 1) + lo
+    idx_hi: np.ndarray  # flat index g·(B + 1) + hi
+    counts: np.ndarray  # reports with that (group, lo, hi), as floats
+    g: int
+    bsz: int
+
+
+def _merge(flat: np.ndarray, gid: np.ndarray, g: int, grid: np.ndarray, b: float) -> _Merged:
+    """Merge the reports that share (group, lo, hi): the likelihood depends on nothing else.
+
+    Exact, and at most ~2B distinct intervals per group, so large groups cost O(B).
+    """
     bsz = grid.size
-    # The likelihood of a report depends only on its grid interval [lo, hi):
-    # reports sharing (group, lo, hi) are merged with a count (exact, and at
-    # most ~2B distinct intervals per group, so large groups cost O(B)).
     lo, hi = _intervals(flat, grid, b)
     key = (gid * (bsz + 1) + lo) * (bsz + 1) + hi
     uniq, counts = np.unique(key, return_counts=True)
@@ -182,23 +205,29 @@ def sw_em(
     rest = uniq // (bsz + 1)
     lo_u = rest % (bsz + 1)
     g_u = rest // (bsz + 1)
-    counts = counts.astype(np.float64)
-    idx_lo = g_u * (bsz + 1) + lo_u
-    idx_hi = g_u * (bsz + 1) + hi_u
+    return _Merged(g_u, g_u * (bsz + 1) + lo_u, g_u * (bsz + 1) + hi_u,
+                   counts.astype(np.float64), g, bsz)
 
-    def _dens(pi_now: np.ndarray) -> np.ndarray:
-        cs = np.concatenate([np.zeros((g, 1)), np.cumsum(pi_now, axis=1)], axis=1).ravel()
-        total = cs.reshape(g, bsz + 1)[:, -1]
-        return q * total[g_u] + (p - q) * (cs[idx_hi] - cs[idx_lo])
 
+def _density(pi_now: np.ndarray, m: _Merged, p: float, q: float) -> np.ndarray:
+    """f(y | π) of every merged report: q·Σπ plus (p − q)·π's mass over [lo, hi)."""
+    cs = np.concatenate([np.zeros((m.g, 1)), np.cumsum(pi_now, axis=1)], axis=1).ravel()
+    total = cs.reshape(m.g, m.bsz + 1)[:, -1]
+    return q * total[m.g_u] + (p - q) * (cs[m.idx_hi] - cs[m.idx_lo])
+
+
+def _em_loop(m: _Merged, g: int, bsz: int, p: float, q: float, *, max_iter: int, tol: float,
+             loglik_tol: float, smoothing: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batched EM iterations: (π, iterations, converged) per group."""
+    counts, g_u, idx_lo, idx_hi = m.counts, m.g_u, m.idx_lo, m.idx_hi
     pi = np.full((g, bsz), 1.0 / bsz)
     active = np.ones(g, dtype=bool)
     iters = np.zeros(g, dtype=np.int64)
     prev_ll = np.full(g, -np.inf)
     converged = np.zeros(g, dtype=bool)
     size = g * (bsz + 1)
-    for it in range(1, int(max_iter) + 1):
-        dens = _dens(pi)
+    for it in range(1, max_iter + 1):
+        dens = _density(pi, m, p, q)
         wts = counts / dens
         ll_now = np.bincount(g_u, weights=counts * np.log(dens), minlength=g)
         inv_sum = np.bincount(g_u, weights=wts, minlength=g)
@@ -220,9 +249,7 @@ def sw_em(
         prev_ll = ll_now
         if not active.any():
             break
-    # final log-likelihood at the returned π
-    ll = np.bincount(g_u, weights=counts * np.log(_dens(pi)), minlength=g)
-    return EMResult(pi=pi, grid=grid, iterations=iters, loglik=ll, converged=converged)
+    return pi, iters, converged
 
 
 def pseudo_samples(

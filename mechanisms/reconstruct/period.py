@@ -30,7 +30,9 @@ Every switch of the presets is also a separate keyword option.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -528,35 +530,21 @@ def _resolve(method: str, **given: object) -> dict:
 
 
 def detect_period_details(
-    y: object,
-    *,
-    method: str = "improved",
-    scales: list[int] | None = None,
-    hop: float = 0.5,
-    top_k: int = 5,
-    t_min: int = 2,
-    t_max: int | None = None,
-    tau: float = 0.05,
-    hann: bool = False,
-    mapping: str | None = None,
-    tie_break: str | None = None,
-    refine: bool | None = None,
-    refine_radius: int | None = None,
-    multiple_test: bool | None = None,
-    rep_score: str | None = None,
-    final: str | None = None,
-    subharmonics: bool | None = None,
-    multiple_factors: tuple[int, ...] = (2, 3, 4),
-    multiple_alpha: float = 1e-3,
-    multiple_gain: float = 0.25,
-    max_periods_per_peak: int = 16,
+    y: object, *, method: str = "improved", scales: list[int] | None = None, hop: float = 0.5,
+    top_k: int = 5, t_min: int = 2, t_max: int | None = None, tau: float = 0.05,
+    hann: bool = False, mapping: str | None = None, tie_break: str | None = None,
+    refine: bool | None = None, refine_radius: int | None = None,
+    multiple_test: bool | None = None, rep_score: str | None = None, final: str | None = None,
+    subharmonics: bool | None = None, multiple_factors: tuple[int, ...] = (2, 3, 4),
+    multiple_alpha: float = 1e-3, multiple_gain: float = 0.25, max_periods_per_peak: int = 16,
 ) -> PeriodDetection:
     """Detect the dominant period of privatized reports, with diagnostics.
 
     Privacy: post-processing of already-released ε-w-event LDP reports: no
     cost, no access to raw data. Reference: CPR paper Sec. III-C (multi-scale
     FFT candidates, repeatability validation, per-scale medians, cross-scale
-    tolerance voting with short/long agreement); spec §2.3 and §5.
+    tolerance voting with short/long agreement); spec §2.3 and §5. The options
+    left None take their value from the `method` preset (see the module note).
 
     Args:
         y: 1-D reports (e.g. Square Wave outputs).
@@ -569,23 +557,17 @@ def detect_period_details(
         tau: relative voting tolerance (δ_T = max(1, ⌈τT⌉)).
         hann: apply a Hann taper to each window.
         mapping: ``"round"`` (T = round(s/k)) or ``"harmonic"`` (every integer
-            period whose frequency falls in bin k); default from `method`.
+            period whose frequency falls in bin k).
         tie_break: ``"smaller"`` (paper) or ``"closeness"`` (to per-scale T_s).
         refine: phase-folding F-test refinement within ±`refine_radius`.
         refine_radius: default max(2, ⌈2τT̂⌉).
         rep_score: per-window choice among candidates by raw repeatability
-            (``"cosine"``, paper) or chance-corrected ``"zscore"``
-            (Rep·√((M−1)(T−1)); a 2-sample de-meaned segment has |cos| = 1 by
-            chance, which is why the literal detector returns tiny periods).
+            (``"cosine"``, paper) or chance-corrected ``"zscore"`` (Rep·√((M−1)(T−1))).
         final: ``"vote"`` (the paper: the voted period) or ``"ftest"`` (among
             the voted period, the per-scale medians and every window's T*, the
             one whose phase fold of the whole stream is most significant).
         subharmonics: with ``final="ftest"``, also score the periods ⌊T/m⌋ and
-            ⌈T/m⌉, 2 <= m <= 24, of the selected fold and re-select until stable (default
-            on for ``"improved"``, off for ``"paper"``): a long period that
-            nests a shorter one (a weekly cycle over a daily one) is kept only
-            if its fold is the more significant with its own degrees of
-            freedom.
+            ⌈T/m⌉, 2 <= m <= 24, of the selected fold and re-select until stable.
         multiple_test: test divisors and multiples (`multiple_factors`) of the
             winner with a nested F-test (level `multiple_alpha`, and the larger
             period must explain `multiple_gain` more signal variance).
@@ -597,16 +579,44 @@ def detect_period_details(
     Returns:
         `PeriodDetection` with the period and JSON-able diagnostics.
     """
-    opts = _resolve(
-        method,
-        mapping=mapping,
-        tie_break=tie_break,
-        refine=refine,
-        multiple_test=multiple_test,
-        rep_score=rep_score,
-        final=final,
-        subharmonics=subharmonics,
-    )
+    opts = _resolve(method, mapping=mapping, tie_break=tie_break, refine=refine,
+                    multiple_test=multiple_test, rep_score=rep_score, final=final,
+                    subharmonics=subharmonics)
+    _check_options(top_k=top_k, t_min=t_min, max_periods_per_peak=max_periods_per_peak, hop=hop,
+                   tau=tau, multiple_alpha=multiple_alpha, multiple_gain=multiple_gain)
+    arr = _check_reports(y)
+    n = arr.size
+    tmax = _largest_period(n, t_min, t_max)
+    diag: dict = {"method": method, "n": int(n), "t_min": int(t_min), "t_max": int(tmax),
+                  "options": {k: v for k, v in opts.items()}}
+    if method == "fperiodogram":
+        period, diag["fperiodogram"] = _fperiodogram(arr, t_min, tmax)
+    else:
+        period = _voted_period(arr, opts, diag, scales=scales, hop=hop, top_k=top_k, t_min=t_min,
+                               t_max=tmax, tau=tau, hann=hann, max_per_peak=max_periods_per_peak)
+        radius = functools.partial(_radius, tau=tau, refine_radius=refine_radius)
+        period = _selected_period(arr, period, opts, diag, t_min=t_min, t_max=tmax, radius=radius)
+        if opts["multiple_test"]:
+            factors = tuple(int(f) for f in multiple_factors)
+            period = _tested_multiples(arr, period, opts, diag, t_min=t_min, t_max=tmax,
+                                       radius=radius, factors=factors, alpha=multiple_alpha,
+                                       gain=multiple_gain)
+    _describe_fold(arr, period, diag, fperiodogram=method == "fperiodogram", t_min=t_min,
+                   t_max=tmax)
+    return PeriodDetection(period=int(period), diagnostics=_jsonable(diag))  # type: ignore[arg-type]
+
+
+def _check_options(
+    *,
+    top_k: int,
+    t_min: int,
+    max_periods_per_peak: int,
+    hop: float,
+    tau: float,
+    multiple_alpha: float,
+    multiple_gain: float,
+) -> None:
+    """Reject malformed numeric options before the reports are read."""
     for name, val in (
         ("top_k", top_k),
         ("t_min", t_min),
@@ -620,89 +630,124 @@ def detect_period_details(
         raise MechanismParameterError("need 0 < hop <= 1 and 0 <= tau < 1")
     if not (0 < multiple_alpha < 1) or multiple_gain < 0:
         raise MechanismParameterError("need 0 < multiple_alpha < 1 and multiple_gain >= 0")
-    arr = _check_reports(y)
-    n = arr.size
+
+
+def _largest_period(n: int, t_min: int, t_max: int | None) -> int:
+    """The largest period searched: `t_max` (default ⌊n/3⌋), at most ⌊n/2⌋."""
     tmax = n // 3 if t_max is None else int(t_max)
     tmax = min(tmax, n // 2)
     if tmax < t_min:
         raise MechanismParameterError(f"t_max = {tmax} < t_min = {t_min} for n = {n}")
-    diag: dict = {
-        "method": method,
-        "n": int(n),
-        "t_min": int(t_min),
-        "t_max": int(tmax),
-        "options": {k: v for k, v in opts.items()},
-    }
+    return tmax
 
-    if method == "fperiodogram":
-        period, info = _fperiodogram(arr, t_min, tmax)
-        diag["fperiodogram"] = info
-    else:
-        sc = _default_scales(n, t_min) if scales is None else sorted({int(s) for s in scales})
-        sc = [s for s in sc if 4 <= s <= n]
-        if not sc:
-            raise MechanismParameterError("no usable scale (each must be in [4, n])")
-        per_scale = _scale_estimates(
+
+def _radius(period: int, *, tau: float, refine_radius: int | None) -> int:
+    """The refinement half-width around `period`: `refine_radius`, default max(2, ⌈2τT⌉)."""
+    return max(2, math.ceil(2 * tau * period)) if refine_radius is None else int(refine_radius)
+
+
+def _voted_period(
+    arr: np.ndarray,
+    opts: dict,
+    diag: dict,
+    *,
+    scales: list[int] | None,
+    hop: float,
+    top_k: int,
+    t_min: int,
+    t_max: int,
+    tau: float,
+    hann: bool,
+    max_per_peak: int,
+) -> int:
+    """Per-scale window estimates and the cross-scale vote (FFT peak if none); fills `diag`."""
+    n = arr.size
+    sc = _default_scales(n, t_min) if scales is None else sorted({int(s) for s in scales})
+    sc = [s for s in sc if 4 <= s <= n]
+    if not sc:
+        raise MechanismParameterError("no usable scale (each must be in [4, n])")
+    per_scale = _scale_estimates(
+        arr,
+        sc,
+        hop=hop,
+        top_k=top_k,
+        t_min=t_min,
+        t_max=t_max,
+        hann=hann,
+        mapping=opts["mapping"],
+        max_per_peak=max_per_peak,
+        rep_score=opts["rep_score"],
+    )
+    diag["scales"] = per_scale
+    period, vote = _vote(per_scale, t_min=t_min, t_max=t_max, tau=tau, tie_break=opts["tie_break"])
+    if period is None:
+        mag = np.abs(np.fft.rfft(arr - arr.mean()))[1:]
+        k = int(np.argmax(mag)) + 1
+        period = int(min(max(round(n / k), t_min), t_max))
+        vote["rule"] = "fft_fallback"
+    diag["votes"] = vote
+    diag["voted_period"] = int(period)
+    return period
+
+
+def _selected_period(
+    arr: np.ndarray,
+    period: int,
+    opts: dict,
+    diag: dict,
+    *,
+    t_min: int,
+    t_max: int,
+    radius: Callable[[int], int],
+) -> int:
+    """The voted period after the optional fold F-test selection and refinement; fills `diag`."""
+    if opts["final"] == "ftest":
+        period, diag["ftest_select"] = _ftest_select(
             arr,
-            sc,
-            hop=hop,
-            top_k=top_k,
+            period,
+            diag["scales"],
             t_min=t_min,
-            t_max=tmax,
-            hann=hann,
-            mapping=opts["mapping"],
-            max_per_peak=max_periods_per_peak,
-            rep_score=opts["rep_score"],
+            t_max=t_max,
+            subharmonics=bool(opts["subharmonics"]),
+            radius=radius(period),
         )
-        diag["scales"] = per_scale
-        period, vote = _vote(
-            per_scale, t_min=t_min, t_max=tmax, tau=tau, tie_break=opts["tie_break"]
+    if opts["refine"]:
+        period, diag["refine"] = _refine(
+            arr, period, t_min=t_min, t_max=t_max, radius=radius(period)
         )
-        if period is None:
-            mag = np.abs(np.fft.rfft(arr - arr.mean()))[1:]
-            k = int(np.argmax(mag)) + 1
-            period = int(min(max(round(n / k), t_min), tmax))
-            vote["rule"] = "fft_fallback"
-        diag["votes"] = vote
-        diag["voted_period"] = int(period)
-        if opts["final"] == "ftest":
-            period, diag["ftest_select"] = _ftest_select(
-                arr,
-                period,
-                per_scale,
-                t_min=t_min,
-                t_max=tmax,
-                subharmonics=bool(opts["subharmonics"]),
-                radius=max(2, math.ceil(2 * tau * period))
-                if refine_radius is None
-                else int(refine_radius),
-            )
-        if opts["refine"]:
-            radius = (
-                max(2, math.ceil(2 * tau * period)) if refine_radius is None else int(refine_radius)
-            )
-            period, diag["refine"] = _refine(arr, period, t_min=t_min, t_max=tmax, radius=radius)
-        if opts["multiple_test"]:
-            new, log = _multiples(
-                arr,
-                period,
-                t_min=t_min,
-                t_max=tmax,
-                alpha=multiple_alpha,
-                gain=multiple_gain,
-                factors=tuple(int(f) for f in multiple_factors),
-            )
-            diag["multiple_tests"] = log
-            if new != period and opts["refine"]:
-                radius = (
-                    max(2, math.ceil(2 * tau * new))
-                    if refine_radius is None
-                    else int(refine_radius)
-                )
-                new, diag["refine_after_multiple"] = _refine(
-                    arr, new, t_min=t_min, t_max=tmax, radius=radius
-                )
-            period = new
+    return period
+
+
+def _tested_multiples(
+    arr: np.ndarray,
+    period: int,
+    opts: dict,
+    diag: dict,
+    *,
+    t_min: int,
+    t_max: int,
+    radius: Callable[[int], int],
+    factors: tuple[int, ...],
+    alpha: float,
+    gain: float,
+) -> int:
+    """The period after the nested tests of its divisors and multiples; fills `diag`."""
+    new, log = _multiples(
+        arr, period, t_min=t_min, t_max=t_max, alpha=alpha, gain=gain, factors=factors
+    )
+    diag["multiple_tests"] = log
+    if new != period and opts["refine"]:
+        new, diag["refine_after_multiple"] = _refine(
+            arr, new, t_min=t_min, t_max=t_max, radius=radius(new)
+        )
+    return new
+
+
+def _describe_fold(
+    arr: np.ndarray, period: int, diag: dict, *, fperiodogram: bool, t_min: int, t_max: int
+) -> None:
+    """Add the fold ANOVA of the chosen period (with its Bonferroni bound) to `diag`."""
+    n = arr.size
     ssb, ssw, p = fold_anova(arr, period)
     # periods whose fold statistic took part in choosing T̂ (for a Bonferroni bound)
     tested = {int(period)}
@@ -713,8 +758,8 @@ def detect_period_details(
             tested |= {int(k) for k in diag[key]["F"]}
     for entry in diag.get("multiple_tests", []):
         tested |= {int(entry["small"]), int(entry["large"])}
-    if method == "fperiodogram":
-        tested |= set(range(t_min, tmax + 1))
+    if fperiodogram:
+        tested |= set(range(t_min, t_max + 1))
     diag["period"] = int(period)
     diag["fold_p_value"] = p
     diag["periods_tested"] = len(tested)
@@ -722,7 +767,6 @@ def detect_period_details(
     diag["fold_variance_explained"] = float(ssb / (ssb + ssw)) if ssb + ssw > 0 else 0.0
     seg = arr[: (n // period) * period]
     diag["repeatability"] = repeatability(seg, period) if n // period >= 2 else None
-    return PeriodDetection(period=int(period), diagnostics=_jsonable(diag))  # type: ignore[arg-type]
 
 
 def detect_period(y: object, **options: object) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -91,15 +92,7 @@ def lbd_release(
         SW estimates), ``published`` marks fresh publications, the per-step float
         budgets are in ``epsilon_per_step``, and ``info`` counts publications.
     """
-    eps = check_wevent_params(epsilon, w, start_step)
-    if variance not in LBD_VARIANCES:
-        raise MechanismParameterError(f"variance must be one of {LBD_VARIANCES}, got {variance!r}")
-    if quantum is not None:
-        quantum = Fraction(quantum)
-        if quantum <= 0:
-            raise MechanismParameterError("quantum must be > 0 or None")
-    if not isinstance(rng, np.random.Generator):
-        raise MechanismParameterError("rng must be a numpy.random.Generator")
+    eps, quantum = _check_options(epsilon, w, start_step, variance, quantum, rng)
     w = int(w)
     eps1 = eps / (2 * w)
     eps1_f = float_at_most(eps1)
@@ -111,29 +104,79 @@ def lbd_release(
     # All dissimilarity reports use a constant budget: draw them at once.
     c = square_wave_estimate(_inverse_cdf(arr, rng.random(n), b1, p1, q1), epsilon_per_step=eps1_f)
     u2 = rng.random(n)  # uniforms for the publication reports (used only if published)
+    units = _Units.of(eps, quantum)
+    r, published, eps2 = _publish(arr, c, u2, w=w, var1=var1, variance=variance, units=units)
+    runs, eps_float = _cost_runs(eps2, eps1, units.unit, int(start_step))
+    cost = WEventCost(epsilon=eps, w=w, runs=tuple(runs))
+    return StreamRelease(
+        y=r,
+        cost=cost,
+        mechanism="lbd",
+        epsilon_per_step=eps_float,
+        published=published,
+        start_step=int(start_step),
+        info={
+            "publications": int(published.sum()),
+            "variance": variance,
+            "epsilon_dissimilarity": str(eps1),
+            "quantum": None if quantum is None else str(quantum),
+        },
+    )
 
-    # Budgets are kept as exact integers in units of 1/D (quantum mode: D makes
-    # ε/4, ε/2 and the quantum whole numbers) or as Fractions (exact halving).
+
+def _check_options(epsilon: float | int | str | Fraction, w: int, start_step: int,
+                   variance: str, quantum: Fraction | None,
+                   rng: np.random.Generator) -> tuple[Fraction, Fraction | None]:
+    """The exact ε and quantum, once every parameter is valid (before the data is read)."""
+    eps = check_wevent_params(epsilon, w, start_step)
+    if variance not in LBD_VARIANCES:
+        raise MechanismParameterError(f"variance must be one of {LBD_VARIANCES}, got {variance!r}")
     if quantum is not None:
-        den = math.lcm((eps / 4).denominator, quantum.denominator)
-        unit = Fraction(1, den)
-        half_u: int | Fraction = int(eps / 2 * den)
-        first_u: int | Fraction = int(eps / 4 * den)
-        qu = int(quantum * den)
-    else:
-        unit = Fraction(1)
-        half_u, first_u, qu = eps / 2, eps / 4, 0
+        quantum = Fraction(quantum)
+        if quantum <= 0:
+            raise MechanismParameterError("quantum must be > 0 or None")
+    if not isinstance(rng, np.random.Generator):
+        raise MechanismParameterError("rng must be a numpy.random.Generator")
+    return eps, quantum
 
+
+class _Units(NamedTuple):
+    """Exact budgets as integers in units of 1/D, or as Fractions (exact halving).
+
+    Quantum mode: D makes ε/4, ε/2 and the quantum whole numbers.
+    """
+
+    quantized: bool
+    unit: Fraction
+    half: int | Fraction  # ε/2
+    first: int | Fraction  # ε/4, the first step's publication budget
+    quantum: int  # the quantum (0 without one)
+
+    @classmethod
+    def of(cls, eps: Fraction, quantum: Fraction | None) -> _Units:
+        """The units of the budgets of a release at ε with this quantum."""
+        if quantum is not None:
+            den = math.lcm((eps / 4).denominator, quantum.denominator)
+            return cls(True, Fraction(1, den), int(eps / 2 * den), int(eps / 4 * den),
+                       int(quantum * den))
+        return cls(False, Fraction(1), eps / 2, eps / 4, 0)
+
+
+def _publish(arr: np.ndarray, c: np.ndarray, u2: np.ndarray, *, w: int, var1: float,
+             variance: str, units: _Units) -> tuple[np.ndarray, np.ndarray, list]:
+    """LBD's adaptive loop: (r_t, published, exact ε_{t,2} in `units`) for every step."""
+    n = arr.size
     floats: dict = {}
 
     def _budget(v: int | Fraction) -> tuple[float, float, tuple[float, float, float]]:
         """(float budget, its variance, SW constants) for an exact amount, memoised."""
         if v not in floats:
-            f = float_at_most(v * unit)
+            f = float_at_most(v * units.unit)
             floats[v] = (f, _variance(f, variance), square_wave_params(f)) if f > 0 else None
         return floats[v]
 
-    zero = 0 if quantum is not None else Fraction(0)
+    half_u, first_u, qu = units.half, units.first, units.quantum
+    zero = 0 if units.quantized else Fraction(0)
     eps2: list = [zero] * n
     r = np.empty(n)
     published = np.zeros(n, dtype=bool)
@@ -144,7 +187,7 @@ def lbd_release(
         # window_sum now covers steps t−w+1 .. t−1
         if t == 0:
             cand = first_u
-        elif quantum is not None:
+        elif units.quantized:
             cand = ((half_u - window_sum) // (2 * qu)) * qu
         else:
             cand = (half_u - window_sum) / 2
@@ -161,8 +204,13 @@ def lbd_release(
         else:
             r[t] = r[t - 1] if t > 0 else 0.5
         window_sum += eps2[t]
+    return r, published, eps2
 
-    # runs of equal publication budget -> exact per-step cost runs
+
+def _cost_runs(eps2: list, eps1: Fraction, unit: Fraction,
+               start_step: int) -> tuple[list[StepRun], np.ndarray]:
+    """Runs of equal publication budget as exact per-step cost runs, and the float budgets."""
+    n = len(eps2)
     runs = []
     eps_float = np.empty(n)
     amounts: dict = {}
@@ -176,21 +224,7 @@ def lbd_release(
             amount = eps1 + key * unit
             amounts[key] = (amount, float_at_most(amount))
         amount, amount_f = amounts[key]
-        runs.append(StepRun(int(start_step) + start, int(start_step) + stop, amount))
+        runs.append(StepRun(start_step + start, start_step + stop, amount))
         eps_float[start:stop] = amount_f
         start = stop
-    cost = WEventCost(epsilon=eps, w=w, runs=tuple(runs))
-    return StreamRelease(
-        y=r,
-        cost=cost,
-        mechanism="lbd",
-        epsilon_per_step=eps_float,
-        published=published,
-        start_step=int(start_step),
-        info={
-            "publications": int(published.sum()),
-            "variance": variance,
-            "epsilon_dissimilarity": str(eps1),
-            "quantum": None if quantum is None else str(quantum),
-        },
-    )
+    return runs, eps_float

@@ -12,7 +12,8 @@ import random
 import pandas as pd
 import pytest
 
-import ingest.pipeline as pipeline
+import ingest.spill as spill
+import ingest.straight as straight
 from ingest import Rejection, UserCurves, iter_users, scan
 from schemas.errors import ValidationError
 from tests.ingest.conftest import write_csv
@@ -43,14 +44,15 @@ def _summary(results):
 def sorts(monkeypatch):
     """Counts the DuckDB sorts of the reader's rows (the path taken)."""
     calls = []
-    real = pipeline._in_order
+    real = spill._in_order  # the order check of both reads (`ingest.rows._in_order`)
 
     def spy(users, keys, last):
         ok = real(users, keys, last)
         calls.append(ok)
         return ok
 
-    monkeypatch.setattr(pipeline, "_in_order", spy)
+    for module in (spill, straight):
+        monkeypatch.setattr(module, "_in_order", spy)
     return calls
 
 
@@ -102,7 +104,7 @@ def test_an_input_in_user_order_is_read_without_a_sort(tmp_path, curves_domain, 
     def no_register(*_a, **_k):
         raise AssertionError("the rows were sorted though they came in order")
 
-    monkeypatch.setattr(pipeline, "_sorted_rows", no_register)
+    monkeypatch.setattr(spill, "_sorted_rows", no_register)
     out = list(iter_users(f, curves_domain, batch_rows=10))
     assert len(out) == 12 and all(sorts)
 

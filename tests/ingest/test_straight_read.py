@@ -15,6 +15,7 @@ import pytest
 
 import ingest
 import ingest.pipeline as pipeline
+import ingest.spill as spill
 from files.staging import items_path
 from ingest import NeedsSpill, iter_users, read_users, scan
 from tasks import stage
@@ -48,7 +49,7 @@ def test_an_input_in_order_is_read_once_with_no_copy(tmp_path, curves_domain, mo
     f = write_csv(tmp_path / "in.csv", HEADER, rows)
     spilled = _summary(iter_users(f, curves_domain, batch_rows=batch_rows))
     spilled_scan = scan(f, curves_domain, batch_rows=batch_rows)
-    monkeypatch.setattr(pipeline, "_spill", _no_spill)
+    monkeypatch.setattr(spill, "_spill", _no_spill)
     calls = []
     assert read_users(f, curves_domain, _counting(calls), batch_rows=batch_rows) == spilled
     assert calls == [1]

@@ -1,6 +1,6 @@
 """The typed read of a CSV (numbers parsed by DuckDB's reader) stands for the text read.
 
-`ingest.pipeline._spill` reads a CSV whose head holds only numbers in t and
+`ingest.spill._spill` reads a CSV whose head holds only numbers in t and
 the value columns with those columns typed DOUBLE, and reads it again as text
 at the first cell that is not a number. Whatever the file, the outcome must be
 the text read's: the same users, rows, problems (row, column, rule, value) and
@@ -17,6 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import ingest.pipeline as P
+import ingest.plan
+import ingest.spill
+import ingest.straight
 from ingest import scan
 from schemas.errors import ValidationError
 from tests.ingest.conftest import make_domain
@@ -34,7 +37,7 @@ def _write(path, rows, header=HEADER):
 def _outcome(path, domain, monkeypatch, *, typed: bool):
     """scan()'s report (or file-level problems), and which reads ran."""
     reads: list[str] = []
-    text_scan, typed_scan = P._scanned, P._typed_scanned
+    text_scan, typed_scan = ingest.spill._scanned, ingest.spill._typed_scanned
 
     def text(*a, **k):
         reads.append("text")
@@ -45,9 +48,10 @@ def _outcome(path, domain, monkeypatch, *, typed: bool):
         return typed_scan(*a, **k)
 
     with monkeypatch.context() as m:
-        m.setattr(P, "_PLAN_HEAD_ROWS", 1)
-        m.setattr(P, "_scanned", text)
-        m.setattr(P, "_typed_scanned", typed_read)
+        m.setattr(ingest.plan, "_PLAN_HEAD_ROWS", 1)
+        for module in (ingest.spill, ingest.straight):  # the two reads of `ingest.rows`
+            m.setattr(module, "_scanned", text)
+            m.setattr(module, "_typed_scanned", typed_read)
         if not typed:
             plan = P._plan
             m.setattr(P, "_plan", lambda *a: dataclasses.replace(plan(*a), typed_sql=None))
