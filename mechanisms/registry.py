@@ -203,6 +203,7 @@ _SEG_OPTIONS = ("basis", "degree", "reduce", "continuous", "beta", "max_level", 
 _PP_OPTIONS = ("basis", "degree", "n_terms", "spacing", "first", "breakpoints", "sample_spacing",
                "kink_error", "edge_error", "ratios", "max_terms", "noise")
 _SW = "mechanisms.streams.square_wave"
+_PM = "mechanisms.streams.piecewise"
 
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     CurveMechanism(
@@ -237,6 +238,12 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
         output_bound=f"{_SW}:square_wave_output_bound",
         worst_variance=f"{_SW}:square_wave_worst_variance", reconstructions=("cpr", "none"),
         label="SW"),
+    StreamMechanism(
+        "piecewise", ("wevent",), "wevent",
+        "Piecewise Mechanism (Wang et al. ICDE'19) at ε/w per step (w-event LDP)", (),
+        STREAM_OUTPUTS, randomize=f"{_PM}:piecewise", estimate=f"{_PM}:piecewise_estimate",
+        output_bound=f"{_PM}:piecewise_output_bound",
+        worst_variance=f"{_PM}:piecewise_worst_variance", reconstructions=("none",), label="PM"),
 )}
 
 
