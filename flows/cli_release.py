@@ -258,9 +258,11 @@ def evaluate_cmd(
                                       help="Policy domain of FILE (required with FILE)."),
     policy: Path | None = PolicyOpt,
     mechanism: str | None = typer.Option(None, "--mechanism",
-                                         help="Curves: privfuncseg (default) | "
-                                              "project_and_privatize | privfuncselect | "
-                                              "baseline. Streams: square_wave."),
+                                         help="Curves: " + " | ".join(
+                                             preflight.CURVE_MECHANISMS) + " (default: "
+                                         "privfuncseg). Streams: " + " | ".join(
+                                             preflight.STREAM_MECHANISMS) + " (default: "
+                                         "square_wave)."),
     options: str | None = typer.Option(None, "--options", help="Mechanism options as JSON."),
     epsilons: str | None = typer.Option(None, "--epsilons",
                                         help="Comma-separated ε (ρ for cgp domains) in the "
