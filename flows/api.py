@@ -96,16 +96,18 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
 
 
 def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon: float | str,
-                    reconstruct: str = "cpr", release_id: str | None = None,
+                    mechanism: str = "square_wave", reconstruct: str | None = None,
+                    release_id: str | None = None,
                     out_dir: str | os.PathLike[str] = "out",
                     ledger_path: str | os.PathLike[str] | None = None,
                     policy_path: str | os.PathLike[str] | None = None,
                    chunk_users: int | None = None,
                     table: str | None = None, task_runner: str = "threads") -> dict[str, Any]:
-    """Release every user's streams with Square Wave under ε-w-event LDP; charges the ledger.
+    """Release every user's streams under ε-w-event LDP (Square Wave by default); charges it.
 
     Each sample costs ε/w (w from the domain), so any w consecutive steps of a
-    stream cost at most ε across releases; CPR reconstruction is post-processing.
+    stream cost at most ε across releases; CPR reconstruction (for Square Wave;
+    `reconstruct` defaults to the mechanism's first) is post-processing.
 
     Returns:
         As `release_curves`.
@@ -115,17 +117,18 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
         ReleaseNotMadeError: nobody was released (``.result`` has the report).
     """
     ledger = _ledger(ledger_path)
+    reconstruct = preflight.reconstruct_default(mechanism, reconstruct)
     preflight.check_streams_release(
         input_path=input_path, domain=domain, epsilon=epsilon, out=out_dir, ledger_path=ledger,
         policy_path=policy_path, table=table, chunk=chunk_users, reconstruct=reconstruct,
-        task_runner=task_runner)
+        mechanism=mechanism, task_runner=task_runner)
     _prefect()
     from flows.release import release_streams as flow
     from flows.runners import make_task_runner
 
     return flow.with_options(task_runner=make_task_runner(task_runner))(
         input_path=str(input_path), domain=domain, epsilon=_amount_text(epsilon),
-        reconstruct=reconstruct, release_id=release_id, out_dir=str(out_dir),
+        mechanism=mechanism, reconstruct=reconstruct, release_id=release_id, out_dir=str(out_dir),
         ledger_path=ledger, policy_path=None if policy_path is None else str(policy_path),
         chunk_users=chunk_users, table=table)
 

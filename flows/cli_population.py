@@ -37,7 +37,7 @@ def population_cmd(
                                        "(its value range and unit); default the bundled one."),
 ) -> None:
     """Describe the population of a stream release (post-processing; charges nothing)."""
-    from mechanisms.cost import exact, float_at_most
+    from mechanisms.cost import epsilon_per_step, exact, float_at_most
     from tasks.population import population_view_fn
 
     manifest_path = release_dir / "manifest.json"
@@ -54,7 +54,8 @@ def population_cmd(
     dest = out or (release_dir if group is None else release_dir / "population-group")
     res = population_view_fn(
         str(release_dir / man["files"]["samples"]), str(dest),
-        epsilon_per_step=float_at_most(exact(params["epsilon"]) / int(params["w"])),
+        epsilon_per_step=float_at_most(epsilon_per_step(exact(params["epsilon"]),
+                                                         int(params["w"]))),
         value_range=dom.value_range, value_unit=dom.value_unit, period=period, users=group,
         min_users=min_users, confidence=confidence)
     console.print(f"population view of {res['group']} ({res['users']} users, {res['reports']} "

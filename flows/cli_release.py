@@ -167,7 +167,12 @@ def release_streams_cmd(
     input_path: Path = typer.Argument(..., help="CSV, Parquet or DuckDB file of stream samples."),
     domain: str = typer.Option(..., "--domain", help="Ledger domain (kind streams)."),
     epsilon: str = typer.Option(..., "--epsilon", help="ε per window of w steps (w-event)."),
-    reconstruct: str = typer.Option("cpr", "--reconstruct", help="cpr | none"),
+    mechanism: str = typer.Option("square_wave", "--mechanism",
+                                  help=" | ".join(preflight.STREAM_MECHANISMS) + " (a per-step "
+                                  "randomizer at ε/w)"),
+    reconstruct: str | None = typer.Option(
+        None, "--reconstruct", help="cpr | none (default: the mechanism's first: cpr for "
+                                    "square_wave)"),
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int | None = typer.Option(
@@ -181,7 +186,7 @@ def release_streams_cmd(
     task_runner: str = RunnerOpt, dry_run: bool = DryRunOpt, fmt: OutputFormat = FormatOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
-    """Randomize every stream sample with Square Wave (ε-w-event LDP), reconstruct with CPR.
+    """Randomize every stream sample at ε/w (ε-w-event LDP; Square Wave by default), CPR after.
 
     Exit 0 when some user was released (denied and rejected users are counted),
     3 when no user was released because of budget, 2 on bad input.
@@ -189,13 +194,15 @@ def release_streams_cmd(
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
     ledger_path = _ledger_path(ledger)
+    reconstruct = preflight.reconstruct_default(mechanism, reconstruct)
     preflight.check_streams_release(
         input_path=input_path, domain=domain, epsilon=epsilon, out=out, ledger_path=ledger_path,
         policy_path=policy, table=table, chunk=chunk_users, reconstruct=reconstruct,
-        task_runner=task_runner)
+        mechanism=mechanism, task_runner=task_runner)
     _run_release(
         "release_streams", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
-        epsilon=epsilon, reconstruct=reconstruct, release_id=release_id, out_dir=str(out),
+        epsilon=epsilon, mechanism=mechanism, reconstruct=reconstruct, release_id=release_id,
+        out_dir=str(out),
         ledger_path=str(ledger_path), policy_path=None if policy is None else str(policy),
         chunk_users=chunk_users, table=table, population_period=population_period,
         dry_run=dry_run)
@@ -251,9 +258,11 @@ def evaluate_cmd(
                                       help="Policy domain of FILE (required with FILE)."),
     policy: Path | None = PolicyOpt,
     mechanism: str | None = typer.Option(None, "--mechanism",
-                                         help="Curves: privfuncseg (default) | "
-                                              "project_and_privatize | privfuncselect | "
-                                              "baseline. Streams: square_wave."),
+                                         help="Curves: " + " | ".join(
+                                             preflight.CURVE_MECHANISMS) + " (default: "
+                                         "privfuncseg). Streams: " + " | ".join(
+                                             preflight.STREAM_MECHANISMS) + " (default: "
+                                         "square_wave)."),
     options: str | None = typer.Option(None, "--options", help="Mechanism options as JSON."),
     epsilons: str | None = typer.Option(None, "--epsilons",
                                         help="Comma-separated ε (ρ for cgp domains) in the "

@@ -18,6 +18,7 @@ from prefect import flow, task
 from data import loaders
 from flows.demo import DEMO_RELEASES
 from flows.settings import BUNDLED_POLICY
+from mechanisms import registry
 from reports.evaluation_report import Suite, write_evaluation_report
 from schemas.errors import ParameterError
 from schemas.policy import load_policy
@@ -58,8 +59,9 @@ def evaluate_suite(label: str, source: str, domain: str, policy_path: str,
     """
     dom = load_policy(policy_path).domain(domain)
     mech = mechanism or ("privfuncseg" if dom.kind == "curves" else "square_wave")
-    if dom.kind == "streams" and mech != "square_wave":
-        raise ParameterError(f"domain {domain!r} holds streams: its mechanism is square_wave")
+    if dom.kind == "streams" and mech not in registry.names("streams"):
+        raise ParameterError(f"domain {domain!r} holds streams: its mechanism is one of "
+                             f"{', '.join(registry.names('streams'))}")
     if source.startswith("bundled:"):
         loader = source.removeprefix("bundled:")
         data = evaluation.load(getattr(loaders, loader)(), dom, n_curves)
@@ -71,7 +73,7 @@ def evaluate_suite(label: str, source: str, domain: str, policy_path: str,
     for amount in _grid(domain, dom.cap, epsilons) if data.items else []:
         outcomes[amount] = (evaluation.curve_errors(data, dom, mech, options, amount, rng)
                             if dom.kind == "curves" else
-                            evaluation.stream_errors(data, dom, amount, rng))
+                            evaluation.stream_errors(data, dom, amount, rng, mech))
     return Suite(label, source_text, dom, mech, data, outcomes)
 
 

@@ -166,12 +166,58 @@ def policy_disagreement(file_domain: Domain, ledger_domain: Domain) -> list[str]
     return out
 
 
+def check_mechanism(dom: Domain, mechanism: str) -> registry.Mechanism:
+    """The registry entry of `mechanism` if its guarantee is in the domain's metric.
+
+    The one metric check of a release (the CLI, the Python API and the flows
+    call it; the ledger keeps its own invariant, `ledger.binding.check_metric`).
+
+    Raises:
+        MechanismParameterError: no `dom.kind` mechanism of that name.
+        ParameterError: the mechanism's metric is not the domain's (names the
+            mechanisms that fit).
+    """
+    entry = registry.get(mechanism, dom.kind)
+    if entry.metric != dom.metric:
+        fits = [n for n in registry.names(dom.kind) if registry.get(n).metric == dom.metric]
+        raise ParameterError(
+            f"mechanism {mechanism!r} is private w.r.t. {entry.metric}, but domain "
+            f"{dom.name!r} states its guarantee in {dom.metric} ({dom.units_label()}): no "
+            f"budget of this domain covers it; use a {entry.metric} domain or another "
+            f"mechanism ({', '.join(fits)})")
+    return entry
+
+
+def check_notion(dom: Domain, notion: str, epsilon_option: str = "epsilon") -> None:
+    """Refuse a ρ-CGP charge to an ε-GP domain (`epsilon_option`: how to name ε's option).
+
+    Raises:
+        ParameterError: the domain is a GP (ε) domain and `notion` is ``cgp``.
+    """
+    if notion == "cgp" and dom.notion == "gp":
+        raise ParameterError(
+            f"domain {dom.name!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be charged "
+            f"to it; pass {epsilon_option} instead")
+
+
+def check_cap(dom: Domain, value: Any, x: Fraction, option: str = "epsilon") -> None:
+    """Refuse a per-window ε above the stream domain's cap (`value` as the user gave it).
+
+    Raises:
+        ParameterError: `x` (the exact ε) exceeds `dom.cap`.
+    """
+    if x > dom.cap:
+        raise ParameterError(f"{option} {value} per window exceeds the domain's cap "
+                             f"{dom.cap} ({dom.units_label()})")
+
+
 def mechanism_for(dom: Domain, name: str, notion: str,
                   options: dict[str, Any] | None = None) -> registry.Mechanism:
     """The registry entry of `name`, checked against the domain: kind, metric, notion, options.
 
-    Option values are checked by the flow's dry run on a public synthetic curve,
-    still before any budget is reserved.
+    The metric check is `check_mechanism`'s. Option values are checked by the
+    flow's dry run on a public synthetic curve, still before any budget is
+    reserved.
 
     Raises:
         ParameterError: naming the mechanism and what it cannot do here.
@@ -182,13 +228,7 @@ def mechanism_for(dom: Domain, name: str, notion: str,
         entry.check_options(options or {})
     except MechanismParameterError as err:
         raise ParameterError(str(err)) from None
-    if entry.metric != dom.metric:
-        fits = [n for n in registry.names(dom.kind) if registry.get(n).metric == dom.metric]
-        raise ParameterError(
-            f"mechanism {name!r} is private w.r.t. {entry.metric}, but domain {dom.name!r} "
-            f"states its guarantee in {dom.metric}: no budget of this domain covers it; "
-            f"use {', '.join(fits) or 'another domain'}")
-    return entry
+    return check_mechanism(dom, name)
 
 
 class _Gather:
@@ -240,11 +280,9 @@ def curves_release_problems(params: dict[str, Any], *, cli: bool = False
         "curves")
     if dom is not None and x is not None:
         notion = "gp" if rho is None else "cgp"
-        if notion == "cgp" and dom.notion == "gp":
-            g.problems.append(("rho", f"domain {dom.name!r} is a GP (ε) domain: a ρ-CGP "
-                                      f"mechanism cannot be charged to it; pass "
-                                      f"{_opt('epsilon', cli)} instead"))
-        else:
+        before = len(g.problems)
+        g.run("rho", check_notion, dom, notion, _opt("epsilon", cli))
+        if len(g.problems) == before:
             g.run("mechanism", mechanism_for, dom, params.get("mechanism", "privfuncseg"),
                   notion, params.get("options"))
     done = None if g.problems or ledger is None or dom is None or x is None else (
@@ -265,14 +303,35 @@ def streams_release_problems(params: dict[str, Any], *, cli: bool = False
         "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"),
         "streams")
     if dom is not None and x is not None:
-        if x > dom.cap:
-            g.problems.append(("epsilon", f"{_opt('epsilon', cli)} {params['epsilon']} per "
-                                          f"window exceeds the domain's cap {dom.cap} "
-                                          f"({dom.units_label()})"))
-        g.run("mechanism", mechanism_for, dom, params.get("mechanism", "square_wave"), "wevent")
+        g.run("epsilon", check_cap, dom, params["epsilon"], x, _opt("epsilon", cli))
+        entry = g.run("mechanism", mechanism_for, dom, params.get("mechanism", "square_wave"),
+                      "wevent")
+        if entry is not None:
+            g.run("reconstruct", _reconstruct_for, entry, params.get("reconstruct", "cpr"))
     done = None if g.problems or ledger is None or dom is None or x is None else (
         CheckedRelease(dom, x, ledger))
     return g.problems, done
+
+
+def reconstruct_default(mechanism: str, reconstruct: str | None) -> str:
+    """`reconstruct` if given, else the stream mechanism's first reconstruction.
+
+    ``cpr`` for Square Wave; an unknown mechanism gets ``cpr`` here and is
+    refused by the mechanism check.
+    """
+    if reconstruct is not None:
+        return reconstruct
+    try:
+        return registry.stream(mechanism).reconstructions[0]
+    except MechanismParameterError:
+        return "cpr"
+
+
+def _reconstruct_for(entry: registry.StreamMechanism, reconstruct: str) -> None:
+    try:
+        entry.check_reconstruct(reconstruct)
+    except MechanismParameterError as err:
+        raise ParameterError(str(err)) from None
 
 
 def _files(g: _Gather, params: dict[str, Any], cli: bool) -> None:

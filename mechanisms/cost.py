@@ -72,6 +72,24 @@ def _float_at_most(value: Fraction) -> float:
     return f
 
 
+def epsilon_per_step(epsilon: Fraction, w: int) -> Fraction:
+    """The exact per-step budget ε/w of a uniform w-event allocation (spec §2.1).
+
+    The one place ε/w is computed: the registry's reservation, the stream
+    randomizers, the de-biasing of released reports and the reconstructions
+    all read it from here, exactly; only a sampler converts it to a float
+    (`float_at_most`, so the float never exceeds what the ledger charges).
+
+    Args:
+        epsilon: ε per window of w steps, exact (`exact` reads a user's value).
+        w: window length (>= 1).
+
+    Returns:
+        Fraction ε/w.
+    """
+    return Fraction(epsilon) / int(w)
+
+
 def _exact_number(x: Fraction | float | int, name: str) -> Fraction:
     """`x` as an exact positive rational; a float is read as its exact binary value.
 

@@ -28,58 +28,47 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
+from mechanisms.cost import epsilon_per_step, float_at_most
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["MECHANISMS", "Mechanism", "get", "metric_of", "names"]
+__all__ = ["MECHANISMS", "CurveMechanism", "Mechanism", "StreamMechanism", "get", "metric_of",
+           "names", "stream"]
 
 CURVE_OUTPUTS = ("values", "segments", "curves")
 STREAM_OUTPUTS = ("samples",)
 
 
+def _load(target: str) -> Callable[..., Any]:
+    """The function named ``"module:function"`` (imported on first use)."""
+    module, _, func = target.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
 @dataclass(frozen=True)
-class Mechanism:
-    """One registered mechanism (see the module docstring).
+class _Entry:
+    """What every registered mechanism declares (see the module docstring).
 
     Attributes:
         name: the name used everywhere (CLI, ledger entries, reports).
-        kind: ``"curves"`` or ``"streams"``.
         notions: the privacy notions it offers (``gp``/``cgp``, or ``wevent``).
         metric: the metric of its guarantee (``l2``, ``dist_inf``, ``wevent``).
         summary: one line for the CLI help and the reports.
-        target: ``"module:function"`` of the run function.
-        options: the option names it accepts (anything else is refused).
+        options: the option names it accepts (anything else is refused); each is a
+            keyword parameter of one of `option_targets` (a test checks it).
         outputs: the output tables a release of it writes.
         releasable: whether a release may charge it (False: evaluation only).
-        batch_target: ``"module:function"`` running a whole chunk of curves at
-            once (None: the release calls `run` curve by curve).
     """
 
+    kind: ClassVar[str]
     name: str
-    kind: str
     notions: tuple[str, ...]
     metric: str
     summary: str
-    target: str
     options: tuple[str, ...]
     outputs: tuple[str, ...]
     releasable: bool = True
-    batch_target: str | None = None
-
-    @property
-    def run(self) -> Callable[..., Any]:
-        """The run function (imported on first use)."""
-        module, _, func = self.target.partition(":")
-        return getattr(importlib.import_module(module), func)
-
-    @property
-    def run_batch(self) -> Callable[..., Any] | None:
-        """The chunk-at-once run function, if the mechanism has a batched core."""
-        if self.batch_target is None:
-            return None
-        module, _, func = self.batch_target.partition(":")
-        return getattr(importlib.import_module(module), func)
 
     def check_options(self, options: Mapping[str, Any]) -> None:
         """Refuse option names this mechanism does not take (before any data is read)."""
@@ -95,46 +84,166 @@ class Mechanism:
             raise MechanismParameterError(
                 f"mechanism {self.name!r} offers {' or '.join(self.notions)}, not {notion}")
 
-    def reservation(self, amount: Fraction, *, w: int | None = None) -> Fraction:
-        """What one item costs, from public parameters only.
-
-        Curves: `amount` (ε or ρ) per curve. Streams: `amount`/w per step (ε per
-        window of w steps), so any w consecutive steps cost at most `amount`.
-        """
+    @staticmethod
+    def _positive(amount: Fraction) -> Fraction:
         if amount <= 0:
             raise MechanismParameterError("epsilon / rho must be > 0")
-        if self.kind == "streams":
-            if w is None or w < 1:
-                raise MechanismParameterError("a w-event mechanism needs w >= 1")
-            return Fraction(amount) / w
         return Fraction(amount)
 
+
+@dataclass(frozen=True)
+class CurveMechanism(_Entry):
+    """A registered curve mechanism: ε-GP / ρ-CGP per curve.
+
+    Attributes:
+        target: ``"module:function"`` of the run function
+            ``run(t, values, *, notion, amount, rng, frame, options)``.
+        option_targets: ``"module:function"`` of the functions the run function
+            passes the options to (their keyword parameters are the options).
+        batch_target: ``"module:function"`` running a whole chunk of curves at
+            once (None: the release calls `run` curve by curve).
+    """
+
+    kind: ClassVar[str] = "curves"
+    target: str = ""
+    option_targets: tuple[str, ...] = ()
+    batch_target: str | None = None
+
+    @property
+    def run(self) -> Callable[..., Any]:
+        """The run function (imported on first use)."""
+        return _load(self.target)
+
+    @property
+    def run_batch(self) -> Callable[..., Any] | None:
+        """The chunk-at-once run function, if the mechanism has a batched core."""
+        return None if self.batch_target is None else _load(self.batch_target)
+
+    @property
+    def option_functions(self) -> tuple[Callable[..., Any], ...]:
+        """The functions whose keyword parameters the options are (imported on use)."""
+        return tuple(_load(t) for t in self.option_targets)
+
+    def reservation(self, amount: Fraction, *, w: int | None = None) -> Fraction:
+        """What one curve costs, from public parameters only: `amount` (ε or ρ)."""
+        return self._positive(amount)
+
+
+@dataclass(frozen=True)
+class StreamMechanism(_Entry):
+    """A registered stream mechanism: a per-sample randomizer at ε/w per step (w-event LDP).
+
+    Every sample of a stream, in [0, 1] after the domain's public range, is
+    randomized independently at ε₀ = ε/w (`mechanisms.cost.epsilon_per_step`),
+    so any w consecutive steps cost at most ε by sequential composition.
+
+    Attributes:
+        randomize: ``"module:function"`` of the randomizer
+            ``f(x, *, epsilon_per_step: float, rng) -> reports`` (ε₀-LDP per value).
+        estimate: ``"module:function"`` of the de-biasing
+            ``f(y, *, epsilon_per_step: float) -> unbiased estimates of x``.
+        output_bound: ``"module:function"`` of ``f(ε₀) -> B``: every report lies
+            in [0.5 − B, 0.5 + B] (the release grid's bound).
+        worst_variance: ``"module:function"`` of ``f(ε₀) -> max_x Var[x̂ | x]``.
+        reconstructions: the post-processings a release of it may run
+            (``"cpr"`` reads Square Wave reports; ``"none"``).
+        label: a short name of its reports in evaluation tables (``"SW"``).
+    """
+
+    kind: ClassVar[str] = "streams"
+    randomize: str = ""
+    estimate: str = ""
+    output_bound: str = ""
+    worst_variance: str = ""
+    reconstructions: tuple[str, ...] = ("none",)
+    label: str = ""
+
+    def run(self, values: Any, *, epsilon_per_step: Fraction, rng: Any) -> Any:
+        """Randomize one stream's samples (values in [0, 1]) at the exact ε₀ = ε/w.
+
+        Privacy: each report is ε₀-LDP for its step; ε₀ is rounded down to a
+        float (`float_at_most`) so the float randomizer never spends more than
+        the ledger reserved. Cost: ε₀ per sample.
+        """
+        return _load(self.randomize)(values, epsilon_per_step=float_at_most(epsilon_per_step),
+                                     rng=rng)
+
+    def estimator(self, y: Any, *, epsilon_per_step: float) -> Any:
+        """Unbiased estimates of the inputs of reports `y` (post-processing, free)."""
+        return _load(self.estimate)(y, epsilon_per_step=epsilon_per_step)
+
+    def bound(self, epsilon_per_step: float) -> float:
+        """B such that every report lies in [0.5 − B, 0.5 + B] at ε₀ (public)."""
+        return float(_load(self.output_bound)(epsilon_per_step))
+
+    def variance(self, epsilon_per_step: float) -> float:
+        """Worst-case variance of one de-biased report at ε₀ (public)."""
+        return float(_load(self.worst_variance)(epsilon_per_step))
+
+    def check_reconstruct(self, reconstruct: str) -> None:
+        """Refuse a reconstruction this mechanism's reports do not support."""
+        if reconstruct not in self.reconstructions:
+            raise MechanismParameterError(
+                f"reconstruct must be {' or '.join(repr(r) for r in self.reconstructions)} "
+                f"for mechanism {self.name!r}")
+
+    def reservation(self, amount: Fraction, *, w: int | None = None) -> Fraction:
+        """What one step costs, from public parameters only: ε/w (ε per window of w steps)."""
+        amount = self._positive(amount)
+        if w is None or w < 1:
+            raise MechanismParameterError("a w-event mechanism needs w >= 1")
+        return epsilon_per_step(amount, w)
+
+
+#: Either kind of registry entry.
+Mechanism = CurveMechanism | StreamMechanism
 
 _SEG_OPTIONS = ("basis", "degree", "reduce", "continuous", "beta", "max_level", "k1", "margin",
                 "threshold")
 _PP_OPTIONS = ("basis", "degree", "n_terms", "spacing", "first", "breakpoints", "sample_spacing",
-               "kink_error", "edge_error", "ratios", "max_terms", "period", "noise")
+               "kink_error", "edge_error", "ratios", "max_terms", "noise")
+_SW = "mechanisms.streams.square_wave"
+_PM = "mechanisms.streams.piecewise"
 
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
-    Mechanism("privfuncseg", "curves", ("gp", "cgp"), "l2",
-              "PrivFuncSeg/ReduceSeg: adaptive dyadic segments, one joint projection "
-              "(paper Alg. 4/5, 8/9)",
-              "mechanisms.curves.release:run_privfuncseg", _SEG_OPTIONS, CURVE_OUTPUTS,
-              batch_target="mechanisms.curves.release:run_privfuncseg_batch"),
-    Mechanism("project_and_privatize", "curves", ("gp", "cgp"), "l2",
-              "Project-and-Privatize on a fixed basis (paper Alg. 2/6)",
-              "mechanisms.curves.release:run_project_and_privatize", _PP_OPTIONS,
-              CURVE_OUTPUTS),
-    Mechanism("privfuncselect", "curves", ("gp", "cgp"), "l2",
-              "PrivFuncSelect: private basis selection (paper Alg. 3/7)",
-              "mechanisms.curves.release:run_privfuncselect",
-              ("degree", "threshold", "beta"), CURVE_OUTPUTS),
-    Mechanism("baseline", "curves", ("gp", "cgp"), "dist_inf",
-              "LY23 point baseline: k points at ε/k each (dist_∞ guarantee only)",
-              "mechanisms.curves.release:run_baseline", ("k", "smooth"), CURVE_OUTPUTS),
-    Mechanism("square_wave", "streams", ("wevent",), "wevent",
-              "Square Wave randomizer at ε/w per step (w-event LDP)",
-              "mechanisms.streams.release:run_square_wave", (), STREAM_OUTPUTS),
+    CurveMechanism(
+        "privfuncseg", ("gp", "cgp"), "l2",
+        "PrivFuncSeg/ReduceSeg: adaptive dyadic segments, one joint projection "
+        "(paper Alg. 4/5, 8/9)", _SEG_OPTIONS, CURVE_OUTPUTS,
+        target="mechanisms.curves.release:run_privfuncseg",
+        option_targets=("mechanisms.curves.segment:privfuncseg_batch",),
+        batch_target="mechanisms.curves.release:run_privfuncseg_batch"),
+    CurveMechanism(
+        "project_and_privatize", ("gp", "cgp"), "l2",
+        "Project-and-Privatize on a fixed basis (paper Alg. 2/6)", _PP_OPTIONS, CURVE_OUTPUTS,
+        target="mechanisms.curves.release:run_project_and_privatize",
+        option_targets=("mechanisms.curves.project_and_privatize:project_and_privatize",
+                        "mechanisms.curves.bases:make_basis",
+                        "mechanisms.curves.sinc_rule:sinc_basis_for_budget")),
+    CurveMechanism(
+        "privfuncselect", ("gp", "cgp"), "l2",
+        "PrivFuncSelect: private basis selection (paper Alg. 3/7)",
+        ("max_terms", "threshold1"), CURVE_OUTPUTS,
+        target="mechanisms.curves.release:run_privfuncselect",
+        option_targets=("mechanisms.curves.select:privfuncselect",)),
+    CurveMechanism(
+        "baseline", ("gp", "cgp"), "dist_inf",
+        "LY23 point baseline: k points at ε/k each (dist_∞ guarantee only)", ("k", "smooth"),
+        CURVE_OUTPUTS, target="mechanisms.curves.release:run_baseline",
+        option_targets=("mechanisms.curves.baseline:baseline_points",)),
+    StreamMechanism(
+        "square_wave", ("wevent",), "wevent",
+        "Square Wave randomizer at ε/w per step (w-event LDP)", (), STREAM_OUTPUTS,
+        randomize=f"{_SW}:square_wave", estimate=f"{_SW}:square_wave_estimate",
+        output_bound=f"{_SW}:square_wave_output_bound",
+        worst_variance=f"{_SW}:square_wave_worst_variance", reconstructions=("cpr", "none"),
+        label="SW"),
+    StreamMechanism(
+        "piecewise", ("wevent",), "wevent",
+        "Piecewise Mechanism (Wang et al. ICDE'19) at ε/w per step (w-event LDP)", (),
+        STREAM_OUTPUTS, randomize=f"{_PM}:piecewise", estimate=f"{_PM}:piecewise_estimate",
+        output_bound=f"{_PM}:piecewise_output_bound",
+        worst_variance=f"{_PM}:piecewise_worst_variance", reconstructions=("none",), label="PM"),
 )}
 
 
@@ -157,3 +266,10 @@ def get(name: str, kind: str | None = None) -> Mechanism:
 def metric_of(name: str) -> str:
     """The metric of mechanism `name`'s guarantee (for the ledger's domain check)."""
     return get(name).metric
+
+
+def stream(name: str) -> StreamMechanism:
+    """The stream entry of `name` (MechanismParameterError naming the choices otherwise)."""
+    entry = get(name, "streams")
+    assert isinstance(entry, StreamMechanism), "a streams entry is a StreamMechanism"
+    return entry

@@ -112,15 +112,18 @@ def _stream_plot(s: Suite, name: str, images: dict[str, bytes]) -> tuple[str, st
     t = stream_time(steps, domain_record(d)["definition"])
     x, x_label = (steps, "step index") if t is None else (t, f"time ({d.time_unit})")
     text = f"steps {steps[0]}–{steps[-1]}, {span} of the stream's {n} samples"
+    rec = next((k for k in shown if k.endswith(" + CPR")), None)  # None: no CPR for it
+    avg = next(k for k in shown if k.endswith(" moving average"))
     images[name] = plots.stream_plot(
         plots.StreamView(x=x, samples=to_value_range(shown["reports"][:span], vr),
-                         reconstruction=to_value_range(shown["SW + CPR"][:span], vr),
+                         reconstruction=None if rec is None else
+                         to_value_range(shown[rec][:span], vr),
                          x_label=x_label, value_label=d.value_unit,
                          title=f"{s.label}: raw against private (ε = {s.mid:g} per window)",
-                         warning="" if period else "CPR: no significant period",
+                         warning="" if period or rec is None else "CPR: no significant period",
                          band=(float(vr[0]), float(vr[1]))),
         raw=to_value_range(shown["raw"][:span], vr),
-        others={"SW moving average": to_value_range(shown["SW moving average"][:span], vr)})
+        others={avg: to_value_range(shown[avg][:span], vr)})
     return name, text
 
 

@@ -27,6 +27,8 @@ import pandas as pd
 import ingest
 from ingest import Rejection, UserCurves, UserStreams
 from mechanisms import curves as mc
+from mechanisms import registry
+from mechanisms.cost import epsilon_per_step, exact, float_at_most
 from mechanisms.metrics import cosine_distance, l2_distance
 from schemas.errors import ParameterError
 from schemas.policy import Domain
@@ -117,28 +119,37 @@ def curve_errors(data: Loaded, dom: Domain, mechanism: str, options: dict[str, A
     return out
 
 
-def stream_errors(data: Loaded, dom: Domain, epsilon: float, rng: np.random.Generator
-                  ) -> Outcome:
-    """Square Wave (ε/w per sample) + CPR, and a moving average of the reports, per stream."""
+def stream_errors(data: Loaded, dom: Domain, epsilon: float, rng: np.random.Generator,
+                  mechanism: str = "square_wave") -> Outcome:
+    """The mechanism's randomizer (ε/w per sample) + CPR, and a moving average of the reports.
+
+    CPR runs only for mechanisms whose registry entry lists it (Square Wave
+    reports); every mechanism gets the moving average of its reports.
+    """
     from mechanisms import streams as ms
     from mechanisms.reconstruct import cpr
 
+    entry = registry.stream(mechanism)
     lo, hi = dom.value_range or (0.0, 1.0)
-    e0 = epsilon / int(dom.w or 1)
-    errs: dict[str, list[tuple[float, float]]] = {"SW + CPR": [], "SW moving average": []}
+    e0_exact = epsilon_per_step(exact(epsilon), int(dom.w or 1))
+    e0 = float_at_most(e0_exact)
+    with_cpr = "cpr" in entry.reconstructions
+    cpr_name, avg_name = f"{entry.label} + CPR", f"{entry.label} moving average"
+    errs: dict[str, list[tuple[float, float]]] = {
+        **({cpr_name: []} if with_cpr else {}), avg_name: []}
     out = Outcome()
     for i, (_, _, steps, x) in enumerate(data.items):
-        y = ms.square_wave(x, epsilon_per_step=e0, rng=rng)
-        res = cpr(y, epsilon_per_step=e0)
-        est = {"SW + CPR": np.asarray(res.reconstruction, dtype=float),
-               "SW moving average": ms.moving_average(y, 5)}
+        y = entry.run(x, epsilon_per_step=e0_exact, rng=rng)
+        res = cpr(y, epsilon_per_step=e0) if with_cpr else None
+        est = {**({cpr_name: np.asarray(res.reconstruction, dtype=float)} if res else {}),
+               avg_name: ms.moving_average(y, 5)}
         for name, v in est.items():
             errs[name].append((float(np.sqrt(np.mean((v - x) ** 2))) * (hi - lo),
                                cosine_distance(x, v)))
         if i == 0:
-            path = (res.diagnostics or {}).get("path", "periodic")
+            path = (res.diagnostics or {}).get("path", "periodic") if res else "none"
             out.shown = {"steps": steps, "raw": x, "reports": y, **est,
-                         "period": np.array([res.period if path == "periodic" else 0])}
+                         "period": np.array([res.period if res and path == "periodic" else 0])}
     for name, e in errs.items():
         arr = np.asarray(e)
         out.rows.append({"mechanism": name, "RMS error": float(arr[:, 0].mean()),

@@ -18,7 +18,6 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -93,6 +92,8 @@ class CurveSpec:
     beta: float = 0.05
     evaluate_on: str = "grid"  # "grid": evenly spaced times on [0, T]; "input": input times
     framing: CurveFraming = field(default_factory=CurveFraming)
+    #: the exact ε or ρ charged per curve (`mechanisms.cost.exact` of the text, parsed once)
+    amount: Fraction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         entry = registry.get(self.mechanism, "curves")
@@ -100,7 +101,8 @@ class CurveSpec:
             raise MechanismParameterError("give exactly one of epsilon (GP) or rho (CGP)")
         entry.check_notion(self.notion)
         entry.check_options(self.options)
-        amount = exact(self.epsilon if self.epsilon is not None else self.rho)
+        amount = exact(self.epsilon if self.epsilon is not None else self.rho)  # type: ignore[arg-type]
+        object.__setattr__(self, "amount", amount)  # parsed once, read per curve
         if not AMOUNT_RANGE[0] <= amount <= AMOUNT_RANGE[1]:
             raise MechanismParameterError(
                 f"epsilon / rho must be in [1e-9, 1e9] (got {self.epsilon or self.rho})")
@@ -117,9 +119,11 @@ class CurveSpec:
                 "not declare them public (policy key public.sample_times)")
 
     @property
-    def entry(self) -> registry.Mechanism:
+    def entry(self) -> registry.CurveMechanism:
         """The registry entry of this spec's mechanism."""
-        return registry.get(self.mechanism, "curves")
+        entry = registry.get(self.mechanism, "curves")
+        assert isinstance(entry, registry.CurveMechanism), "a curves entry is a CurveMechanism"
+        return entry
 
     def check_runs(self, n_outputs: int) -> None:
         """Validate the options by a dry run on a public synthetic curve (costs nothing)."""
@@ -132,11 +136,6 @@ class CurveSpec:
         """``gp`` or ``cgp``."""
         return "gp" if self.epsilon is not None else "cgp"
 
-    @cached_property
-    def amount(self) -> Fraction:
-        """The exact ε or ρ charged per curve (computed once: it is read per curve)."""
-        return exact(self.epsilon if self.epsilon is not None else self.rho)  # type: ignore[arg-type]
-
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -146,20 +145,28 @@ class StreamSpec:
     w: int
     mechanism: str = "square_wave"
     reconstruct: str = "cpr"
+    #: the exact ε per window (`mechanisms.cost.exact` of `epsilon`, parsed once)
+    amount: Fraction = field(init=False, repr=False, compare=False)
+    #: the exact per-step ε/w (the registry's reservation per step, computed once)
+    epsilon_per_step: Fraction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not AMOUNT_RANGE[0] <= exact(self.epsilon) <= AMOUNT_RANGE[1]:
+        amount = exact(self.epsilon)
+        if not AMOUNT_RANGE[0] <= amount <= AMOUNT_RANGE[1]:
             raise MechanismParameterError(f"epsilon must be in [1e-9, 1e9] (got {self.epsilon})")
         if self.w < 1:
             raise MechanismParameterError("w must be >= 1")
-        registry.get(self.mechanism, "streams")
+        entry = registry.stream(self.mechanism)
         if self.reconstruct not in ("cpr", "none"):
             raise MechanismParameterError("reconstruct must be 'cpr' or 'none'")
+        entry.check_reconstruct(self.reconstruct)
+        object.__setattr__(self, "amount", amount)
+        object.__setattr__(self, "epsilon_per_step", entry.reservation(amount, w=self.w))
 
     @property
-    def epsilon_per_step(self) -> Fraction:
-        """Exact per-step ε = ε / w (the registry's reservation per step)."""
-        return registry.get(self.mechanism, "streams").reservation(exact(self.epsilon), w=self.w)
+    def entry(self) -> registry.StreamMechanism:
+        """The registry entry of this spec's mechanism."""
+        return registry.stream(self.mechanism)
 
 
 class MechanismRunError(PrivpipeError):
@@ -273,7 +280,7 @@ def _culprit(chunk: CurveChunk, err: BaseException) -> tuple[str, str]:
 # output, which precision attacks read (Mironov 2012), are not released.
 # See SECURITY.md, "Sampling safety".
 _GRID_BELOW_NOISE = 2.0**-20
-_SW_GRID = 2.0**-24
+_STREAM_GRID = 2.0**-24
 _HUGE_BOUND = 2.0**900
 
 
@@ -411,24 +418,22 @@ def _draw_stream(user: str, stream: str, steps: np.ndarray, values: np.ndarray,
     release that drew it (same seed, same validated values, same ε/w: the same
     bytes), the new one with this release's; only the new one is charged.
     """
-    from mechanisms import streams as ms
     from tasks.continuation import stream_rng
 
     eps_step = spec.epsilon_per_step
-    run_stream = registry.get(spec.mechanism, "streams").run
-    half = ms.square_wave_params(float_at_most(eps_step))[0]
+    entry = spec.entry
+    bound = entry.bound(float_at_most(eps_step)) + _STREAM_GRID
     parts, cost, drawn = [], None, 0
     for g in segments:
         sel = (steps >= g.first_step) & (steps <= g.last_step)
         try:
-            y = run_stream(values[sel], epsilon_per_step=eps_step,
-                           rng=stream_rng(g.seed, stream))
+            y = entry.run(values[sel], epsilon_per_step=eps_step, rng=stream_rng(g.seed, stream))
         except Exception as err:
             raise MechanismRunError(user, stream, err) from err
-        parts.append(snap_to_grid(y - 0.5, grid=_SW_GRID, bound=0.5 + half + _SW_GRID) + 0.5)
+        parts.append(snap_to_grid(y - 0.5, grid=_STREAM_GRID, bound=bound) + 0.5)
         drawn += int(sel.sum())
         if g.new:
-            cost = WEventCost(exact(spec.epsilon), spec.w, step_runs(steps[sel], eps_step))
+            cost = WEventCost(spec.amount, spec.w, step_runs(steps[sel], eps_step))
     if drawn != steps.size:
         raise AssertionError(f"this is a bug: the plan of stream {stream!r} does not cover "
                              "its steps")
@@ -436,7 +441,7 @@ def _draw_stream(user: str, stream: str, steps: np.ndarray, values: np.ndarray,
 
 
 def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
-    """Randomize the admitted users' new stream steps with Square Wave; repeat the earlier ones.
+    """Randomize the admitted users' new stream steps with the spec's randomizer; repeat the rest.
 
     Privacy: each new sample costs ε/w, so every window of w consecutive steps
     of a (user, stream) costs at most ε (w-event LDP, across releases: earlier
@@ -446,10 +451,6 @@ def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
     (`tasks.continuation.seeded_segments`), so they are the bytes already
     released, not a second draw. Noise comes only from the segments' seeds.
     """
-    # Imported here: the stream core pulls in scipy.signal, which a curves release
-    # never needs (it is a measurable part of a curves flow's start-up).
-    from mechanisms import streams as ms
-
     costs: list[tuple[str, str, Cost | WEventCost, str]] = []
     ys = []
     for s, (user, stream) in enumerate(zip(chunk.user_ids, chunk.stream_ids, strict=True)):
@@ -459,8 +460,7 @@ def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
         ys.append(y)
         if cost is not None:
             costs.append((user, f"stream:{stream}", cost, stream))
-    eps0 = float(spec.epsilon_per_step)
-    bounds = [float(np.sqrt(ms.square_wave_worst_variance(eps0)))] if ys else [0.0]
+    bounds = [float(np.sqrt(spec.entry.variance(float(spec.epsilon_per_step))))] if ys else [0.0]
     counts = np.diff(chunk.offsets)
     table = pa.table({
         "user_id": repeat_ids(list(chunk.user_ids), counts),

@@ -15,6 +15,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from files.staging import repeat_ids, run_starts
+from mechanisms import registry
 from mechanisms.reconstruct import cpr_many
 from tasks.stream_history import merge_history
 
@@ -40,7 +41,8 @@ def _summary(res: Any) -> dict[str, Any]:
 
 def reconstruct_samples(samples: pa.Table, epsilon_per_step: float,
                         options: dict[str, Any] | None = None,
-                        history: pd.DataFrame | None = None
+                        history: pd.DataFrame | None = None, *,
+                        mechanism: str = "square_wave"
                         ) -> tuple[list[dict[str, Any]], pa.Table]:
     """Run CPR on every (user, stream) of a chunk's privatized samples and their history.
 
@@ -56,8 +58,10 @@ def reconstruct_samples(samples: pa.Table, epsilon_per_step: float,
     skipped and the reason recorded. Post-processing of released reports only.
     Returns one public summary per stream (the period, None unless CPR found a
     significant one; the path CPR took; how many reports it used) and the
-    reconstruction table.
+    reconstruction table. CPR reads reports of the Square Wave law: `mechanism`
+    (the release's registry entry) must list ``"cpr"`` in its reconstructions.
     """
+    registry.stream(mechanism).check_reconstruct("cpr")
     table = samples
     ucol, scol = table.column("user_id"), table.column("stream_id")
     steps = table.column("step").to_numpy()

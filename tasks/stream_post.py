@@ -13,6 +13,7 @@ from typing import Any
 
 from prefect import task
 
+from mechanisms import registry
 from tasks.population import population_view_fn
 from tasks.stream_progress import history_progress
 
@@ -25,13 +26,22 @@ def stream_post_processing(rdir: str, *, epsilon_per_step: float,
                            history_skipped: list[dict[str, Any]] | None = None,
                            value_unit: str, population_period: int | None,
                            min_users: int = MIN_USERS,
-                           users_released: int = 0) -> dict[str, Any]:
+                           users_released: int = 0,
+                           mechanism: str = "square_wave") -> dict[str, Any]:
     """Run the history progress and the population view of one stream release.
 
     Privacy: post-processing of released ε-w-event LDP reports; charges
     nothing. Cost: a few CPR runs per sampled stream and history prefix, plus
-    O(reports) for the population tables.
+    O(reports) for the population tables. Both read reports of the Square Wave
+    law (CPR, EM): a release of a mechanism whose registry entry does not list
+    ``"cpr"`` skips them, saying so.
     """
+    if "cpr" not in registry.stream(mechanism).reconstructions:
+        why = f"skipped: mechanism {mechanism!r} reports are not of the Square Wave law"
+        return {"population": {"skipped": why},
+                **({"history": {"releases": [h["release_id"] for h in history],
+                                "skipped": list(history_skipped or []), "progress": []}}
+                   if history or history_skipped else {})}
     samples = str(Path(rdir) / "samples.parquet")
     out: dict[str, Any] = {}
     if history or history_skipped:

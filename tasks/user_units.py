@@ -18,7 +18,8 @@ input row group, so memory is bounded by a chunk):
 - ``curves_lonlat.geojson``: the same lines as GeoJSON, for small releases
   (at most `GEOJSON_MAX_POINTS` points).
 - ``samples_units.parquet``: user_id, stream_id, step, t (when a step has a
-  duration) and value: the unbiased Square Wave estimate of each sample, in
+  duration) and value: the unbiased estimate of each sample (the mechanism's
+  registered ``estimate``, e.g. Square Wave's), in
   the domain's value unit (noisy: it often falls outside the declared range).
 - ``reconstruction_units.parquet``: the CPR reconstruction as value_hat, in
   the domain's value unit.
@@ -39,7 +40,9 @@ import pyarrow.parquet as pq
 from files.outputs import parquet_writer
 from files.report_files import new_file, save_text
 from ingest.projection import unproject
-from mechanisms.cost import float_at_most
+from mechanisms import registry
+from mechanisms.cost import epsilon_per_step, float_at_most
+from mechanisms.registry import StreamMechanism
 from schemas.policy import Domain
 from schemas.units import domain_record, lonlat_supported, stream_time, to_value_range
 
@@ -127,11 +130,13 @@ def _write_curves_lonlat(rdir: Path, dom: Domain, values: Path) -> dict[str, str
 
 
 def _write_stream_units(src: Path, out: Path, column: str, new: str,
-                        definition: dict[str, Any], epsilon_per_step: Fraction | None) -> None:
-    """Scale one stream output to the declared range (reports first de-biased if ε₀ given)."""
-    # Imported here: the stream core pulls in scipy.signal, which curve releases never need.
-    from mechanisms.streams.square_wave import square_wave_estimate
+                        definition: dict[str, Any],
+                        debias: tuple[StreamMechanism, Fraction] | None) -> None:
+    """Scale one stream output to the declared range (reports first de-biased if `debias`).
 
+    `debias` is the release's registry entry and exact ε/w: its `estimate` maps
+    each report to the unbiased estimate of its input.
+    """
     unit = str(definition.get("value_unit", ""))
     with new_file(out) as fh:
         writer = None
@@ -144,8 +149,9 @@ def _write_stream_units(src: Path, out: Path, column: str, new: str,
             if t is not None:
                 cols["t"] = pa.array(t)
             v = table.column(column).to_numpy()
-            if epsilon_per_step is not None:
-                v = square_wave_estimate(v, epsilon_per_step=float_at_most(epsilon_per_step))
+            if debias is not None:
+                entry, eps_step = debias
+                v = entry.estimator(v, epsilon_per_step=float_at_most(eps_step))
             cols[new] = pa.array(to_value_range(v, definition["value_range"]))
             part = pa.table(cols)
             fields = [f.with_metadata({"unit": unit}) if f.name == new else f
@@ -164,8 +170,9 @@ def write_user_unit_outputs(rdir: str | Path, dom: Domain, files: dict[str, str]
     """Write the release's outputs in the user's units; return {output name: file name}.
 
     Curves of a projected domain get lon/lat files; streams get the unbiased
-    estimate of each private report (``square_wave_estimate`` with the
-    release's public ε/w) and the reconstruction, in the declared value range.
+    estimate of each private report (the registry entry's ``estimate`` of the
+    release's mechanism, with the release's public ε/w) and the reconstruction,
+    in the declared value range.
     Nothing for other domains or for outputs the release did not write (e.g.
     every user denied). Post-processing only: no budget.
     """
@@ -176,11 +183,12 @@ def write_user_unit_outputs(rdir: str | Path, dom: Domain, files: dict[str, str]
         written.update(_write_curves_lonlat(out, dom, out / files["values"]))
     if dom.kind == "streams" and dom.value_range is not None:
         definition = domain_record(dom)["definition"]
-        e0 = Fraction(str(parameters["epsilon"])) / int(parameters["w"])
-        for name, column, new, eps in (("samples", "y", "value", e0),
-                                       ("reconstruction", "value_hat", "value_hat", None)):
+        entry = registry.stream(str(parameters.get("mechanism", "square_wave")))
+        e0 = epsilon_per_step(Fraction(str(parameters["epsilon"])), int(parameters["w"]))
+        for name, column, new, debias in (("samples", "y", "value", (entry, e0)),
+                                          ("reconstruction", "value_hat", "value_hat", None)):
             if name in files:
                 _write_stream_units(out / files[name], out / f"{name}_units.parquet", column,
-                                    new, definition, eps)
+                                    new, definition, debias)
                 written[f"{name}_units"] = f"{name}_units.parquet"
     return written

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import StepRun, WEventCost, laplace_scale
+from mechanisms.cost import StepRun, WEventCost, epsilon_per_step, laplace_scale
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.wevent import (
     StreamRelease,
@@ -49,7 +49,7 @@ def laplace_release(
     eps = check_wevent_params(epsilon, w, start_step)
     if not isinstance(rng, np.random.Generator):
         raise MechanismParameterError("rng must be a numpy.random.Generator")
-    eps_step = eps / int(w)
+    eps_step = epsilon_per_step(eps, w)
     eps_float = float_at_most(eps_step)
     scale = laplace_scale(1, eps_step)  # the smallest float >= 1/(ε/w)
     arr = _check_stream(x)

@@ -29,6 +29,7 @@ __all__ = [
     "square_wave_moments",
     "square_wave_estimate",
     "square_wave_estimate_variance",
+    "square_wave_output_bound",
     "square_wave_worst_variance",
 ]
 
@@ -258,3 +259,18 @@ def square_wave_worst_variance(epsilon_per_step: float) -> float:
         max_x Var[x̂ | x].
     """
     return float(square_wave_estimate_variance(0.0, epsilon_per_step=epsilon_per_step))
+
+
+def square_wave_output_bound(epsilon_per_step: float) -> float:
+    """Half-width B = 1/2 + b of the output range [−b, 1 + b] around its centre 1/2.
+
+    Every Square Wave report at ε₀ lies in [1/2 − B, 1/2 + B]; the release
+    snaps reports to a grid within this public bound. Spends nothing.
+
+    Args:
+        epsilon_per_step: ε₀ > 0.
+
+    Returns:
+        1/2 + b(ε₀).
+    """
+    return 0.5 + square_wave_params(epsilon_per_step)[0]

@@ -17,7 +17,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import StepRun, WEventCost, compress_steps, exact, float_at_most
+from mechanisms.cost import (
+    StepRun,
+    WEventCost,
+    compress_steps,
+    epsilon_per_step,
+    exact,
+    float_at_most,
+)
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.square_wave import (
     _check_unit_interval,
@@ -88,7 +95,7 @@ def check_wevent_params(epsilon: object, w: object, start_step: object = 0) -> F
         or int(start_step) < 0
     ):
         raise MechanismParameterError(f"start_step must be an integer >= 0, got {start_step!r}")
-    if float(eps / int(w)) > 700:
+    if float(epsilon_per_step(eps, w)) > 700:
         raise MechanismParameterError("epsilon / w is too large (> 700) for e^ε")
     return eps
 
@@ -103,7 +110,7 @@ def per_step_epsilon(epsilon: object, w: int) -> Fraction:
     Returns:
         Fraction ε/w.
     """
-    return check_wevent_params(epsilon, w) / int(w)
+    return epsilon_per_step(check_wevent_params(epsilon, w), w)
 
 
 def uniform_wevent_cost(epsilon: object, w: int, n: int, *, start_step: int = 0) -> WEventCost:
@@ -123,7 +130,7 @@ def uniform_wevent_cost(epsilon: object, w: int, n: int, *, start_step: int = 0)
     eps = check_wevent_params(epsilon, w, start_step)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
         raise MechanismParameterError(f"n must be an integer >= 1, got {n!r}")
-    run = StepRun(int(start_step), int(start_step) + int(n), eps / int(w))
+    run = StepRun(int(start_step), int(start_step) + int(n), epsilon_per_step(eps, w))
     return WEventCost(epsilon=eps, w=int(w), runs=(run,))
 
 
@@ -190,7 +197,7 @@ def release_stream(
     eps = check_wevent_params(epsilon, w, start_step)
     if not isinstance(rng, np.random.Generator):
         raise MechanismParameterError("rng must be a numpy.random.Generator")
-    eps_step = eps / int(w)
+    eps_step = epsilon_per_step(eps, w)
     eps_float = float_at_most(eps_step)
     if not math.isfinite(eps_float) or eps_float <= 0:
         raise MechanismParameterError("epsilon / w underflows to 0 as a float")

@@ -100,3 +100,26 @@ def test_cli_audit_reports_and_verifies(tmp_path, ledger_path):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "audit" / "report.html").exists()
     assert "chain verification: ok" in r.output
+
+
+def test_cli_release_streams_with_the_piecewise_mechanism(tmp_path, streams_csv, policy_file,
+                                                          ledger_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    args = ["release", "streams", str(streams_csv), "--domain", "meters", "--epsilon", "1",
+            "--mechanism", "piecewise", "--policy", str(policy_file), "--ledger",
+            str(ledger_path), "--out", str(tmp_path / "out"), "--release-id", "pm"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rdir = tmp_path / "out" / "pm"
+    manifest = json.loads((rdir / "manifest.json").read_text())
+    assert manifest["parameters"]["mechanism"] == "piecewise"
+    assert manifest["parameters"]["reconstruct"] == "none"  # the entry's only one
+    assert "reconstruction" not in manifest["files"]
+    y = pq.read_table(rdir / "samples.parquet").column("y").to_numpy()
+    assert y.size == 3 * 240 and (y.min() < 0 or y.max() > 1)  # PM reports leave [0, 1]
+    refused = runner.invoke(app, [*args[:-2], "--release-id", "pm-cpr", "--reconstruct", "cpr"])
+    assert refused.exit_code == 2
+    assert "reconstruct must be 'none' for mechanism 'piecewise'" in refused.output

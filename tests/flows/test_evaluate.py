@@ -90,3 +90,17 @@ def test_evaluate_file_needs_its_domain(tmp_path):
     csv = inputs.write_geo_csv(tmp_path / "t.csv", with_rejected=False)
     r = CliRunner().invoke(app, ["evaluate", str(csv), "--out", str(tmp_path)])
     assert r.exit_code == 2 and "--domain" in r.output
+
+
+def test_evaluate_streams_with_another_registered_mechanism(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVPIPE_HOME", str(tmp_path / "home"))
+    policy = inputs.write_policy(tmp_path / "policy.toml")
+    csv = tmp_path / "meters.csv"
+    inputs.meters_frame().to_csv(csv, index=False)
+    res = evaluate(out_dir=str(tmp_path), input_path=str(csv), domain="meters",
+                   policy_path=str(policy), mechanism="piecewise", epsilons=[8.0], n_curves=3)
+    by = {r["mechanism"]: r for r in res["rows"]}
+    assert set(by) == {"PM moving average"}  # no CPR: it reads Square Wave reports
+    assert by["PM moving average"]["RMS error"].endswith(" kW")
+    assert "steps 0–239, 240 of the stream's 240 samples" in parse(res["report"]).text
+    _no_ledger_anywhere(tmp_path)
