@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -63,12 +63,25 @@ class StreamClaim:
 
 @dataclass(frozen=True)
 class StreamRange:
-    """One active released range of a stream (from a reserve entry of the chain).
+    """One range of a stream's steps released (reserved) by one release.
 
-    ``parameters`` is the canonical parameter JSON the range's release is bound
-    to (the entry's ``parameters`` column): with the release id, the user and
-    the range's fingerprint it gives the seed that drew the range
-    (`Ledger.noise_seeds`), so a later release redraws it byte for byte.
+    Read from a reserve entry of the chain (`stream_ranges`), or planned by the
+    release that is about to draw it (`tasks.continuation.plan_stream`).
+
+    Attributes:
+        release_id: the release that drew it (its noise seed redraws it).
+        first_step: first released step.
+        last_step: last released step (inclusive).
+        steps: number of steps released in [first_step, last_step] (missing
+            days leave holes).
+        fingerprint: keyed fingerprint of the (step, value) pairs released.
+        epsilon_per_step: the exact ε/w each of those steps cost.
+        parameters: the canonical parameter JSON its release is bound to in the
+            ledger (the entry's ``parameters`` column; None for the range a
+            release is planning: its own). With the release id, the user and
+            the fingerprint it gives the seed that drew the range
+            (`Ledger.noise_seeds`), so a later release redraws it byte for
+            byte. Not part of a range's identity (the release binding fixes it).
     """
 
     release_id: str
@@ -77,7 +90,7 @@ class StreamRange:
     steps: int
     fingerprint: str
     epsilon_per_step: Fraction
-    parameters: str = "{}"
+    parameters: str | None = field(default=None, compare=False)
 
 
 def range_fingerprint(key: bytes, user_id: str, domain: str, stream_id: str,

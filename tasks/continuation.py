@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from prefect import task
 
+from ledger.watermark import StreamRange
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
 from tasks.stage import SeededSegment
@@ -53,32 +54,6 @@ class ContinuationError(PrivpipeError):
     def __init__(self, message: str, rule: str):
         super().__init__(message)
         self.rule = rule
-
-
-@dataclass(frozen=True)
-class ReleasedRange:
-    """One range of a stream's steps released (reserved) by one release.
-
-    Attributes:
-        release_id: the release that drew it (its noise seed redraws it).
-        first_step: first released step.
-        last_step: last released step (inclusive).
-        steps: number of steps released in [first_step, last_step] (missing
-            days leave holes).
-        fingerprint: keyed fingerprint of the (step, value) pairs released.
-        epsilon_per_step: the exact ε/w each of those steps cost.
-        parameters: the canonical parameter JSON its release is bound to in the
-            ledger (None for the range this release is planning: its own).
-            Not part of a range's identity (the release binding fixes it).
-    """
-
-    release_id: str
-    first_step: int
-    last_step: int
-    steps: int
-    fingerprint: str
-    epsilon_per_step: Fraction
-    parameters: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -111,13 +86,13 @@ class StreamPlan:
 
     segments: tuple[Segment, ...]
     watermark: int | None
-    new_range: ReleasedRange | None
+    new_range: StreamRange | None
 
 
 Fingerprint = Callable[[np.ndarray, np.ndarray], str]
 
 
-def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[ReleasedRange],
+def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[StreamRange],
                    per_step: Fraction, fingerprint: Fingerprint
                    ) -> tuple[list[Segment], np.ndarray]:
     segments: list[Segment] = []
@@ -142,7 +117,7 @@ def _check_earlier(steps: np.ndarray, values: np.ndarray, prior: list[ReleasedRa
     return segments, covered
 
 
-def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRange], *,
+def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[StreamRange], *,
                 release_id: str, per_step: Fraction, fingerprint: Fingerprint) -> StreamPlan:
     """Plan one stream of an incremental release (see the module docstring).
 
@@ -186,7 +161,7 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[ReleasedRan
                 f"the stream was released up to step {watermark}; this input continues at step "
                 f"{first}: steps {watermark + 1}-{first - 1} are missing (a gap after the "
                 "watermark)", "stream_gap_after_watermark")
-        new_range = ReleasedRange(release_id, first, last, int(new.sum()),
+        new_range = StreamRange(release_id, first, last, int(new.sum()),
                                   fingerprint(steps[new], values[new]), per_step)
         segments.append(Segment(release_id, first, last, new=True,
                                 fingerprint=new_range.fingerprint))
@@ -232,15 +207,8 @@ class ReleasePlan:
     plans: dict[int, dict[str, dict[str, StreamPlan]]]
 
 
-def _runs(steps: np.ndarray, per_step: Fraction) -> tuple[Any, ...]:
-    from mechanisms.cost import StepRun
-    from tasks.stage import contiguous_ranges
-
-    return tuple(StepRun(a, b, per_step) for a, b in contiguous_ranges(steps))
-
-
 def _user_plans(led: Any, domain: str, release_id: str, per_step: Fraction, user: Any,
-                history: dict[tuple[str, str], list[ReleasedRange]]) -> dict[str, StreamPlan]:
+                history: dict[tuple[str, str], list[StreamRange]]) -> dict[str, StreamPlan]:
     out = {}
     for s in user.streams:
         def fingerprint(st: np.ndarray, v: np.ndarray, sid: str = s.stream_id) -> str:
@@ -259,6 +227,7 @@ def _requests(user: Any, domain: str, plans: dict[str, StreamPlan], per_step: Fr
               ) -> list[Any]:
     """The w-event requests of one user's new ranges (new steps only), with their claims."""
     from ledger import Request, StreamClaim
+    from tasks.privatize import step_runs
 
     out = []
     for sid, p in sorted(plans.items()):
@@ -268,7 +237,7 @@ def _requests(user: Any, domain: str, plans: dict[str, StreamPlan], per_step: Fr
         stream = next(s for s in user.streams if s.stream_id == sid)
         out.append(Request(
             user_id=user.user_id, domain=domain, step=f"stream:{sid}", notion="wevent",
-            stream_id=sid, runs=_runs(stream.steps[stream.steps >= r.first_step], per_step),
+            stream_id=sid, runs=step_runs(stream.steps[stream.steps >= r.first_step], per_step),
             stream_claim=StreamClaim(r.first_step, r.last_step, r.steps, r.fingerprint,
                                      p.watermark)))
     return out
@@ -296,9 +265,7 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
     for chunk in plan.chunks if chunks is None else chunks:
         users = read_stream_chunk(chunk.path)
         keys = [(u.user_id, s.stream_id) for u in users for s in u.streams]
-        history = {k: [ReleasedRange(r.release_id, r.first_step, r.last_step, r.steps,
-                                     r.fingerprint, r.epsilon_per_step, r.parameters)
-                       for r in v] for k, v in led.stream_ranges(domain, keys).items()}
+        history = led.stream_ranges(domain, keys)
         chunk_plans: dict[str, dict[str, StreamPlan]] = {}
         for user in users:
             try:
@@ -346,7 +313,7 @@ def seeded_segments(ledger: Any, release_id: str, parameters: dict[str, Any],
     return out
 
 
-def _range_record(r: ReleasedRange) -> list[Any]:
+def _range_record(r: StreamRange) -> list[Any]:
     return [r.release_id, r.first_step, r.last_step, r.steps, r.fingerprint,
             str(r.epsilon_per_step), r.parameters]
 
@@ -385,7 +352,7 @@ def read_chunk_plans(path: Path) -> dict[str, dict[str, StreamPlan]]:
         out[user] = {}
         for sid, p in streams.items():
             r = p["new_range"]
-            new_range = None if r is None else ReleasedRange(
+            new_range = None if r is None else StreamRange(
                 r[0], int(r[1]), int(r[2]), int(r[3]), r[4], Fraction(r[5]), r[6])
             segments = tuple(Segment(g[0], int(g[1]), int(g[2]), bool(g[3]), fingerprint=g[4],
                                      parameters=g[5]) for g in p["segments"])

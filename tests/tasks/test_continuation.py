@@ -9,9 +9,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from ledger.watermark import StreamRange
 from tasks.continuation import (
     ContinuationError,
-    ReleasedRange,
     Segment,
     plan_stream,
     read_chunk_plans,
@@ -36,7 +36,7 @@ def _day(k, values=None):
 
 
 def _released(rid, steps, vals, eps=EPS):
-    return ReleasedRange(rid, int(steps[0]), int(steps[-1]), int(steps.size), fp(steps, vals),
+    return StreamRange(rid, int(steps[0]), int(steps[-1]), int(steps.size), fp(steps, vals),
                          eps)
 
 
@@ -155,7 +155,7 @@ class _SeedLog:
 def test_seeded_segments_redraw_an_earlier_range_with_its_own_release_seed():
     s1, v1 = _day(0)
     s2, v2 = _day(1)
-    earlier = ReleasedRange("r1", 0, 47, 48, fp(s1, v1), EPS, parameters='{"epsilon":"1"}')
+    earlier = StreamRange("r1", 0, 47, 48, fp(s1, v1), EPS, parameters='{"epsilon":"1"}')
     plan = _plan(np.concatenate([s1, s2]), np.concatenate([v1, v2]), [earlier])
     log = _SeedLog()
     segs = seeded_segments(log, "r2", {"epsilon": "1", "reconstruct": "none"},
@@ -179,7 +179,7 @@ def test_chunk_plans_wait_on_disk_unchanged(tmp_path):
 
     s1, v1 = _day(0)
     s2, v2 = _day(1)
-    earlier = ReleasedRange("r1", 0, 47, 48, fp(s1, v1), EPS, parameters='{"epsilon": "1"}')
+    earlier = StreamRange("r1", 0, 47, 48, fp(s1, v1), EPS, parameters='{"epsilon": "1"}')
     plans = {"u1": {"s0": _plan(np.concatenate([s1, s2]), np.concatenate([v1, v2]), [earlier]),
                     "s1": _plan(s1, v1, [], rid="r2", eps=Fraction(1, 3))},
              "u2": {"s0": _plan(s1, v1, [_released("r2", s1, v1)])}}  # a rerun: nothing new
