@@ -155,7 +155,11 @@ def print_rows(
     _stdout_console().print(table)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)]}
+
+
 def _cell(v: Any) -> str:
+    """A table cell's text; control characters shown escaped (as x00 after a backslash)."""
     if v is None:
         return ""
-    return str(v)
+    return str(v).translate(_CONTROL)

@@ -80,8 +80,9 @@ def _changes(col: pa.Array) -> np.ndarray:
 
 
 def _missing_or_empty(col: pa.Array) -> np.ndarray:
-    """Ids that fail "required" or "non-empty id" (null, or empty text)."""
-    return pc.fill_null(pc.equal(col, ""), True).to_numpy(zero_copy_only=False)
+    """Ids that fail "required", "non-empty id" or "id without control characters"."""
+    bad = pc.or_(pc.equal(col, ""), pc.match_substring_regex(col, S.CONTROL_CHARACTERS))
+    return pc.fill_null(bad, True).to_numpy(zero_copy_only=False)
 
 
 def _text(col: pa.Array, rows: np.ndarray) -> np.ndarray:

@@ -29,7 +29,10 @@ _MESSAGES = {
     ),
     s.RULE_MIN_POINTS: "a curve needs at least 2 points",
     s.RULE_INTEGER_STEP: "time_unit \"step\" needs whole-number step indices",
-    s.RULE_STEP_RANGE: "step indices must lie within ±2^53 (about 9e15)",
+    s.RULE_STEP_RANGE: ("step indices must lie in [0, 2^53) (0 to about 9e15; above, a "
+                        "float no longer tells one step from the next)"),
+    s.RULE_ID_TEXT: ("ids must not contain control characters (NUL, tab, line break, "
+                     "escape, DEL)"),
     s.RULE_LON: "longitude must be in [-180, 180] degrees",
     s.RULE_LAT: "latitude must be in [-90, 90] degrees",
     s.RULE_LAT_MERCATOR: "the Mercator projection needs latitude strictly inside (-90, 90)",

@@ -34,7 +34,8 @@ RULE_FINITE = "finite"
 RULE_INCREASING = "t strictly increasing"
 RULE_MIN_POINTS = "at least 2 points"
 RULE_INTEGER_STEP = "integer step"
-RULE_STEP_RANGE = "step within +-2^53"
+RULE_STEP_RANGE = "step in [0, 2^53)"
+RULE_ID_TEXT = "id without control characters"
 MAX_STEP = 2.0**53
 RULE_VALUE_RANGE = "value range"
 RULE_LON = "lon in [-180, 180]"
@@ -141,8 +142,15 @@ def min_points_check(key: str, minimum: int = 2) -> pa.Check:
 
 
 def _step_out_of_range(v: np.ndarray) -> np.ndarray:
+    """Steps outside [0, 2^53): below 0, or where a float64 no longer tells n from n + 1.
+
+    2^53 itself is refused: the text ``9007199254740993`` (2^53 + 1) reads as the
+    double 2^53, so a step read as 2^53 may not be the step written. Every
+    integer strictly below 2^53 is exact. Negative steps are refused: w-event
+    windows and the ledger's step runs count from step 0.
+    """
     with np.errstate(invalid="ignore"):
-        return np.abs(v) > MAX_STEP
+        return (v < 0) | (v >= MAX_STEP)
 
 
 def _whole(v: np.ndarray) -> np.ndarray:
@@ -150,9 +158,24 @@ def _whole(v: np.ndarray) -> np.ndarray:
         return np.floor(v) == v
 
 
+#: Control characters (C0: NUL, tab, line breaks, escape; DEL; C1, e.g. CSI): never in an id.
+CONTROL_CHARACTERS = "[\\x00-\\x1f\\x7f-\\x9f]"
+
+
+def _no_control_characters(s: pd.Series) -> pd.Series:
+    return ~s.astype(str).str.contains(CONTROL_CHARACTERS, regex=True)
+
+
 def _id_column() -> pa.Column:
-    """A non-empty text id (user, curve or stream)."""
-    return pa.Column(str, nullable=False, checks=pa.Check.str_length(min_value=1))
+    """A non-empty text id (user, curve or stream) without control characters.
+
+    A NUL, line break or escape in an id would cut or forge lines in the
+    reports, the ledger's text exports and terminal output; the row is
+    rejected (its user only), naming the row.
+    """
+    return pa.Column(str, nullable=False, checks=[
+        pa.Check.str_length(min_value=1),
+        pa.Check(_no_control_characters, name=RULE_ID_TEXT)])
 
 
 def _float_column(*checks: pa.Check) -> pa.Column:
@@ -185,7 +208,7 @@ CurveSamples = pa.DataFrameSchema(
 #: Columns: ``user_id``, ``stream_id`` (non-empty text), ``t`` (the absolute
 #: step index as a float, integral) and ``value`` (float, the domain's value
 #: unit before normalisation). Rules: finite; steps strictly increasing within
-#: a stream (no duplicates); step indices within ±2^53 (exact as float64 and
+#: a stream (no duplicates); step indices in [0, 2^53) (exact as float64 and
 #: int64); values inside the declared range when one is given (added by
 #: `stream_samples_schema`).
 StreamSamples = pa.DataFrameSchema(

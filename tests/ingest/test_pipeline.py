@@ -113,7 +113,7 @@ def test_empty_string_id_from_parquet_is_rejected(tmp_path, curves_domain):
 
 @pytest.mark.parametrize("uid", [
     "o'brien", 'say "hi"', "x'; DROP TABLE users; --", "Robert'); DELETE FROM t;--",
-    "ünïcødé 用户 🚢", "  spaced  ", "new\nline", "NULL", "a,b",
+    "ünïcødé 用户 🚢", "  spaced  ", "NULL", "a,b",
 ])
 def test_hostile_ids_are_just_text(tmp_path, curves_domain, uid):
     rows = [[uid, uid, 0, 1.0], [uid, uid, 1, 2.0]]
@@ -121,6 +121,17 @@ def test_hostile_ids_are_just_text(tmp_path, curves_domain, uid):
     (u,) = iter_users(f, curves_domain)
     assert isinstance(u, UserCurves)
     assert u.user_id == uid and u.curves[0].curve_id == uid
+
+
+@pytest.mark.parametrize("uid", ["new\nline", "nul\x00", "esc\x1b[2J", "csi\x9b"])
+def test_ids_with_control_characters_are_rejected_naming_the_row(tmp_path, curves_domain, uid):
+    rows = [["ok", "c", 0, 1.0], ["ok", "c", 1, 2.0], [uid, "c", 0, 1.0], [uid, "c", 1, 2.0]]
+    f = write_csv(tmp_path / "in.csv", HEADER, rows)
+    users = {u.user_id: u for u in iter_users(f, curves_domain)}
+    ok, bad = users["ok"], users[uid]
+    assert isinstance(ok, UserCurves) and isinstance(bad, Rejection)
+    assert (bad.problems[0].row, bad.problems[0].column, bad.problems[0].rule) == (
+        3, "user_id", "id without control characters")
 
 
 def test_large_user_is_never_split_across_batches(tmp_path, curves_domain):

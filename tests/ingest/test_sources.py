@@ -94,9 +94,12 @@ def test_multiline_quoted_field_counts_as_one_row(tmp_path, frame):
             'x,c,0,1\nx,c,0,2\n')
     (tmp_path / "in.csv").write_text(text, encoding="utf-8")
     rep = scan(tmp_path / "in.csv", make_domain())
-    assert list(rep.user_fingerprints) == ["multi\nline"]
-    (rej,) = rep.rejected
-    assert isinstance(rej, Rejection) and rej.problems[0].row == 4
+    # the quoted line break is one record: x's duplicate t is reported at row 4, not 6
+    # (the multi-line id itself is refused: ids have no control characters)
+    rows = {r.user_id: (r.problems[0].row, r.problems[0].rule) for r in rep.rejected}
+    assert all(isinstance(r, Rejection) for r in rep.rejected)
+    assert rows == {"multi\nline": (1, "id without control characters"),
+                    "x": (4, "t strictly increasing")}
 
 
 @pytest.mark.parametrize("column", ["user_id", "t", "value"])

@@ -111,8 +111,11 @@ def test_date_column_in_step_domain_is_file_error(tmp_path):
 
 
 def test_huge_step_indices_rejected_not_overflowed(tmp_path):
-    rows = [["u", "s", 0, 1.0], ["u", "s", "1e300", 1.0], ["v", "s", 2**53, 1.0]]
+    rows = [["u", "s", 0, 1.0], ["u", "s", "1e300", 1.0], ["v", "s", 2**53, 1.0],
+            ["w", "s", 2**53 - 1, 1.0]]
     res = _run(tmp_path, rows)
-    assert [(p.row, p.rule) for p in res["u"].problems] == [(2, "step within +-2^53")]
-    (s,) = res["v"].streams
-    assert s.steps[0] == 2**53
+    assert [(p.row, p.rule) for p in res["u"].problems] == [(2, "step in [0, 2^53)")]
+    # 2^53 is refused: 2^53 + 1 reads as the same double; 2^53 - 1 is the last exact step
+    assert [(p.row, p.rule) for p in res["v"].problems] == [(3, "step in [0, 2^53)")]
+    (s,) = res["w"].streams
+    assert s.steps[0] == 2**53 - 1

@@ -150,7 +150,15 @@ def test_messages_never_carry_values():
 
 def test_stream_step_range():
     ps = _problems(stream_samples_schema(None), _streams([0.0, 2.0**53 + 2, 1e300], [1.0] * 3))
-    assert _only(ps) == {(2, "t", "step within +-2^53"), (3, "t", "step within +-2^53")}
+    assert _only(ps) == {(2, "t", "step in [0, 2^53)"), (3, "t", "step in [0, 2^53)")}
+
+
+def test_stream_step_range_edges():
+    # 2^53 - 1 is the last exact step; 2^53 (also what 2^53 + 1 reads as) and -1 are refused
+    steps = [-1.0, 0.0, 2.0**53 - 1, 2.0**53]
+    ps = _problems(stream_samples_schema(None), _streams(steps, [1.0] * 4))
+    assert {(row, rule) for row, _, rule in _only(ps)} == {
+        (1, "step in [0, 2^53)"), (4, "step in [0, 2^53)")}
 
 
 def test_rule_names_do_not_depend_on_which_schema_is_built_first():
