@@ -130,8 +130,8 @@ def release_curves_cmd(
                                                "input fingerprint and parameters)."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int | None = typer.Option(
-        None, "--chunk-users", help="Users per mechanism task (default: whole users up to "
-                                    "about 500,000 samples per task)."),
+        None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
+                                    "fixed count, never sized by samples)."),
     evaluate_on: str = typer.Option("grid", "--evaluate-on",
                                     help="grid (N evenly spaced times) | input (the input "
                                          "times: releases them as-is)."),
@@ -176,8 +176,8 @@ def release_streams_cmd(
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int | None = typer.Option(
-        None, "--chunk-users", help="Users per mechanism task (default: whole users up to "
-                                    "about 500,000 samples per task)."),
+        None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
+                                    "fixed count, never sized by samples)."),
     population_period: int | None = typer.Option(
         None, "--population-period", help="Public period in steps (e.g. 48 half-hours) of the "
         "population view's per-phase tables; post-processing, charges nothing."),

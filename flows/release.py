@@ -554,8 +554,8 @@ def release_curves(
         out_dir: each release writes OUT_DIR/<release_id>/.
         ledger_path: the ledger file (its noise key sits beside it).
         policy_path: policy TOML naming the domain (default: the bundled one).
-        chunk_users: users per mechanism task (default: whole users up to about
-            500,000 samples per task, `tasks.stage.CHUNK_POINTS`).
+        chunk_users: users per mechanism task (default: 1,000 users,
+            `tasks.stage.DEFAULT_CHUNK_USERS`; never sized by samples).
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         evaluate_on: grid (evenly spaced times) or input (the input times, released as-is).
@@ -619,8 +619,8 @@ def release_streams(
         out_dir: each release writes OUT_DIR/<release_id>/.
         ledger_path: the ledger file (its noise key sits beside it).
         policy_path: policy TOML naming the domain (default: the bundled one).
-        chunk_users: users per mechanism task (default: whole users up to about
-            500,000 samples per task, `tasks.stage.CHUNK_POINTS`).
+        chunk_users: users per mechanism task (default: 1,000 users,
+            `tasks.stage.DEFAULT_CHUNK_USERS`; never sized by samples).
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         population_period: public period in steps (e.g. 48 half-hours) of the population
