@@ -43,6 +43,11 @@ def _is_floating(typ: pa.DataType) -> bool:
     return pa.types.is_floating(typ)
 
 
+def _is_noisy(typ: pa.DataType) -> bool:
+    """Floats (noisy values, times) and binary (WKB of noisy coordinates): no dictionary, no stats."""
+    return _is_floating(typ) or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+
+
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     """`schema` with each dictionary-typed field as its value type (a string column)."""
     return pa.schema([pa.field(f.name, f.type.value_type, f.nullable, f.metadata)
@@ -62,13 +67,17 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     Noisy floats never repeat, so a dictionary page for them is built, found too
     large and thrown away for every row group (most of the encoding time): only
     the non-float columns (ids, basis names, JSON text, small ints) are
-    dictionary-encoded and carry min/max statistics. Flat float columns are
+    dictionary-encoded and carry min/max statistics. Binary columns (WKB lines
+    of noisy coordinates) are treated as floats: neither a dictionary nor
+    statistics. Float statistics would show each row group's extreme times
+    and values (the grid's span where durations are private, noise
+    extremes): they are never written. Flat float columns are
     BYTE_STREAM_SPLIT-encoded (their bytes regrouped by significance before
     zstd: 20% smaller values files, written in 60% of the time, measured on
     2-D curve outputs). The options depend only on the schema, so the bytes
     still depend only on the rows.
     """
-    other = [f.name for f in schema if not _is_floating(f.type)]
+    other = [f.name for f in schema if not _is_noisy(f.type)]
     flat = [f.name for f in schema if pa.types.is_floating(f.type)]
     if not any(pa.types.is_dictionary(f.type) for f in schema):
         return pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,

@@ -27,6 +27,7 @@ from flows.cli_common import (
 )
 from flows.outcome import ReleaseNotMadeError, counts_line
 from flows.settings import privpipe_home
+from reports.release_sections import WITHHELD
 from schemas.errors import EXIT_BAD_INPUT, EXIT_DENIED, ParameterError
 from schemas.names import check_name
 
@@ -68,8 +69,11 @@ def _result_row(res: dict[str, Any]) -> dict[str, Any]:
     manifest = res["manifest"]
     counts = manifest["counts"]
     return {"release_id": res["release_id"], "released": counts["users_released"],
-            "denied": counts["users_denied"], "rejected": counts["users_rejected"],
-            "users": counts["users_in_input"], "fingerprint": manifest["input_fingerprint"],
+            "denied": counts["users_denied"],
+            # withheld from the manifest unless the policy declares public.rejections
+            "rejected": counts.get("users_rejected", WITHHELD),
+            "users": counts.get("users_in_input", WITHHELD),
+            "fingerprint": manifest["input_fingerprint"],
             "output": res["out"], "report": res["report"]}
 
 
