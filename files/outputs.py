@@ -44,7 +44,7 @@ def _is_floating(typ: pa.DataType) -> bool:
 
 
 def _is_noisy(typ: pa.DataType) -> bool:
-    """Floats (noisy values, times) and binary (WKB of noisy coordinates): no dictionary, no stats."""
+    """Floats (noisy values, times) and binary (WKB of noisy points): no dictionary, no stats."""
     return _is_floating(typ) or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
 
 

@@ -240,3 +240,28 @@ def test_the_geojson_has_the_same_structure(releases):
                                                          for f in gb["features"]]
     assert [len(f["geometry"]["coordinates"]) for f in ga["features"]] == [
         len(f["geometry"]["coordinates"]) for f in gb["features"]]
+
+
+@pytest.mark.parametrize("hidden", ["points", "duration"])
+def test_sample_times_cannot_be_public_without_points_and_durations(tmp_path, hidden):
+    """``evaluate_on = "input"`` releases values at the input times: N and the true span."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from ledger import Ledger
+
+    extra = "grid_points = 64" if hidden == "points" else "window = 10.0"
+    public = {"points": "true", "duration": "true", hidden: "false"}
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.replace("window = 10.0\ngrid_points = 64\n", extra + "\n").replace(
+        "public = { duration = false, points = false }",
+        f"public = {{ duration = {public['duration']}, points = {public['points']}, "
+        "sample_times = true }"))
+    ledger = tmp_path / "ledger.duckdb"
+    Ledger.init(ledger)
+    r = CliRunner().invoke(app, ["ledger", "policy", "apply", str(policy), "--ledger",
+                                 str(ledger)])
+    assert r.exit_code == 2, r.output
+    assert "domains.hidden.public.sample_times" in r.output
+    assert f"public.{hidden} = true" in r.output
+    assert Ledger(ledger).domains() == []  # nothing recorded
