@@ -1,10 +1,17 @@
 """Release outputs: merge chunk files, write the manifest.
 
 Merging streams one chunk at a time (uncompressed Arrow IPC files from the
-mechanism tasks) into a single zstd Parquet file (one row group per chunk), so
-memory stays bounded by the chunk size, each value is encoded and compressed
-once, and the bytes depend only on the rows: a rerun of a release rewrites
-identical files.
+mechanism tasks) into a single zstd Parquet file, so memory stays bounded by
+the chunk size, each value is encoded and compressed once, and the bytes
+depend only on the rows: a rerun of a release rewrites identical files.
+
+Layout rule (privacy): every output file is cut into row groups of exactly
+`ROW_GROUP_ROWS` rows (the last one holds the rest), whatever the chunks the
+rows came in. Chunks are cut by a count of users (`tasks.stage`), and a
+chunk's rows depend on its users' private sample counts or on which of its
+users were rejected; with fixed-size row groups the file's shape (row groups,
+their statistics, page boundaries) is a function of the total row count and
+the rows themselves, which the release publishes anyway.
 """
 
 from __future__ import annotations
@@ -15,17 +22,30 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from files.safe_files import NewFile, disk_errors, make_dirs
 from files.staging import read_arrow
 
+ROW_GROUP_ROWS = 1 << 19
+"""Rows per Parquet row group of every release output (the last group holds the rest).
+
+A public constant: row-group boundaries never follow chunks, users or sample
+counts, so they reveal nothing beyond the total row count (see the module's
+layout rule). 524,288 rows keep a group's buffered columns to tens of MB."""
+
 
 def _is_floating(typ: pa.DataType) -> bool:
     while pa.types.is_list(typ) or pa.types.is_large_list(typ):
         typ = typ.value_type
     return pa.types.is_floating(typ)
+
+
+def _is_noisy(typ: pa.DataType) -> bool:
+    """Floats (noisy values, times) and binary (WKB of noisy points): no dictionary, no stats."""
+    return _is_floating(typ) or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
@@ -47,13 +67,17 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     Noisy floats never repeat, so a dictionary page for them is built, found too
     large and thrown away for every row group (most of the encoding time): only
     the non-float columns (ids, basis names, JSON text, small ints) are
-    dictionary-encoded and carry min/max statistics. Flat float columns are
+    dictionary-encoded and carry min/max statistics. Binary columns (WKB lines
+    of noisy coordinates) are treated as floats: neither a dictionary nor
+    statistics. Float statistics would show each row group's extreme times
+    and values (the grid's span where durations are private, noise
+    extremes): they are never written. Flat float columns are
     BYTE_STREAM_SPLIT-encoded (their bytes regrouped by significance before
     zstd: 20% smaller values files, written in 60% of the time, measured on
     2-D curve outputs). The options depend only on the schema, so the bytes
     still depend only on the rows.
     """
-    other = [f.name for f in schema if not _is_floating(f.type)]
+    other = [f.name for f in schema if not _is_noisy(f.type)]
     flat = [f.name for f in schema if pa.types.is_floating(f.type)]
     if not any(pa.types.is_dictionary(f.type) for f in schema):
         return pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,
@@ -67,6 +91,85 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     return writer
 
 
+def _canonical(table: pa.Table) -> pa.Table:
+    """`table` in one contiguous chunk per column, its dictionaries rebuilt from its rows.
+
+    The Parquet writer's pages follow the Arrow chunks it is given, and it
+    writes an Arrow dictionary as it is (entries no row uses included): both
+    would carry the boundaries of the chunks the rows came from. Here each
+    dictionary column keeps only the ids its rows use, in order of first use
+    (int32 indices), so the written bytes depend on the rows only.
+    """
+    table = table.unify_dictionaries().combine_chunks()
+    columns = []
+    for col in table.columns:
+        if pa.types.is_dictionary(col.type):
+            arr = col.chunk(0)
+            idx = arr.indices.to_numpy(zero_copy_only=False)
+            used, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")
+            rank = np.empty(order.size, dtype=np.int32)
+            rank[order] = np.arange(order.size, dtype=np.int32)
+            col = pa.DictionaryArray.from_arrays(
+                pa.array(rank[inverse].astype(np.int32), pa.int32()),
+                arr.dictionary.take(pa.array(used[order], pa.int64())))
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+class RowGroupWriter:
+    """A `parquet_writer` that cuts row groups of exactly `ROW_GROUP_ROWS` rows.
+
+    Tables are buffered across `write` calls (at most one row group plus the
+    last table), so the row groups do not follow the tables the rows came in:
+    the file's bytes depend on its rows only (`_canonical`), and its shape on
+    the total row count only.
+    """
+
+    def __init__(self, where: str | Path | BinaryIO, schema: pa.Schema):
+        self._writer = parquet_writer(where, schema)
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self._empty: pa.Table | None = None
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Buffer `table`'s rows; write every full row group they complete."""
+        if table.num_rows == 0:
+            self._empty = table
+            return
+        self._buffer.append(table)
+        self._buffered += table.num_rows
+        self.rows += table.num_rows
+        size = ROW_GROUP_ROWS
+        if self._buffered < size:
+            return
+        rows = pa.concat_tables(self._buffer)
+        start = 0
+        while rows.num_rows - start >= size:
+            self._write_group(rows.slice(start, size))
+            start += size
+        rest = rows.slice(start)
+        self._buffer, self._buffered = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def _write_group(self, rows: pa.Table) -> None:
+        self._writer.write_table(_canonical(rows), row_group_size=max(rows.num_rows, 1))
+
+    def close(self) -> None:
+        """Write the last (partial) row group and the footer."""
+        if self._buffered:
+            self._write_group(pa.concat_tables(self._buffer))
+            self._buffer, self._buffered = [], 0
+        elif self.rows == 0 and self._empty is not None:
+            self._writer.write_table(self._empty)  # one empty row group, as before any rows
+        self._writer.close()
+
+    def abandon(self) -> None:
+        """Close the writer without writing what is buffered (the file is discarded)."""
+        self._buffer, self._buffered = [], 0
+        self._writer.close()
+
+
 class ParquetAppender:
     """Append chunk files, as they finish and in chunk order, to one Parquet file per output.
 
@@ -76,14 +179,14 @@ class ParquetAppender:
     `directory` (the release's private staging dir) as new private files
     (`files.safe_files.NewFile`, mode 0600) and only `finish` renames one into
     place; a crashed release leaves nothing half-written among its outputs.
-    The bytes are those of one writer over the same chunks (one zstd row group
-    per chunk; `tests/flows/test_outputs_staging.py`): a rerun writes identical files.
+    Row groups hold `ROW_GROUP_ROWS` rows each (`RowGroupWriter`), however the
+    rows are split into chunks: the bytes depend only on the rows
+    (`tests/flows/test_outputs_staging.py`), so a rerun writes identical files.
     """
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
-        self._writers: dict[str, tuple[pq.ParquetWriter, NewFile]] = {}
-        self._rows: dict[str, int] = {}
+        self._writers: dict[str, tuple[RowGroupWriter, NewFile]] = {}
 
     def add(self, name: str, chunk_path: str, *, remove: bool = True) -> None:
         """Append one chunk file (an Arrow IPC file) to output `name`."""
@@ -97,12 +200,10 @@ class ParquetAppender:
         if entry is None:
             make_dirs(self.directory)
             new = NewFile(self.directory / f"{name}.parquet")
-            entry = (parquet_writer(new.file, table.schema), new)
+            entry = (RowGroupWriter(new.file, table.schema), new)
             self._writers[name] = entry
-            self._rows[name] = 0
         with disk_errors(entry[1].path):
-            entry[0].write_table(table)
-        self._rows[name] += table.num_rows
+            entry[0].write(table)
 
     def __contains__(self, name: str) -> bool:
         return name in self._writers
@@ -117,13 +218,13 @@ class ParquetAppender:
             new.abort()
             raise
         new.commit(out_path)
-        return self._rows.pop(name)
+        return writer.rows
 
     def close(self) -> None:
         """Abandon every unfinished output (their temporary files are deleted)."""
         for writer, new in self._writers.values():
             with contextlib.suppress(OSError):  # e.g. a full disk: the file is deleted next
-                writer.close()
+                writer.abandon()
             new.abort()
         self._writers.clear()
 

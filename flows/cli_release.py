@@ -27,6 +27,7 @@ from flows.cli_common import (
 )
 from flows.outcome import ReleaseNotMadeError, counts_line
 from flows.settings import privpipe_home
+from reports.release_sections import WITHHELD
 from schemas.errors import EXIT_BAD_INPUT, EXIT_DENIED, ParameterError
 from schemas.names import check_name
 
@@ -68,8 +69,11 @@ def _result_row(res: dict[str, Any]) -> dict[str, Any]:
     manifest = res["manifest"]
     counts = manifest["counts"]
     return {"release_id": res["release_id"], "released": counts["users_released"],
-            "denied": counts["users_denied"], "rejected": counts["users_rejected"],
-            "users": counts["users_in_input"], "fingerprint": manifest["input_fingerprint"],
+            "denied": counts["users_denied"],
+            # withheld from the manifest unless the policy declares public.rejections
+            "rejected": counts.get("users_rejected", WITHHELD),
+            "users": counts.get("users_in_input", WITHHELD),
+            "fingerprint": manifest["input_fingerprint"],
             "output": res["out"], "report": res["report"]}
 
 
@@ -130,8 +134,8 @@ def release_curves_cmd(
                                                "input fingerprint and parameters)."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int | None = typer.Option(
-        None, "--chunk-users", help="Users per mechanism task (default: whole users up to "
-                                    "about 500,000 samples per task)."),
+        None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
+                                    "fixed count, never sized by samples)."),
     evaluate_on: str = typer.Option("grid", "--evaluate-on",
                                     help="grid (N evenly spaced times) | input (the input "
                                          "times: releases them as-is)."),
@@ -176,8 +180,8 @@ def release_streams_cmd(
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
     table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
     chunk_users: int | None = typer.Option(
-        None, "--chunk-users", help="Users per mechanism task (default: whole users up to "
-                                    "about 500,000 samples per task)."),
+        None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
+                                    "fixed count, never sized by samples)."),
     population_period: int | None = typer.Option(
         None, "--population-period", help="Public period in steps (e.g. 48 half-hours) of the "
         "population view's per-phase tables; post-processing, charges nothing."),

@@ -16,6 +16,7 @@ from typing import Any
 from data.loaders import write_demo_inputs
 from flows.settings import BUNDLED_POLICY
 from ledger import Ledger
+from reports.release_sections import WITHHELD
 from schemas.policy import load_policy
 
 # Public, documented demo parameters. ε values are in each domain's units
@@ -82,7 +83,7 @@ def run_demo(out_dir: str | Path, ledger_path: str | Path, *,
         counts = res["manifest"]["counts"]
         rows.append({"step": spec["label"], "release_id": res["release_id"],
                      "released": counts["users_released"], "denied": counts["users_denied"],
-                     "rejected": counts["users_rejected"], "report": res["report"]})
+                     "rejected": counts.get("users_rejected", WITHHELD), "report": res["report"]})
     step("auditing the ledger")
     result = audit(ledger_path=str(ledger_path), out_dir=str(out))
     rows.append({"step": "Compliance audit", "release_id": "",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reports.release_sections import WITHHELD
 from schemas.errors import EXIT_BAD_INPUT, EXIT_DENIED, PrivpipeError
 
 
@@ -28,8 +29,26 @@ class ReleaseNotMadeError(PrivpipeError):
         self.exit_code = exit_code
 
 
+def rejection_counts(public: bool, users: int, rejected: int) -> dict[str, int]:
+    """The manifest's ``users_in_input`` and ``users_rejected``, or nothing.
+
+    How many users validation rejected is a function of raw data (and so is
+    the input's user count, which adds it to the released and denied users):
+    published only when the domain declares ``public.rejections = true``.
+    """
+    return {"users_in_input": users + rejected, "users_rejected": rejected} if public else {}
+
+
 def counts_line(counts: dict[str, Any]) -> str:
-    """``"2 of 6 users released; 3 denied (budget); 1 rejected (invalid input)"``."""
+    """``"2 of 6 users released; 3 denied (budget); 1 rejected (invalid input)"``.
+
+    Without published rejection counts (``public.rejections = false``):
+    ``"2 users released; 3 denied (budget); rejected (invalid input): not published"``.
+    """
+    if "users_rejected" not in counts:
+        return (f"{counts.get('users_released', 0)} users released; "
+                f"{counts.get('users_denied', 0)} denied (budget); "
+                f"rejected (invalid input): {WITHHELD}")
     total = counts.get("users_in_input", 0)
     return (f"{counts.get('users_released', 0)} of {total} users released; "
             f"{counts.get('users_denied', 0)} denied (budget); "

@@ -27,7 +27,7 @@ from files.staging import read_arrow, write_arrow
 from files.staging_dir import StagingDir
 from flows.dry_run import dry_run_result
 from flows.faults import fault_point
-from flows.outcome import release_state
+from flows.outcome import rejection_counts, release_state
 from flows.preflight import (
     CURVE_MECHANISMS,
     EVALUATE_ON,
@@ -467,11 +467,11 @@ def _release(kind: str, *, input_path: str, dom: Domain, spec: CurveSpec | Strea
         manifest = {
             **base_manifest,
             "mechanism": mechanism,
-            "counts": {"users_in_input": plan.users + len(plan.rejected),
+            "counts": {**rejection_counts(dom.rejections_public, plan.users, len(plan.rejected)),
                        "users_released": len(admitted), "users_denied": len(denied),
                        **({"users_unchanged": len(unchanged)} if kind == "streams"
                           else {}),
-                       "users_rejected": len(plan.rejected), "items": plan.items,
+                       "items": plan.items,
                        # the total point count is an aggregate of private counts unless
                        # the domain declares point counts public
                        **({"points": plan.points} if _points_public(dom) else {}), **counts},
@@ -554,8 +554,8 @@ def release_curves(
         out_dir: each release writes OUT_DIR/<release_id>/.
         ledger_path: the ledger file (its noise key sits beside it).
         policy_path: policy TOML naming the domain (default: the bundled one).
-        chunk_users: users per mechanism task (default: whole users up to about
-            500,000 samples per task, `tasks.stage.CHUNK_POINTS`).
+        chunk_users: users per mechanism task (default: 1,000 users,
+            `tasks.stage.DEFAULT_CHUNK_USERS`; never sized by samples).
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         evaluate_on: grid (evenly spaced times) or input (the input times, released as-is).
@@ -619,8 +619,8 @@ def release_streams(
         out_dir: each release writes OUT_DIR/<release_id>/.
         ledger_path: the ledger file (its noise key sits beside it).
         policy_path: policy TOML naming the domain (default: the bundled one).
-        chunk_users: users per mechanism task (default: whole users up to about
-            500,000 samples per task, `tasks.stage.CHUNK_POINTS`).
+        chunk_users: users per mechanism task (default: 1,000 users,
+            `tasks.stage.DEFAULT_CHUNK_USERS`; never sized by samples).
         table: table name of a DuckDB input.
         scheduled_date: the date of a scheduled run (set by deployments).
         population_period: public period in steps (e.g. 48 half-hours) of the population

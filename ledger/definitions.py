@@ -5,7 +5,8 @@ has: a field added to the policy later is covered without a change here) in
 the sealed domain row and in each policy entry of the chain, so the ledger's
 MAC-checked row is the complete source of truth for a release.
 
-Encoding: `dataclasses.asdict`, then canonical JSON (sorted keys, no spaces)
+Encoding: `dataclasses.asdict` (less the fields added later and left at their
+default, `schemas.policy.definition_fields`), then canonical JSON (sorted keys, no spaces)
 with Fractions as ``"p/q"`` text and tuples as lists. Decoding rebuilds each
 field from its declared type (Fraction, tuples, nested dataclasses such as
 `Public`, optional values); a field missing from an older text takes the
@@ -26,12 +27,12 @@ from typing import Any
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError
 from ledger.wevent_budget import with_legacy_reading
-from schemas.policy import Domain
+from schemas.policy import Domain, definition_fields
 
 
 def encode(domain: Domain) -> str:
     """The canonical JSON of every field of `domain`."""
-    return canonical_json(dataclasses.asdict(domain), "domain definition")
+    return canonical_json(definition_fields(domain), "domain definition")
 
 
 def _convert(value: Any, hint: Any) -> Any:

@@ -30,6 +30,9 @@ from reports.guarantee import curves_reading, streams_reading
 from reports.render import cell, md_table, utc_text
 from schemas.continuation_rules import CONTINUATION_RULES
 
+WITHHELD = "not published"
+"""What reports, artifacts and the CLI show for a count the domain's policy keeps private."""
+
 
 @dataclass
 class ReleaseContext:
@@ -143,8 +146,10 @@ def _median_duration(ctx: ReleaseContext) -> float | None:
 def users(ctx: ReleaseContext) -> list[str]:
     """Counts: released, denied, rejected, items and points."""
     c = ctx.manifest["counts"]
-    row = {"in input": c.get("users_in_input"), "released": c["users_released"],
-           "denied (budget)": c["users_denied"], "rejected (invalid input)": c["users_rejected"],
+    # input and rejected counts are absent unless the policy declares public.rejections
+    row = {"in input": c.get("users_in_input", WITHHELD), "released": c["users_released"],
+           "denied (budget)": c["users_denied"],
+           "rejected (invalid input)": c.get("users_rejected", WITHHELD),
            "curves / streams": c["items"]}
     if "points" in c:  # absent when the domain keeps point counts private
         row["points / samples"] = c["points"]
@@ -192,7 +197,20 @@ def denied(ctx: ReleaseContext) -> list[str]:
 
 
 def rejected(ctx: ReleaseContext) -> list[str]:
-    """Rejected users as counts per validation rule (no rows, columns, values or ids)."""
+    """Rejected users as counts per validation rule (no rows, columns, values or ids).
+
+    Only where the domain's policy declares ``public.rejections = true`` (the
+    manifest then counts ``users_rejected``): otherwise a fixed note, the same
+    whether or not any user was rejected, so the report says nothing of them.
+    """
+    if "users_rejected" not in ctx.manifest["counts"]:
+        return ["## Rejected (invalid input: nothing charged)", "",
+                "Users whose input fails validation are neither charged nor released. How "
+                "many there were, and which rules they broke, is not published: it depends on "
+                "the raw data, and the domain's policy does not declare it public "
+                "(`public.rejections = false`). "
+                f"`privpipe validate FILE --domain {ctx.manifest['domain']}` shows the "
+                "operator.", ""]
     if not ctx.rejected:
         return []
 

@@ -17,7 +17,10 @@ A domain is one kind of data with one metric and one budget per user. Example::
     [domains.ais_tracks.public]    # what is released outside the noise (required for curves)
     duration = true            # each curve's duration (else: `window = T` on the domain)
     points = true              # each curve's number of points (else: `grid_points = N`)
-    sample_times = false       # the input sample times (allows evaluate_on = "input")
+    sample_times = false       # the input sample times (allows evaluate_on = "input";
+                               # only with duration = true and points = true)
+    rejections = false         # how many users validation rejected, per rule (default:
+                               # withheld from manifests and reports)
 
     [domains.power]
     kind = "streams"
@@ -30,11 +33,15 @@ A domain is one kind of data with one metric and one budget per user. Example::
     wevent_budget = "per_user" # default: windows sum over all of a user's streams;
                                # "per_stream": each stream its own (k streams: k·cap)
 
+    [domains.power.public]     # optional for streams: only `rejections` applies
+    rejections = false
+
 Errors name the key and its allowed values (`PolicyError`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -50,7 +57,8 @@ TIME_UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 STREAM_TIME_UNITS = ("step", *TIME_UNITS)
 PROJECTIONS = ("equirectangular", "mercator")
 METRICS_BY_KIND = {"curves": ("l2", "dist_inf"), "streams": ("wevent",)}
-PUBLIC_KEYS = ("duration", "points", "sample_times")
+PUBLIC_KEYS = ("duration", "points", "sample_times", "rejections")
+STREAM_PUBLIC_KEYS = ("rejections",)
 _DOMAIN_KEYS = {
     "kind", "notion", "cap", "w", "time_unit", "step", "value_columns", "value_unit",
     "projection", "lon_column", "lat_column", "ref_lat", "value_range", "sort", "schedule",
@@ -107,6 +115,11 @@ class Domain:
             return f"sup distance in {self.value_unit}"
         return f"L2 over {self.value_unit} x {self.time_unit}^(1/2)"
 
+    @property
+    def rejections_public(self) -> bool:
+        """Whether manifests and reports may publish how many users validation rejected."""
+        return self.public is not None and self.public.rejections
+
     def public_fields(self) -> tuple[str, ...]:
         """Names of what a release of this domain publishes outside the noise (documented)."""
         if self.kind == "streams":
@@ -128,13 +141,40 @@ class Public:
     ``duration``: each curve's duration (else every curve lies on the domain's
     fixed ``window``); ``points``: each curve's number of samples (else the
     output grid has the domain's ``grid_points`` and nothing is sized by N);
-    ``sample_times``: the input sample times (needed for ``evaluate_on="input"``).
+    ``sample_times``: the input sample times (needed for ``evaluate_on="input"``;
+    only with ``duration`` and ``points``, which the sample times give away);
+    ``rejections``: how many users validation rejected, and under which rules
+    (a function of raw data: withheld unless declared). A streams domain's
+    public table may hold ``rejections`` only.
     User and curve ids are always public: they key the per-user outputs.
     """
 
     duration: bool = False
     points: bool = False
     sample_times: bool = False
+    rejections: bool = field(default=False, metadata={"omit_default": True})
+
+
+def definition_fields(obj: Any) -> Any:
+    """`dataclasses.asdict(obj)`, without fields marked ``omit_default`` left at their default.
+
+    Fields added to the policy after ledgers recorded definitions carry that
+    mark, so a definition that does not use them encodes (and digests) as it
+    did before they existed; decoding gives a missing field its default.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.metadata.get("omit_default") and value == f.default:
+                continue
+            out[f.name] = definition_fields(value)
+        return out
+    if isinstance(obj, list | tuple):
+        return type(obj)(definition_fields(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: definition_fields(v) for k, v in obj.items()}
+    return obj
 
 
 @dataclass(frozen=True)
@@ -394,6 +434,22 @@ def _positive(source: str, key: str, value: Any, *, integer: bool = False) -> fl
     return value
 
 
+def _stream_public(source: str, k: str, raw: Any) -> Public | None:
+    """A streams domain's optional public table: ``rejections`` only (None when not true)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _fail(source, f"{k}.public", "must be a table, e.g. [domains.NAME.public] "
+                    "rejections = false")
+    unknown = sorted(set(raw) - set(STREAM_PUBLIC_KEYS))
+    if unknown:
+        raise _fail(source, f"{k}.public.{unknown[0]}",
+                    "only applies to curves domains (a stream's user ids, stream ids and step "
+                    f"indices are always public); allowed: {', '.join(STREAM_PUBLIC_KEYS)}")
+    rejections = _bool(source, f"{k}.public.rejections", raw.get("rejections", False))
+    return Public(rejections=True) if rejections else None
+
+
 def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
     """The metric and the public-metadata declaration of domain table `d` (key prefix `k`)."""
     metric = d.get("metric", METRICS_BY_KIND[kind][0])
@@ -401,7 +457,8 @@ def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str
         raise _fail(source, f"{k}.metric",
                     f"for kind {kind!r} must be one of {', '.join(METRICS_BY_KIND[kind])}")
     if kind == "streams":
-        for key in ("public", "window", "grid_points"):
+        public = _stream_public(source, k, d.get("public"))
+        for key in ("window", "grid_points"):
             if key in d:
                 raise _fail(source, f"{k}.{key}",
                             "only applies to curves domains (a stream's user ids, stream ids "
@@ -412,7 +469,7 @@ def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str
                         "must be \"per_user\" (default: the windows of all of a user's "
                         "streams add up) or \"per_stream\" (each stream has its own windows: "
                         "a user with k streams has k·cap per window)")
-        return {"metric": metric, "wevent_budget": budget}
+        return {"metric": metric, "wevent_budget": budget, "public": public}
     if "wevent_budget" in d:
         raise _fail(source, f"{k}.wevent_budget", "only applies to streams (wevent) domains")
     raw = d.get("public")
@@ -431,7 +488,14 @@ def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str
     public = Public(duration=_bool(source, f"{k}.public.duration", raw["duration"]),
                     points=_bool(source, f"{k}.public.points", raw["points"]),
                     sample_times=_bool(source, f"{k}.public.sample_times",
-                                       raw.get("sample_times", False)))
+                                       raw.get("sample_times", False)),
+                    rejections=_bool(source, f"{k}.public.rejections",
+                                     raw.get("rejections", False)))
+    if public.sample_times and not (public.points and public.duration):
+        raise _fail(source, f"{k}.public.sample_times",
+                    "= true requires public.points = true and public.duration = true: the "
+                    "input sample times give away each curve's number of points and duration "
+                    "(evaluate_on = \"input\" releases values at them)")
     window = d.get("window")
     if public.duration and window is not None:
         raise _fail(source, f"{k}.window", "only applies when public.duration = false")

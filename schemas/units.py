@@ -9,7 +9,6 @@ and by the reports.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from fractions import Fraction
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.policy import Domain
+from schemas.policy import Domain, definition_fields
 
 __all__ = ["domain_record", "lonlat_supported", "stream_time", "to_value_range"]
 
@@ -39,7 +38,7 @@ def domain_record(dom: Domain) -> dict[str, Any]:
     notion, units, w, projection, reference latitude, value range, ...), so two
     releases with the same digest ran under exactly the same policy domain.
     """
-    fields = {k: _plain(v) for k, v in dataclasses.asdict(dom).items()}
+    fields = {k: _plain(v) for k, v in definition_fields(dom).items()}
     fields["units_label"] = dom.units_label()
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return {"definition": fields, "digest": hashlib.sha256(text.encode("utf-8")).hexdigest()}

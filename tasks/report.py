@@ -18,7 +18,7 @@ from ledger import Ledger
 from ledger.summaries import Spread
 from reports import kind_sections as kinds
 from reports import release_sections as sec
-from reports.release_sections import ReleaseContext, Section
+from reports.release_sections import WITHHELD, ReleaseContext, Section
 from reports.render import now_text, publish_artifacts, render
 
 CURVE_SECTIONS: tuple[Section, ...] = (
@@ -93,7 +93,7 @@ def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[di
     publish_artifacts(manifest["release_id"], text, out, [
         {"release_id": manifest["release_id"], "domain": manifest["domain"],
          "released": counts["users_released"], "denied": counts["users_denied"],
-         "rejected": counts["users_rejected"]}])
+         "rejected": counts.get("users_rejected", WITHHELD)}])
     final = Path(publish_dir) if publish_dir is not None else out
     return {"md": str(final / "report.md"), "html": str(final / "report.html")}
 

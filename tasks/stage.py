@@ -219,10 +219,14 @@ def _flush(kind: str, buf: list, index: int, staging: Path, domain: Domain) -> S
                        fingerprints=tuple(u.fingerprint for u in buf))
 
 
-CHUNK_POINTS = 500_000
-"""Samples per mechanism task when the release does not fix `chunk_users` (see below)."""
-MAX_CHUNK_USERS = 5_000
-"""Users per mechanism task at most, when it is sized by samples (many tiny curves)."""
+DEFAULT_CHUNK_USERS = 1_000
+"""Users per mechanism task when the release does not fix `chunk_users`.
+
+Chunks are cut by a count of users only, never by sample counts, which may be
+private (a domain with ``public.points = false``): chunk boundaries then
+follow the validated users' ids, which the outputs and manifest publish
+anyway. A release whose users have very long curves fixes a smaller
+`chunk_users` (a public parameter) to bound a task's memory."""
 
 
 def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: int | None = None,
@@ -233,13 +237,14 @@ def stage_input_fn(source: str, domain: Domain, staging: str, *, chunk_users: in
     first row out of order the chunks staged so far are deleted and it is read
     again, sorted (`ingest.read_users`): the plan is the sorted read's either way.
 
-    A chunk (one mechanism task) holds `chunk_users` users or, by default, as
-    many whole users as reach `CHUNK_POINTS` samples (at most `MAX_CHUNK_USERS`
-    users): a task's fixed cost in Prefect (tens of ms) is then small against
-    its mechanism work, whatever the curve length. Chunking changes neither a
-    user's noise (its own generator) nor the rows released, only the Parquet
-    row groups. Rejected users are listed with every reason (rule, row, column;
-    never values) and get no request, so nothing is charged for them.
+    A chunk (one mechanism task) holds `chunk_users` validated users
+    (`DEFAULT_CHUNK_USERS` by default): a public rule, so the number of tasks
+    and their boundaries reveal no sample count (a task's fixed cost in
+    Prefect, tens of ms, is small against a thousand users' mechanism work).
+    Chunking changes neither a user's noise (its own generator) nor the rows
+    released nor the files' layout (`files.outputs.ROW_GROUP_ROWS`). Rejected
+    users are listed with every reason (rule, row, column; never values) and
+    get no request, so nothing is charged for them.
     """
     staging_dir = Path(staging)
     staging_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +273,8 @@ def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: D
     steps: dict[str, list[tuple[str, str]]] = {}
     rejected: list[dict[str, Any]] = []
     buf: list[UserCurves | UserStreams] = []
-    n_items = n_points = buf_points = 0
+    per_chunk = DEFAULT_CHUNK_USERS if chunk_users is None else chunk_users
+    n_items = n_points = 0
     for item in users:
         if isinstance(item, Rejection):
             fingerprints.reject(item.user_id)
@@ -287,13 +293,10 @@ def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: D
             n_items += len(item.streams)
             points = sum(len(s.steps) for s in item.streams)
         n_points += points
-        buf_points += points
         buf.append(item)
-        full = (len(buf) >= chunk_users if chunk_users is not None else
-                buf_points >= CHUNK_POINTS or len(buf) >= MAX_CHUNK_USERS)
-        if full:
+        if len(buf) >= per_chunk:  # a count of users: never a (private) sample count
             chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
-            buf, buf_points = [], 0
+            buf = []
     if buf:
         chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
     # The input's one fingerprint, as `privpipe validate` prints it (ingest/fingerprint.py).

@@ -9,8 +9,9 @@ range (``low + v * (high - low)``) and the steps to the domain's time unit.
 Both are post-processing of released outputs with public parameters: they
 cost no budget and read no raw data.
 
-Files (next to the release's own outputs, each one Parquet row group per
-input row group, so memory is bounded by a chunk):
+Files (next to the release's own outputs, read one row group at a time, so
+memory is bounded by a row group, and written in row groups of
+`files.outputs.ROW_GROUP_ROWS` rows like every release output):
 
 - ``values_lonlat.parquet``: user_id, curve_id, t, lon, lat (degrees).
 - ``curves_lonlat.parquet``: GeoParquet 1.1, one WKB LineString (lon, lat,
@@ -37,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from files.outputs import parquet_writer
+from files.outputs import RowGroupWriter
 from files.report_files import new_file, save_text
 from ingest.projection import unproject
 from mechanisms import registry
@@ -57,6 +58,24 @@ def _row_groups(path: Path) -> Iterator[pa.Table]:
     pf = pq.ParquetFile(path)
     for i in range(pf.metadata.num_row_groups):
         yield pf.read_row_group(i)
+
+
+def _whole_curves(path: Path) -> Iterator[pa.Table]:
+    """The rows of `path` in pieces that each hold whole curves (a curve can span row groups)."""
+    carry: pa.Table | None = None
+    for table in _row_groups(path):
+        if carry is not None:
+            table = pa.concat_tables([carry, table]).combine_chunks()
+        if table.num_rows == 0:
+            carry = table
+            continue
+        starts, _ = _runs(table)
+        last = int(starts[-1])
+        if last:
+            yield table.slice(0, last)
+        carry = table.slice(last)
+    if carry is not None and carry.num_rows:
+        yield carry
 
 
 def _runs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -106,18 +125,19 @@ def _write_curves_lonlat(rdir: Path, dom: Domain, values: Path) -> dict[str, str
     with (new_file(rdir / "values_lonlat.parquet") as f_points,
           new_file(rdir / "curves_lonlat.parquet") as f_lines):
         w_points = w_lines = None
-        for table in _row_groups(values):
+        geo = {b"geo": json.dumps(_GEO_META, sort_keys=True).encode()}
+        for table in _whole_curves(values):
             points, lines, feats = _lonlat_tables(table, dom)
+            lines = lines.replace_schema_metadata(geo)
             if w_points is None:
-                w_points = parquet_writer(f_points, points.schema)
-                geo = {b"geo": json.dumps(_GEO_META, sort_keys=True).encode()}
-                w_lines = parquet_writer(f_lines, lines.schema.with_metadata(geo))
-            w_points.write_table(points)
-            w_lines.write_table(lines)
+                w_points = RowGroupWriter(f_points, points.schema)
+                w_lines = RowGroupWriter(f_lines, lines.schema)
+            w_points.write(points)
+            w_lines.write(lines)
             if features is not None:
                 features.extend(feats)
-        if w_points is None:
-            raise ValueError(f"{values} has no row group: nothing to map to lon/lat")
+        if w_points is None or w_lines is None:
+            raise ValueError(f"{values} has no row: nothing to map to lon/lat")
         w_points.close()
         w_lines.close()
     files = {"values_lonlat": "values_lonlat.parquet", "curves_lonlat": "curves_lonlat.parquet"}
@@ -158,8 +178,8 @@ def _write_stream_units(src: Path, out: Path, column: str, new: str,
                       for f in part.schema]
             part = part.cast(pa.schema(fields))
             if writer is None:
-                writer = parquet_writer(fh, part.schema)
-            writer.write_table(part)
+                writer = RowGroupWriter(fh, part.schema)
+            writer.write(part)
         if writer is None:
             raise ValueError(f"{src} has no row group: nothing to scale")
         writer.close()

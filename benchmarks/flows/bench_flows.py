@@ -7,8 +7,9 @@ measured per run:
              (ingest, reserve, PrivFuncSeg over chunks, settle, outputs, report)
              with the default task runner;
   * `loop`:  read the same CSV with pandas and run the same mechanism in a plain
-             loop, chunk by chunk as the flow chunks (whole users up to
-             `tasks.stage.CHUNK_POINTS` samples; a tree without it: 250 users) with
+             loop, chunk by chunk as the flow chunks (`tasks.stage.DEFAULT_CHUNK_USERS`
+             users; an older tree: whole users up to `CHUNK_POINTS` samples; a tree
+             without either: 250 users) with
              the release's generator per user (`privfuncseg_batch` per chunk; a tree
              without it: `privfuncseg` per curve), no validation, no ledger, no
              outputs; it also times its CSV read and grouping apart ("loop read");
@@ -78,10 +79,14 @@ elif mode == "loop":
         from tasks.keyed_rng import release_generator as generator
     except ImportError:
         generator = np.random.default_rng
-    try:  # the flow's own chunking (whole users up to CHUNK_POINTS samples), where it has one
-        from tasks.stage import CHUNK_POINTS, MAX_CHUNK_USERS
+    try:  # the flow's own chunking (a fixed count of users), where it has one
+        from tasks.stage import DEFAULT_CHUNK_USERS as MAX_CHUNK_USERS
+        CHUNK_POINTS = float("inf")
     except ImportError:
-        CHUNK_POINTS, MAX_CHUNK_USERS = float("inf"), 250
+        try:  # an older tree: whole users up to CHUNK_POINTS samples
+            from tasks.stage import CHUNK_POINTS, MAX_CHUNK_USERS
+        except ImportError:
+            CHUNK_POINTS, MAX_CHUNK_USERS = float("inf"), 250
     extra = 0
     pending = []
     points = 0

@@ -33,6 +33,7 @@ def policy_file(tmp_path_factory) -> Path:
 
         [domains.meters]
         kind = "streams"
+        public = { rejections = true }
         notion = "wevent"
         cap = "2"
         w = 4

@@ -11,7 +11,7 @@ import pandas as pd
 POLICY = textwrap.dedent("""
     [domains.geo]
     kind = "curves"
-    public = { duration = true, points = true }
+    public = { duration = true, points = true, rejections = true }
     notion = "gp"
     cap = "4"
     time_unit = "s"

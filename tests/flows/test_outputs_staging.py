@@ -35,18 +35,13 @@ from ingest import Curve, Stream, UserCurves, UserStreams
 
 
 def merge_parquet(chunk_paths, out_path):
-    """The reference: one Parquet writer over the chunk files in order; returns the row count."""
-    rows = 0
+    """The reference: one Parquet writer, all the chunks' rows as one row group; row count."""
+    table = pa.concat_tables([read_arrow(p) for p in chunk_paths]).combine_chunks()
     with open(out_path, "wb") as f:
-        writer = None
-        for p in chunk_paths:
-            table = read_arrow(p)
-            if writer is None:
-                writer = parquet_writer(f, table.schema)
-            writer.write_table(table)
-            rows += table.num_rows
+        writer = parquet_writer(f, table.schema)
+        writer.write_table(table, row_group_size=table.num_rows)
         writer.close()
-    return rows
+    return table.num_rows
 
 
 def _chunks(tmp_path, n=3):
@@ -74,8 +69,43 @@ def test_appender_writes_the_bytes_of_merge_parquet(tmp_path):
     digest = [hashlib.sha256((tmp_path / n).read_bytes()).hexdigest()
               for n in ("merged.parquet", "appended.parquet")]
     assert digest[0] == digest[1]
-    assert pq.ParquetFile(tmp_path / "appended.parquet").num_row_groups == 3
+    assert pq.ParquetFile(tmp_path / "appended.parquet").num_row_groups == 1
     assert "values" not in app
+
+
+def _row_group_rows(path) -> list[int]:
+    meta = pq.ParquetFile(path).metadata
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+@pytest.mark.parametrize("coded", [False, True])
+def test_row_groups_have_a_fixed_size_whatever_the_chunks_the_rows_came_in(tmp_path,
+                                                                           monkeypatch, coded):
+    import files.outputs as outputs
+
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 4)
+    users = [f"u{i}" for i in range(6)]
+    counts = [3, 1, 5, 2, 4, 3]  # 18 rows
+    ids = repeat_ids_encoded if coded else repeat_ids
+    t = np.arange(18, dtype=float)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    digests = set()
+    for split in ([6], [1, 5], [2, 2, 2], [3, 3], [1] * 6):  # users per chunk
+        app = ParquetAppender(tmp_path / "staging")
+        first = 0
+        for n in split:
+            a, b = bounds[first], bounds[first + n]
+            app.add_table("values", pa.table({
+                "user_id": ids(users[first:first + n], counts[first:first + n]),
+                "t": pa.array(t[a:b])}))
+            first += n
+        out = tmp_path / f"split-{len(digests)}-{'-'.join(map(str, split))}.parquet"
+        assert app.finish("values", out) == 18
+        assert _row_group_rows(out) == [4, 4, 4, 4, 2]
+        assert pq.read_table(out).column("user_id").to_pylist() == [
+            u for u, c in zip(users, counts, strict=True) for _ in range(c)]
+        digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert len(digests) == 1, "the bytes follow the chunks the rows came in"
 
 
 def test_curve_and_stream_chunks_round_trip_privately(tmp_path):

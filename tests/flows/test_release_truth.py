@@ -67,7 +67,7 @@ def truth_policy(tmp_path) -> Path:
         value_unit = "m"
         window = 300.0
         grid_points = 50
-        public = { duration = false, points = false }
+        public = { duration = false, points = false, rejections = true }
     """))
     return path
 

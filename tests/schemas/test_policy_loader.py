@@ -262,7 +262,7 @@ def test_curves_domains_must_declare_what_they_release_outside_the_noise():
     _fails(_one({**BARE_CURVES, "public": {"duration": True}}), "domains.d.public.points",
            "true or false")
     _fails(_one({**BARE_CURVES, "public": {"duration": True, "points": True, "ids": False}}),
-           "domains.d.public.ids", "duration", "points", "sample_times")
+           "domains.d.public.ids", "duration", "points", "sample_times", "rejections")
     _fails(_one({**BARE_CURVES, "public": {"duration": "yes", "points": True}}),
            "domains.d.public.duration", "true or false")
 
@@ -287,7 +287,47 @@ def test_metric_is_declared_per_kind():
     _fails(_one({**CURVES, "metric": "wevent"}), "domains.d.metric", "l2", "dist_inf")
     _fails(_one({**STREAMS, "metric": "l2"}), "domains.d.metric", "wevent")
     assert parse_policy(_one(STREAMS)).domain("d").metric == "wevent"
-    _fails(_one({**STREAMS, "public": {}}), "domains.d.public", "curves domains")
+    _fails(_one({**STREAMS, "public": {"points": True}}), "domains.d.public.points",
+           "curves domains", "rejections")
+    _fails(_one({**STREAMS, "public": 1}), "domains.d.public", "table")
+    assert parse_policy(_one({**STREAMS, "public": {}})).domain("d").public is None
+
+
+def test_rejection_counts_are_private_unless_the_public_table_declares_them():
+    for kind in (CURVES, STREAMS):
+        assert not parse_policy(_one(kind)).domain("d").rejections_public
+        public = {**kind.get("public", {}), "rejections": True}
+        assert parse_policy(_one({**kind, "public": public})).domain("d").rejections_public
+        off = parse_policy(_one({**kind, "public": {**public, "rejections": False}}))
+        assert not off.domain("d").rejections_public
+        _fails(_one({**kind, "public": {**public, "rejections": "yes"}}),
+               "domains.d.public.rejections", "true or false")
+
+
+def test_rejections_left_at_their_default_do_not_change_a_recorded_definition():
+    from ledger.definitions import decode, encode
+    from schemas.units import domain_record
+
+    dom = parse_policy(_one(CURVES)).domain("d")
+    assert '"rejections"' not in encode(dom)  # definitions recorded before the key: unchanged
+    assert "rejections" not in domain_record(dom)["definition"]["public"]
+    assert decode(encode(dom), "d") == dom
+    shown = parse_policy(_one({**CURVES, "public": {**CURVES["public"], "rejections": True}}))
+    text = encode(shown.domain("d"))
+    assert '"rejections":true' in text and decode(text, "d") == shown.domain("d")
+    assert domain_record(shown.domain("d"))["digest"] != domain_record(dom)["digest"]
+
+
+def test_input_sample_times_need_public_points_and_durations():
+    hidden_points = {**BARE_CURVES, "grid_points": 64,
+                     "public": {"duration": True, "points": False, "sample_times": True}}
+    _fails(_one(hidden_points), "domains.d.public.sample_times", "public.points = true",
+           "public.duration = true")
+    hidden_duration = {**BARE_CURVES, "window": 10.0,
+                       "public": {"duration": False, "points": True, "sample_times": True}}
+    _fails(_one(hidden_duration), "domains.d.public.sample_times", "public.duration = true")
+    both = {**BARE_CURVES, "public": {"duration": True, "points": True, "sample_times": True}}
+    assert parse_policy(_one(both)).domain("d").public.sample_times
 
 
 def test_equirectangular_needs_a_fixed_public_reference_latitude():

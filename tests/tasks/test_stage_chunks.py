@@ -1,4 +1,4 @@
-"""Staging: chunks hold whole users, sized by samples unless `chunk_users` fixes them."""
+"""Staging: chunks hold a fixed count of whole users, never sized by (private) samples."""
 
 from __future__ import annotations
 
@@ -30,19 +30,20 @@ def _chunk_users(plan) -> list[int]:
     return [len(c.user_ids) for c in plan.chunks]
 
 
-def test_default_chunks_close_once_they_reach_the_sample_target(dom, tmp_path, monkeypatch):
-    monkeypatch.setattr(stage, "CHUNK_POINTS", 100)
-    # 40 + 40 + 40 reaches 100 at the third user; 150 alone; 10 x 9 users stay below 100
+def test_default_chunks_hold_a_fixed_count_of_users_whatever_their_samples(dom, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setattr(stage, "DEFAULT_CHUNK_USERS", 4)
+    # sample counts (private when points are) do not move the boundaries: 4 users a chunk
     plan = stage.stage_input_fn(_frame([40, 40, 40, 150] + [10] * 9), dom, str(tmp_path / "s"))
-    assert _chunk_users(plan) == [3, 1, 9]
+    assert _chunk_users(plan) == [4, 4, 4, 1]
     assert [u for c in plan.chunks for u in c.user_ids] == [f"u{u:02d}" for u in range(13)]
     assert plan.points == 40 * 3 + 150 + 90
+    other = stage.stage_input_fn(_frame([2, 900, 3, 3] + [500] * 9), dom, str(tmp_path / "o"))
+    assert [c.user_ids for c in other.chunks] == [c.user_ids for c in plan.chunks]
 
 
-def test_many_tiny_users_are_capped_per_chunk_and_chunk_users_fixes_the_count(dom, tmp_path,
-                                                                              monkeypatch):
-    monkeypatch.setattr(stage, "MAX_CHUNK_USERS", 4)
-    plan = stage.stage_input_fn(_frame([5] * 10), dom, str(tmp_path / "a"))
-    assert _chunk_users(plan) == [4, 4, 2]
+def test_chunk_users_fixes_the_count(dom, tmp_path):
     plan = stage.stage_input_fn(_frame([5] * 10), dom, str(tmp_path / "b"), chunk_users=3)
     assert _chunk_users(plan) == [3, 3, 3, 1]
+    assert stage.DEFAULT_CHUNK_USERS == 1_000
+    assert _chunk_users(stage.stage_input_fn(_frame([5] * 10), dom, str(tmp_path / "a"))) == [10]
