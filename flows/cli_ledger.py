@@ -135,8 +135,8 @@ def init(
                   f"keys)\n"
                   f"public key: {public_key_path(led.path)} (give a copy to auditors)\n"
                   f"key fingerprint (SHA-256, pinned in {pin_path(led.path)}): "
-                  f"{load_pin(led.path)} (auditors keep it: `ledger verify "
-                  "--expect-fingerprint`)",
+                  f"{load_pin(led.path) or 'none yet: run `privpipe ledger migrate`'} "
+                  "(auditors keep it: `ledger verify --expect-fingerprint`)",
                   highlight=False, markup=False)
     if policy is not None:
         for line in led.apply_policy(load_policy(policy)) or ["policy: no changes"]:

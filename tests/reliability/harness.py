@@ -133,7 +133,7 @@ def make_template(root: Path) -> Path:
 
 
 def clone_ledger(src: Path, dst_dir: Path) -> Path:
-    """Copy a ledger, its WAL (if any), its keys, pin and head counter (modes kept) into `dst_dir`."""
+    """Copy a ledger, its WAL (if any), keys, pin and head counter (modes kept) to `dst_dir`."""
     dst_dir.mkdir(parents=True, exist_ok=True)
     dst = dst_dir / src.name
     for suffix in ("", ".wal", ".key", ".sign", ".pub", ".pin", ".counter"):
