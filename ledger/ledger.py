@@ -158,6 +158,9 @@ class Ledger:
             public = signing.public_bytes(signer)
             source = f"the signing key {str(signing.signing_key_path(self.path))!r}"
             self._key_ok = self._key_ok and public.hex() == meta.public_key
+            pub = signing.public_key_path(self.path)
+            if pub.exists():  # what auditors are given must be this key's public half
+                pins += ((str(pub), signing.fingerprint(signing.load_public_key(pub))),)
         elif meta.version >= 3 or public_key is not None:
             pub = Path(public_key) if public_key else signing.public_key_path(self.path)
             if public_key or pub.exists():

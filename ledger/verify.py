@@ -475,7 +475,7 @@ def _head(con: duckdb.DuckDBPyConnection, key: Keyring, n: int, last_hash: str,
     floor, why = _signed_history(con, key)
     if key.version < floor:
         return _bad(n, f"schema downgrade: the ledger says it is schema {key.version}, but "
-                       f"{why} shows it was written with schema {floor} or later; a ledger "
+                       f"{why} requires schema {floor} or later (a signed head); a ledger "
                        "claiming an older format than its signed history is refused")
     head_seq, head_hash = head(con)
     if head_seq != n or head_hash != last_hash:

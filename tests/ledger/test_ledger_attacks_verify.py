@@ -378,3 +378,11 @@ def test_audit_takes_the_public_key_and_a_kept_head(three, tmp_path):
     code, out = _cli("audit", "--ledger", path, "--public-key", keep, "--expect-head",
                      f"{h.seq}:{h.hash}", "--out", tmp_path / "o4")
     assert code == EXIT_OK, out
+
+
+def test_a_public_key_file_replaced_beside_the_ledger_fails_the_operators_verify(three):
+    path, _ = three
+    other = signing.public_bytes(Ed25519PrivateKey.generate())
+    signing.public_key_path(path).write_text(other.hex() + "\n")  # what auditors would be given
+    code, out = _ledger_cli("verify", "--ledger", path)
+    assert code == EXIT_INTEGRITY and "another key" in out, out
