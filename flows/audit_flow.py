@@ -19,12 +19,19 @@ from reports.audit_report import write_audit_report
 from schemas.errors import ParameterError
 
 
-def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0.1
+def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0.1,
+                    public_key: str | None = None, expect_heads: list[str] | None = None
                     ) -> dict[str, Any]:
-    """Verify the ledger and write ``OUT/audit/`` (report, plots, CSV, JSON)."""
+    """Verify the ledger and write ``OUT/audit/`` (report, plots, CSV, JSON).
+
+    `public_key` (a file the auditor kept) opens the ledger as an auditor;
+    `expect_heads` are kept heads (checkpoint files or ``SEQ:HASH``) the chain
+    must contain.
+    """
     if not 0 < near_cap_fraction < 1:
         raise ParameterError("near_cap_fraction must be in (0, 1), e.g. 0.1 for 10%")
-    return write_audit_report(collect(ledger_path), out_dir, near_cap_fraction)
+    return write_audit_report(collect(ledger_path, public_key, expect_heads or []), out_dir,
+                              near_cap_fraction)
 
 
 audit_report = task(audit_report_fn, name="audit-report", persist_result=False)
@@ -32,6 +39,7 @@ audit_report = task(audit_report_fn, name="audit-report", persist_result=False)
 
 @flow(name="audit", persist_result=False)
 def audit(ledger_path: str = ".privpipe/ledger.duckdb", out_dir: str = "out",
-          near_cap_fraction: float = 0.1) -> dict[str, Any]:
+          near_cap_fraction: float = 0.1, public_key: str | None = None,
+          expect_heads: list[str] | None = None) -> dict[str, Any]:
     """Compliance report: chain verification, budgets over time, near-cap users, denials."""
-    return audit_report(ledger_path, out_dir, near_cap_fraction)
+    return audit_report(ledger_path, out_dir, near_cap_fraction, public_key, expect_heads)

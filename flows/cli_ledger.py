@@ -8,7 +8,9 @@ ledger is opened read-only and checked with the public key (what needs the
 noise key is reported as not checked). Exit codes: 0 ok or admitted, 2 bad
 input (including an unreadable, foreign or newer ledger, key problems and a
 full disk), 3 denied (prints Requested / Remaining / Difference), 4
-integrity failure. See docs/ledger.md.
+integrity failure (also: a schema downgrade, a head restored from an older
+state, a signing key that is not the pinned one, and in auditor mode a ledger
+not independently verified). See docs/ledger.md.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ledger import (
     format_fraction,
     key_path_for,
 )
-from ledger.heads import load_checkpoint, manifest_heads
-from ledger.signing import public_key_path, signing_key_path
+from ledger.counter import counter_path
+from ledger.heads import manifest_heads, parse_expect_head
+from ledger.signing import load_pin, pin_path, public_key_path, signing_key_path
 from mechanisms.cost import Cost, CostItem, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
 from schemas.policy import load_policy
@@ -59,17 +62,37 @@ PublicKeyOpt = Annotated[
     typer.Option("--public-key", help="Auditor mode: open read-only and check signatures with "
                                       "this public key file (no secret key needed)."),
 ]
+ExpectFingerprintOpt = Annotated[
+    str | None,
+    typer.Option("--expect-fingerprint",
+                 help="Auditor mode: the signing key's SHA-256 fingerprint (hex) that "
+                      "`ledger init` printed; the ledger must be signed by that key."),
+]
+ExpectHeadOpt = Annotated[
+    list[str] | None,
+    typer.Option("--expect-head",
+                 help="A head kept earlier: a checkpoint file (`ledger checkpoint`) or "
+                      "SEQ:HASH; repeatable. A ledger whose chain does not contain it "
+                      "(rolled back, truncated, rewritten or re-keyed) fails."),
+]
 
 
 def _path(ledger: Path | None) -> Path:
     return ledger if ledger is not None else default_ledger_path()
 
 
-def _reader(ledger: Path | None, public_key: Path | None) -> Ledger:
-    """The ledger for a read command: the operator's, or an auditor's (public key only)."""
+def _reader(ledger: Path | None, public_key: Path | None,
+            expect_fingerprint: str | None = None) -> Ledger:
+    """The ledger for a read command: the operator's, or an auditor's (public key only).
+
+    Auditor mode: `public_key` or `expect_fingerprint` given, or no noise key
+    beside the ledger.
+    """
     path = _path(ledger)
-    if public_key is not None or (path.exists() and not key_path_for(path).exists()):
-        return Ledger.open_auditor(path, public_key=public_key)
+    if (public_key is not None or expect_fingerprint is not None
+            or (path.exists() and not key_path_for(path).exists())):
+        return Ledger.open_auditor(path, public_key=public_key,
+                                   expect_fingerprint=expect_fingerprint)
     return Ledger.open(path)
 
 
@@ -108,7 +131,12 @@ def init(
     led = Ledger.init(_path(ledger))
     console.print(f"ledger: {led.path}\nnoise key: {led.key_path} (mode 0600; back it up)\n"
                   f"signing key: {signing_key_path(led.path)} (mode 0600; back it up)\n"
-                  f"public key: {public_key_path(led.path)} (give a copy to auditors)",
+                  f"head counter: {counter_path(led.path)} (mode 0600; back it up with the "
+                  f"keys)\n"
+                  f"public key: {public_key_path(led.path)} (give a copy to auditors)\n"
+                  f"key fingerprint (SHA-256, pinned in {pin_path(led.path)}): "
+                  f"{load_pin(led.path) or 'none yet: run `privpipe ledger migrate`'} "
+                  "(auditors keep it: `ledger verify --expect-fingerprint`)",
                   highlight=False, markup=False)
     if policy is not None:
         for line in led.apply_policy(load_policy(policy)) or ["policy: no changes"]:
@@ -276,24 +304,26 @@ def denials(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table,
 @handle_errors
 def verify(
     ledger: LedgerOpt = None,
-    expect_head: Annotated[list[Path] | None, typer.Option(
-        "--expect-head", help="A checkpoint file kept earlier (`ledger checkpoint`); "
-                              "repeatable. A rolled-back, truncated or re-keyed ledger "
-                              "fails.")] = None,
+    expect_head: ExpectHeadOpt = None,
     manifests: Annotated[Path | None, typer.Option(
         "--manifests", help="A release output directory: every manifest's signed ledger "
                             "head is checked like a checkpoint.")] = None,
     public_key: PublicKeyOpt = None,
+    expect_fingerprint: ExpectFingerprintOpt = None,
 ) -> None:
     """Recompute the chain, balances, policy history, seal, signature and MACs; exit 4 on a fault.
 
-    Names the first bad entry. In auditor mode (--public-key, or no noise key)
-    what needs the noise key is listed as not checked.
+    Names the first bad entry. Auditor mode: --public-key or --expect-fingerprint
+    given, or no noise key beside the ledger; what needs the noise key is listed
+    as not checked, and a ledger whose signed head could only be checked with
+    the key stored in the ledger itself is "NOT independently verified" (exit 4).
+    A ledger that claims an older format than its keys, pin or head counter
+    show (a downgrade) fails in every mode.
     """
-    expected = [(str(p), load_checkpoint(p)) for p in expect_head or []]
+    expected = [parse_expect_head(str(p)) for p in expect_head or []]
     if manifests is not None:
         expected += manifest_heads(manifests)
-    rep = _reader(ledger, public_key).verify_or_raise(expected)
+    rep = _reader(ledger, public_key, expect_fingerprint).verify_or_raise(expected)
     console.print(rep.message, highlight=False, markup=False)
 
 

@@ -233,19 +233,33 @@ def audit_cmd(
     near_cap: float = typer.Option(0.1, "--near-cap", help="Fraction of the cap that counts as "
                                    "near."),
     fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+    public_key: Path | None = typer.Option(
+        None, "--public-key", help="Audit as an auditor: check the signed head with this "
+                                   "public key file you kept (no secret key needed)."),
+    expect_head: list[str] | None = typer.Option(
+        None, "--expect-head", help="A head you kept: a checkpoint file (`ledger "
+                                    "checkpoint`) or SEQ:HASH; repeatable. The audit fails "
+                                    "if the ledger's chain does not contain it."),
 ) -> None:
     """Compliance audit: one self-contained HTML page (plus CSV/JSON tables) to sign.
 
     Chain verification, ledger head, budget spent over time, spend per account
     against the cap, accounts near or above the cap, denials per user, releases,
-    policy. Writes OUT/audit/. Exit 4 when the ledger does not verify.
+    policy. Writes OUT/audit/. Exit 4 when the ledger does not verify, or (as an
+    auditor: --public-key, or no noise key) is not independently verified.
     """
+    from ledger.heads import parse_expect_head
+
+    for text in expect_head or []:  # bad input before Prefect starts
+        parse_expect_head(text)
     _prepare(verbose)
     from flows.audit_flow import audit
 
     with _spinner("auditing the ledger"):
         res = audit(ledger_path=str(_ledger_path(ledger)), out_dir=str(out),
-                    near_cap_fraction=near_cap)
+                    near_cap_fraction=near_cap,
+                    public_key=None if public_key is None else str(public_key),
+                    expect_heads=list(expect_head or []))
     print_rows(res["domains"], fmt, title="Domains")
     console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
                   f"({res['entries']} entries); report: {res['report']}")

@@ -13,6 +13,7 @@ outputs or raw data, and nothing is written to the ledger.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -22,6 +23,7 @@ import duckdb
 import numpy as np
 
 from ledger import Ledger, VerifyReport, from_units, key_path_for
+from ledger.heads import parse_expect_head
 
 
 @dataclass
@@ -179,15 +181,25 @@ def _denials(con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]],
     return per_user, per_day
 
 
-def open_for_audit(ledger_path: str) -> Ledger:
-    """The ledger, or as an auditor (public key only) when its noise key is not here."""
-    return (Ledger(ledger_path) if key_path_for(ledger_path).exists()
-            else Ledger.open_auditor(ledger_path))
+def open_for_audit(ledger_path: str, public_key: str | None = None) -> Ledger:
+    """The ledger, or as an auditor (public key only) when its noise key is not here.
+
+    With `public_key` (a file the auditor kept) always as an auditor.
+    """
+    if public_key is None and key_path_for(ledger_path).exists():
+        return Ledger(ledger_path)
+    return Ledger.open_auditor(ledger_path, public_key=public_key)
 
 
-def collect(ledger_path: str) -> AuditData:
-    """Export the ledger once, verify it, and compute every figure of the audit."""
-    ledger = open_for_audit(ledger_path)
+def collect(ledger_path: str, public_key: str | None = None,
+            expect_heads: Sequence[str] = ()) -> AuditData:
+    """Export the ledger once, verify it, and compute every figure of the audit.
+
+    `expect_heads` (checkpoint files or ``SEQ:HASH``) are heads kept earlier
+    that the chain must contain (`Ledger.verify`).
+    """
+    expected = [parse_expect_head(text) for text in expect_heads]
+    ledger = open_for_audit(ledger_path, public_key)
     with tempfile.TemporaryDirectory(prefix="privpipe-audit-") as tmp:
         path = Path(tmp) / "entries.parquet"
         n = ledger.export(path, fmt="parquet", what="entries")
@@ -201,7 +213,8 @@ def collect(ledger_path: str) -> AuditData:
         finally:
             con.close()
     return AuditData(
-        ledger_path=str(Path(ledger_path).resolve()), verification=ledger.verify(), head=head,
+        ledger_path=str(Path(ledger_path).resolve()), verification=ledger.verify(expected),
+        head=head,
         signed_head=ledger.head().to_dict(), auditor=ledger.auditor,
         domains=ledger.domains(), policy_history=ledger.policy_history(),
         balances=ledger.balances(), releases=releases, spend=spend, denials=denials,

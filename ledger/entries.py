@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from ledger.accounting import Run
 from ledger.chain import chain_hashes, encode_batch, runs_text
 from ledger.keyring import Keyring
-from ledger.storage import head, registered
+from ledger.storage import head, head_counter, registered
 from schemas.errors import ParameterError
 
 ENTRY_COLUMNS = (
@@ -169,10 +169,16 @@ def append(
 
 
 def move_head(con: duckdb.DuckDBPyConnection, key: Keyring, seq: int, last_hash: str) -> None:
-    """Set the chain head to (seq, last_hash) with its keyed seal and signature."""
-    con.execute("UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ?, signature = ? "
-                "WHERE id = 1", [seq, last_hash, key.seal(seq, last_hash),
-                                 key.sign(seq, last_hash)])
+    """Set the chain head to (seq, last_hash), its counter + 1, with its seal and signature."""
+    if key.version < 4:
+        con.execute("UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ?, signature = ? "
+                    "WHERE id = 1", [seq, last_hash, key.seal(seq, last_hash),
+                                     key.sign(seq, last_hash)])
+        return
+    n = head_counter(con) + 1
+    con.execute("UPDATE chain_head SET last_seq = ?, last_hash = ?, seal = ?, signature = ?, "
+                "counter = ? WHERE id = 1", [seq, last_hash, key.seal(seq, last_hash, n),
+                                             key.sign(seq, last_hash, n), n])
 
 
 def _insert(con: duckdb.DuckDBPyConnection, tbl: pa.Table, shared: dict[str, Any]) -> None:

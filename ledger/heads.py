@@ -6,14 +6,17 @@ release ended at under ``ledger_head``. `expected_faults` compares a ledger
 with heads kept earlier: a head whose signature does not verify is refused; a
 ledger signed by another key was re-keyed; a ledger whose entries end before a
 kept head was rolled back or truncated; a ledger whose entry at a kept seq has
-another hash had its history rewritten.
+another hash had its history rewritten. A head kept as seq and hash only
+(`PlainHead`, ``--expect-head SEQ:HASH``) is checked for the last two.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from ledger.errors import LedgerOpenError
 from ledger.keyring import Keyring
 from ledger.records import SignedHead
 from ledger.schema import first_row
+from ledger.storage import head_counter
 from schemas.errors import ParameterError
 
 CHECKPOINT_FORMAT = "privpipe-ledger-checkpoint-v1"
@@ -42,8 +46,35 @@ def read_head(con: duckdb.DuckDBPyConnection, key: Keyring) -> SignedHead:
     row = first_row(con.execute("SELECT last_seq, last_hash, signature FROM chain_head "
                                 "WHERE id = 1"))
     seq, last_hash, sig = (0, GENESIS_HASH, "") if row is None else row
+    if key.version < 4:
+        return SignedHead(key.ledger_id, key.version, int(seq), str(last_hash), sig or "",
+                          signing.fingerprint(key.public), key.public.hex())
     return SignedHead(key.ledger_id, key.version, int(seq), str(last_hash), sig or "",
-                      signing.fingerprint(key.public), key.public.hex())
+                      signing.fingerprint(key.public), key.public.hex(), head_counter(con),
+                      signing.VERIFY_RULES)
+
+
+@dataclass(frozen=True)
+class PlainHead:
+    """A head an auditor kept as seq and hash only (``--expect-head SEQ:HASH``): no signature.
+
+    The ledger must contain it: an entry at `seq` with this `hash` (seq 0: the genesis).
+    """
+
+    seq: int
+    hash: str
+
+
+def parse_expect_head(text: str) -> tuple[str, SignedHead | PlainHead]:
+    """``SEQ:HASH`` (a head kept as seq and hash) or the path of a checkpoint file.
+
+    Raises:
+        ParameterError: neither a valid ``SEQ:HASH`` nor a readable checkpoint.
+    """
+    m = re.fullmatch(r"(\d+):([0-9a-fA-F]{64})", text.strip())
+    if m:
+        return f"the kept head {text.strip()}", PlainHead(int(m.group(1)), m.group(2).lower())
+    return text, load_checkpoint(text)
 
 
 def head_from_dict(data: Any, where: str) -> SignedHead:
@@ -52,10 +83,13 @@ def head_from_dict(data: Any, where: str) -> SignedHead:
     Raises:
         ParameterError: a field is missing or of the wrong type (naming `where`).
     """
-    fields = {"ledger_id": str, "schema_version": int, "seq": int, "hash": str,
-              "signature": str, "key_fingerprint": str, "public_key": str}
+    fields: dict[str, type] = {"ledger_id": str, "schema_version": int, "seq": int,
+                               "hash": str, "signature": str, "key_fingerprint": str,
+                               "public_key": str}
     if not isinstance(data, dict):
         raise ParameterError(f"{where}: not a signed ledger head (a JSON object)")
+    if isinstance(data.get("schema_version"), int) and data["schema_version"] >= 4:
+        fields.update(counter=int, rules=str)  # under the signature from schema 4
     for name, typ in fields.items():
         if not isinstance(data.get(name), typ) or isinstance(data.get(name), bool):
             raise ParameterError(f"{where}: field {name!r} is missing or not a {typ.__name__}")
@@ -127,12 +161,19 @@ def manifest_heads(out_dir: str | os.PathLike[str]) -> list[tuple[str, SignedHea
 
 
 def expected_faults(con: duckdb.DuckDBPyConnection, key: Keyring, n: int,
-                    heads: Sequence[tuple[str, SignedHead]]) -> str | None:
+                    heads: Sequence[tuple[str, SignedHead | PlainHead]]) -> str | None:
     """The first way the ledger contradicts a head kept earlier, or None."""
     for where, h in heads:
+        if isinstance(h, PlainHead):
+            problem = _contains(con, n, where, h.seq, h.hash)
+            if problem:
+                return problem
+            continue
         public = bytes.fromhex(h.public_key) if _is_hex(h.public_key) else b""
-        if signing.fingerprint(public) != h.key_fingerprint or not signing.head_signature_ok(
-                public, h.signature, h.ledger_id, h.schema_version, h.seq, h.hash):
+        if (signing.fingerprint(public) != h.key_fingerprint
+                or (h.schema_version >= 4 and h.rules != signing.VERIFY_RULES)
+                or not signing.head_signature_ok(public, h.signature, h.ledger_id,
+                                                 h.schema_version, h.seq, h.hash, h.counter)):
             return f"{where}: its signature does not verify (not a head this key signed)"
         if h.ledger_id != key.ledger_id:
             return (f"{where} is a head of ledger {h.ledger_id}, not of this one "
@@ -140,14 +181,23 @@ def expected_faults(con: duckdb.DuckDBPyConnection, key: Keyring, n: int,
         if key.public is None or signing.fingerprint(key.public) != h.key_fingerprint:
             return (f"{where} was signed by key {h.key_fingerprint[:16]}…, the ledger is signed "
                     "by another key: the ledger was re-keyed")
-        if h.seq > n:
-            return (f"the ledger ends at seq {n}, but {where} has its head at seq {h.seq}: "
-                    "the ledger was rolled back or truncated")
-        row = first_row(con.execute("SELECT hash FROM entries WHERE seq = ?", [h.seq]))
-        actual = GENESIS_HASH if h.seq == 0 else (row[0] if row else None)
-        if actual != h.hash:
-            return (f"entry seq {h.seq} does not have the hash {where} recorded: the ledger's "
-                    "history was rewritten")
+        problem = _contains(con, n, where, h.seq, h.hash)
+        if problem:
+            return problem
+    return None
+
+
+def _contains(con: duckdb.DuckDBPyConnection, n: int, where: str, seq: int, hash_: str
+              ) -> str | None:
+    """Why a ledger of `n` entries does not contain the head (seq, hash), or None."""
+    if seq > n:
+        return (f"the ledger ends at seq {n}, but {where} has its head at seq {seq}: "
+                "the ledger was rolled back or truncated")
+    row = first_row(con.execute("SELECT hash FROM entries WHERE seq = ?", [seq]))
+    actual = GENESIS_HASH if seq == 0 else (row[0] if row else None)
+    if actual != hash_:
+        return (f"entry seq {seq} does not have the hash {where} recorded: the ledger's "
+                "history was rewritten")
     return None
 
 

@@ -7,11 +7,21 @@
 
 An operator's ledger holds all three; an auditor's holds only the public key
 (`noise` and `signing` are None) and opens the file read-only.
+
+The keyring also carries what the files *outside* the database say about the
+ledger, which verify trusts over anything the database says about itself:
+where the public key came from (`source`; the ledger's own ``meta`` table is
+never enough on its own), the fingerprints it must have (`pins`: the
+``.pin`` file written at init, ``--expect-fingerprint``), the oldest format
+those files allow (`floor`: a signing key, public key or pin means signed
+heads, schema 3 or later; a head counter file means schema 4) and the head
+counter file (`counter_file`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -29,7 +39,13 @@ class Keyring:
             of a schema older than 3, which has none yet).
         public: the raw Ed25519 public key (None before schema 3).
         ledger_id: the ledger's id (meta), part of every signed head.
-        version: the ledger's schema version.
+        version: the ledger's schema version (as the file claims it).
+        floor: the oldest schema the files outside the database allow (0: any).
+        floor_why: which file or option set `floor` (for the message).
+        pins: (where, fingerprint) the public key must match.
+        source: where the public key came from; `EMBEDDED` when only from the
+            ledger's own ``meta`` table (not an independent verification).
+        counter_file: the head counter file (`ledger.counter`), None if not used.
     """
 
     noise: bytes | None
@@ -37,6 +53,11 @@ class Keyring:
     public: bytes | None
     ledger_id: str
     version: int
+    floor: int = 0
+    floor_why: str = ""
+    pins: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+    counter_file: Path | None = None
 
     @property
     def noise_key(self) -> bytes:
@@ -45,21 +66,29 @@ class Keyring:
             raise LedgerIntegrityError("this needs the ledger's noise key (auditor mode has none)")
         return self.noise
 
-    def seal(self, seq: int, last_hash: str) -> str:
-        """The keyed seal over the chain head (schema 3 also covers the schema version)."""
+    def seal(self, seq: int, last_hash: str, counter: int = 0) -> str:
+        """The keyed seal over the chain head (schema 3: and the version; 4: and the counter)."""
+        if self.version >= 4:
+            return keys.chain_seal_v3(self.noise_key, self.version, seq, last_hash, counter)
         if self.version >= 3:
             return keys.chain_seal_v2(self.noise_key, self.version, seq, last_hash)
         return keys.chain_seal(self.noise_key, seq, last_hash)
 
-    def sign(self, seq: int, last_hash: str) -> str | None:
+    def sign(self, seq: int, last_hash: str, counter: int = 0) -> str | None:
         """The Ed25519 signature over the chain head (None before schema 3)."""
-        if self.signing is None:
+        if self.signing is None or self.version < 3:
             return None
-        return signing.sign_head(self.signing, self.ledger_id, self.version, seq, last_hash)
+        return signing.sign_head(self.signing, self.ledger_id, self.version, seq, last_hash,
+                                 counter)
 
-    def signature_ok(self, signature: str | None, seq: int, last_hash: str) -> bool:
+    def signature_ok(self, signature: str | None, seq: int, last_hash: str,
+                     counter: int | None = None) -> bool:
         """True iff `signature` is the public key's signature over this head."""
         if self.public is None:
             return False
         return signing.head_signature_ok(self.public, signature, self.ledger_id, self.version,
-                                         seq, last_hash)
+                                         seq, last_hash, counter)
+
+
+EMBEDDED = "the ledger's own meta table"
+"""`Keyring.source` of a public key read from the database itself (never trusted alone)."""

@@ -33,6 +33,7 @@ KEY_BYTES = 32
 _FINGERPRINT_LABEL = b"privpipe noise key fingerprint v1"
 _SEAL_LABEL = "privpipe chain seal v1"
 _SEAL_LABEL_V2 = "privpipe chain seal v2"
+_SEAL_LABEL_V3 = "privpipe chain seal v3"
 _TAG_LABEL = "privpipe input tag v1"
 _SEED_LABEL = "privpipe noise seed v2"
 
@@ -166,6 +167,12 @@ def chain_seal_v2(key: bytes, version: int, last_seq: int, last_hash: str) -> st
     """Keyed seal over the chain head and the schema version (schema 3 on)."""
     msg = json.dumps([_SEAL_LABEL_V2, int(version), int(last_seq), last_hash]).encode("utf-8")
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def chain_seal_v3(key: bytes, version: int, last_seq: int, last_hash: str, counter: int) -> str:
+    """Keyed seal over the chain head, the schema version and the head counter (schema 4 on)."""
+    msg = json.dumps([_SEAL_LABEL_V3, int(version), int(last_seq), last_hash, int(counter)])
+    return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def row_mac(key: bytes, label: str, values: list[object]) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 from ledger import (
     binding,
     checks,
+    counter,
     definitions,
     heads,
     history,
@@ -39,7 +40,7 @@ from ledger import (
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError
-from ledger.keyring import Keyring
+from ledger.keyring import EMBEDDED, Keyring
 from ledger.migrate import migrate_tx
 from ledger.paths import check_existing_ledger, check_new_ledger_path
 from ledger.pricing import unknown_domain
@@ -97,7 +98,8 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str], *, actor: str | None = None,
                  lock_timeout: float = 60.0, auditor: bool = False,
-                 public_key: str | os.PathLike[str] | None = None):
+                 public_key: str | os.PathLike[str] | None = None,
+                 expect_fingerprint: str | None = None):
         """Open an existing ledger.
 
         Args:
@@ -107,11 +109,14 @@ class Ledger:
             auditor: open read-only without the noise and signing keys.
             public_key: (auditor) the public key file to check signatures with;
                 default ``<ledger>.pub``.
+            expect_fingerprint: the SHA-256 fingerprint (hex) the signing key
+                must have (what `init` printed); checked like the ``.pin`` file.
 
         Raises:
             LedgerOpenError: the file is missing, unreadable, not a privpipe ledger,
                 of a newer schema, or (not auditor) its noise or signing key is
                 missing, malformed or unsafe (symlink, other owner, mode > 0600).
+            ParameterError: `expect_fingerprint` is not 64 hex digits.
         """
         self.path = Path(path)
         self.key_path = keys.key_path_for(self.path)
@@ -121,24 +126,53 @@ class Ledger:
         self.lock_timeout = float(lock_timeout)
         self.auditor = bool(auditor)
         check_existing_ledger(self.path)  # a directory or a CSV is not "a ledger without key"
+        expected_fp = (None if expect_fingerprint is None else
+                       signing.parse_fingerprint(expect_fingerprint, "--expect-fingerprint"))
         noise = None if self.auditor else keys.load_key(self.key_path)
         self._store = storage.Store(self.path, self.lock_timeout, read_only=self.auditor)
         meta = self._read(lambda con: storage.open_tx(con, self.path))
         self._key_ok = noise is not None and meta.key_fingerprint == keys.key_fingerprint(noise)
-        self._keys = self._keyring(meta, noise, public_key)
+        self._public_key, self._expected_fp = public_key, expected_fp
+        self._keys = self._keyring(meta, noise)
 
-    def _keyring(self, meta: storage.Meta, noise: bytes | None,
-                 public_key: str | os.PathLike[str] | None) -> Keyring:
-        signer, public = None, None
+    def _keyring(self, meta: storage.Meta, noise: bytes | None) -> Keyring:
+        """The keys, and what the files outside the database say (see `Keyring`)."""
+        public_key, expected_fp = self._public_key, self._expected_fp
+        pin = signing.load_pin(self.path)
+        pins = tuple(p for p in ((str(signing.pin_path(self.path)), pin),
+                                 ("--expect-fingerprint", expected_fp)) if p[1] is not None)
+        outside = [(4, counter.counter_path(self.path).exists(),
+                    f"the head counter file {str(counter.counter_path(self.path))!r}"),
+                   (3, signing.signing_key_path(self.path).exists(),
+                    f"the signing key file {str(signing.signing_key_path(self.path))!r}"),
+                   (3, signing.public_key_path(self.path).exists(),
+                    f"the public key file {str(signing.public_key_path(self.path))!r}"),
+                   (3, pin is not None, f"the pin file {str(signing.pin_path(self.path))!r}"),
+                   (3, public_key is not None, f"the public key {str(public_key)!r} given"),
+                   (3, expected_fp is not None, "the fingerprint given")]
+        floor, why = max(((v, w) for v, present, w in outside if present), default=(0, ""),
+                         key=lambda x: x[0])
+        signer, public, source = None, None, ""
         if meta.version >= 3 and noise is not None:
             signer = signing.load_signing_key(self.path)
             public = signing.public_bytes(signer)
+            source = f"the signing key {str(signing.signing_key_path(self.path))!r}"
             self._key_ok = self._key_ok and public.hex() == meta.public_key
-        elif meta.version >= 3:
+            pub = signing.public_key_path(self.path)
+            if pub.exists():  # what auditors are given must be this key's public half
+                pins += ((str(pub), signing.fingerprint(signing.load_public_key(pub))),)
+        elif meta.version >= 3 or public_key is not None:
             pub = Path(public_key) if public_key else signing.public_key_path(self.path)
-            public = (signing.load_public_key(pub) if public_key or pub.exists()
-                      else signing.parse_public_key(meta.public_key or "", "the ledger's key"))
-        return Keyring(noise, signer, public, meta.ledger_id, meta.version)
+            if public_key or pub.exists():
+                public, source = signing.load_public_key(pub), f"the public key file {str(pub)!r}"
+            elif meta.public_key and pins:
+                public = signing.parse_public_key(meta.public_key, "the ledger's key")
+                source = f"the ledger's key matching the pinned fingerprint ({pins[0][0]})"
+            elif meta.public_key:
+                public = signing.parse_public_key(meta.public_key, "the ledger's key")
+                source = EMBEDDED
+        return Keyring(noise, signer, public, meta.ledger_id, meta.version, floor, why, pins,
+                       source, counter.counter_path(self.path))
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, actor: str | None = None,
@@ -149,15 +183,20 @@ class Ledger:
     @classmethod
     def open_auditor(cls, path: str | os.PathLike[str], *,
                      public_key: str | os.PathLike[str] | None = None,
+                     expect_fingerprint: str | None = None,
                      lock_timeout: float = 60.0) -> Ledger:
         """Open a ledger read-only with no secret key, as an auditor.
 
         Verify checks the chain, balances, policy history and the signed head
         with `public_key` (default ``<ledger>.pub``; keep your own copy: a file
-        beside the ledger is the operator's); MACs and the seal need the noise
-        key and are reported as not checked. Queries work as usual.
+        beside the ledger is the operator's), or with the ledger's own key only
+        when its fingerprint is pinned (the ``.pin`` file written at init, or
+        `expect_fingerprint`); a key from the database alone is never trusted
+        ("NOT independently verified"). MACs and the seal need the noise key and
+        are reported as not checked. Queries work as usual.
         """
-        return cls(path, auditor=True, public_key=public_key, lock_timeout=lock_timeout)
+        return cls(path, auditor=True, public_key=public_key,
+                   expect_fingerprint=expect_fingerprint, lock_timeout=lock_timeout)
 
     @classmethod
     def init(cls, path: str | os.PathLike[str], *, actor: str | None = None,
@@ -194,9 +233,35 @@ class Ledger:
         return self._keys.version
 
     def _transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """Run a writing operation (the ledger must be current and its keys genuine)."""
+        """Run a writing operation (the ledger must be current and its keys genuine).
+
+        The head counter file must exist and not be ahead of the database (a
+        head restored from an older state admits nothing); after the commit it
+        records the new head (`ledger.counter`).
+        """
         self._require_current()
-        return self._store.transact(fn)
+        path = counter.counter_path(self.path)
+        kept = counter.read(path, private=True)
+        if kept is None:
+            raise LedgerIntegrityError(
+                f"the head counter file {str(path)!r} is missing; restore it with the keys "
+                "from backup (`privpipe ledger verify` says more)")
+        after: list[counter.Recorded] = []
+
+        def tx(con: duckdb.DuckDBPyConnection) -> T:
+            if storage.head_counter(con) < kept.counter:
+                raise LedgerIntegrityError(
+                    f"the chain head's counter is behind {str(path)!r} (counter "
+                    f"{kept.counter}): the head was restored from an older state; nothing "
+                    "was written (`privpipe ledger verify` names what is wrong)")
+            out = fn(con)
+            after[:] = [counter.Recorded(self._keys.ledger_id, storage.head_counter(con),
+                                         *storage.head(con))]
+            return out
+
+        result = self._store.transact(tx)
+        counter.advance(path, after[0])
+        return result
 
     def _require_current(self) -> None:
         self._require_key()
@@ -227,10 +292,29 @@ class Ledger:
         their whole definitions are then recorded. Returns one line per step.
         """
         self._require_key()
-        lines = self._store.transact(lambda con: migrate_tx(con, self.path, self._keys.noise_key,
-                                                            self.actor, policy_))
+        made = [f for f in (signing.signing_key_path(self.path),
+                            signing.public_key_path(self.path)) if not f.exists()]
+        after: list[counter.Recorded] = []
+
+        def tx(con: duckdb.DuckDBPyConnection) -> list[str]:
+            lines = migrate_tx(con, self.path, self._keys, self.actor, policy_)
+            after[:] = [counter.Recorded(self._keys.ledger_id, storage.head_counter(con),
+                                         *storage.head(con))]
+            return lines
+
+        try:
+            lines = self._store.transact(tx)
+        except BaseException:
+            for f in made:  # a key created by a migration that did not commit
+                f.unlink(missing_ok=True)
+            raise
+        if self._keys.version < SCHEMA_VERSION:  # migrated now: the files outside the database
+            counter.advance(counter.counter_path(self.path), after[0])
+            if signing.load_pin(self.path) is None:
+                signing.write_pin(self.path, signing.public_bytes(
+                    signing.load_signing_key(self.path)))
         meta = self._read(lambda con: storage.open_tx(con, self.path))
-        self._keys = self._keyring(meta, self._keys.noise, None)
+        self._keys = self._keyring(meta, self._keys.noise)
         return lines
 
     def head(self) -> SignedHead:
@@ -595,7 +679,8 @@ class Ledger:
 
     # ------------------------------------------------------------------ verify
 
-    def verify(self, expect: Sequence[tuple[str, SignedHead]] = ()) -> VerifyReport:
+    def verify(self, expect: Sequence[tuple[str, SignedHead | heads.PlainHead]] = ()
+               ) -> VerifyReport:
         """Recompute the hash chain, every balance, the seal, the signature and every MAC.
 
         Args:
@@ -615,7 +700,8 @@ class Ledger:
                 "or edited key)"))
         return self._read(lambda con: verify_tx(con, self._keys, expect))
 
-    def verify_or_raise(self, expect: Sequence[tuple[str, SignedHead]] = ()) -> VerifyReport:
+    def verify_or_raise(self, expect: Sequence[tuple[str, SignedHead | heads.PlainHead]] = ()
+                        ) -> VerifyReport:
         """Like `verify`, but raise `LedgerIntegrityError` (exit 4) when it fails."""
         rep = self.verify(expect)
         if not rep.ok:

@@ -3,8 +3,10 @@
 A migration is never a side effect of opening or verifying a ledger. It runs,
 in one transaction, only after
 
-1. the old-format ledger verifies (chain, seal, balances, and the MACs its
-   schema has), and
+1. the old-format ledger verifies (chain, seal, balances, the MACs its
+   schema has, and everything its signed history requires: a ledger that
+   claims an older format than its keys, pin or head counter show is a
+   downgrade and is refused, `ledger.verify`), and
 2. every domain's cap equals the cap its latest entries were checked against
    (a cap raised with plain SQL in a ledger that has no MACs yet, schema 1,
    would otherwise be sealed as if it were genuine).
@@ -103,7 +105,7 @@ def _baselines(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, now: st
     return lines
 
 
-def migrate_tx(con: duckdb.DuckDBPyConnection, path: Path, noise: bytes, actor: str,
+def migrate_tx(con: duckdb.DuckDBPyConnection, path: Path, key: Keyring, actor: str,
                pol: Policy | None) -> list[str]:
     """Upgrade the ledger in `con`'s transaction (see the module docstring).
 
@@ -118,7 +120,12 @@ def migrate_tx(con: duckdb.DuckDBPyConnection, path: Path, noise: bytes, actor: 
     meta = storage.open_tx(con, path)
     if meta.version >= schema.SCHEMA_VERSION:
         return [f"already at schema {meta.version}: nothing to migrate"]
-    rep = verify_tx(con, Keyring(noise, None, None, meta.ledger_id, meta.version))
+    noise = key.noise_key
+    if meta.version not in schema.MIGRATIONS:
+        raise LedgerIntegrityError(
+            f"refusing to migrate: the ledger says it is schema {meta.version}, which no "
+            "privpipe ever wrote (its schema_version was edited)")
+    rep = verify_tx(con, key)  # the rules of the version it claims, the keys and the pin
     if not rep.ok:
         raise LedgerIntegrityError(f"refusing to migrate a ledger that does not verify: "
                                    f"{rep.message}", seq=rep.first_bad_seq)
@@ -130,8 +137,13 @@ def migrate_tx(con: duckdb.DuckDBPyConnection, path: Path, noise: bytes, actor: 
         schema.migrate(con, meta.version, now, noise)
     except LookupError as err:
         raise LedgerOpenError(f"cannot upgrade {str(path)!r}: {err}") from None
-    signer = signing.load_signing_key(path) if signing.signing_key_path(path).exists() \
-        else signing.create_signing_key(path)
+    except duckdb.Error as err:
+        raise LedgerIntegrityError(
+            f"refusing to migrate: the tables are not those of schema {meta.version} "
+            f"({str(err).splitlines()[0]}); its schema_version was edited?") from None
+    signer = key.signing or (signing.load_signing_key(path)
+                             if signing.signing_key_path(path).exists()
+                             else signing.create_signing_key(path))
     public = signing.public_bytes(signer)
     con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
         ["signing_public_key", public.hex()],

@@ -116,10 +116,12 @@ class VerifyReport:
 class SignedHead:
     """The chain head (seq, hash) of one ledger, signed with its Ed25519 key.
 
-    ``signature`` covers (ledger_id, schema_version, seq, hash), see
-    `ledger.signing.head_message`; ``key_fingerprint`` is the SHA-256 of the
-    raw public key (``public_key``, hex). An auditor keeps these (a checkpoint
-    file, a release manifest) to detect a later rollback, truncation or re-keying.
+    ``signature`` covers (ledger_id, schema_version, seq, hash) and from
+    schema 4 also the verification ``rules``, the ``key_fingerprint`` and the
+    head ``counter``, see `ledger.signing.head_message`; ``key_fingerprint`` is
+    the SHA-256 of the raw public key (``public_key``, hex). An auditor keeps
+    these (a checkpoint file, a release manifest) to detect a later rollback,
+    truncation or re-keying.
     """
 
     ledger_id: str
@@ -129,9 +131,16 @@ class SignedHead:
     signature: str
     key_fingerprint: str
     public_key: str
+    counter: int | None = None
+    rules: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """The head as plain JSON-ready data."""
-        return {"ledger_id": self.ledger_id, "schema_version": self.schema_version,
-                "seq": self.seq, "hash": self.hash, "signature": self.signature,
-                "key_fingerprint": self.key_fingerprint, "public_key": self.public_key}
+        """The head as plain JSON-ready data (``counter`` and ``rules`` from schema 4)."""
+        out: dict[str, object] = {
+            "ledger_id": self.ledger_id, "schema_version": self.schema_version,
+            "seq": self.seq, "hash": self.hash, "signature": self.signature,
+            "key_fingerprint": self.key_fingerprint, "public_key": self.public_key}
+        if self.counter is not None:
+            out["counter"] = self.counter
+            out["rules"] = self.rules
+        return out

@@ -7,10 +7,13 @@ Tables (amounts are integer quanta, see `ledger.amounts`):
   is refused (upgrade privpipe).
 * ``meta(key, value)``: ledger id, quantum, noise-key fingerprint (an HMAC, never
   the key).
-* ``chain_head(id, last_seq, last_hash, seal, signature)``: the tip of the hash
-  chain, a keyed seal over it (schema 3: also over the schema version) and an
-  Ed25519 signature (schema 3); every writing transaction updates this one row,
-  which also serialises concurrent writers inside one process.
+* ``chain_head(id, last_seq, last_hash, seal, signature, counter)``: the tip of
+  the hash chain, a keyed seal over it (schema 3: also over the schema version;
+  schema 4: and the counter) and an Ed25519 signature (schema 3; schema 4 also
+  covers the verification rules, the key fingerprint and the counter); the
+  counter (schema 4) grows by one at every head write and is recorded outside
+  the database (`ledger.counter`); every writing transaction updates this one
+  row, which also serialises concurrent writers inside one process.
 * ``domains``: the policy's domains (notion, cap, w, units; schema 3: the whole
   definition as canonical JSON and the seq of the domain's latest ``policy``
   entry), each row with a keyed ``mac`` (schema v2) so a cap raised with plain
@@ -46,7 +49,7 @@ from ledger.amounts import UNITS_PER_EPSILON
 from ledger.keys import row_mac
 
 COMPONENT = "privpipe-ledger"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _U = f"CAST({UNITS_PER_EPSILON} AS DOUBLE)"
 
@@ -61,7 +64,8 @@ TABLES: tuple[str, ...] = (
         last_seq BIGINT NOT NULL,
         last_hash VARCHAR NOT NULL,
         seal VARCHAR NOT NULL,
-        signature VARCHAR)""",
+        signature VARCHAR,
+        counter BIGINT)""",
     """CREATE TABLE domains (
         domain VARCHAR PRIMARY KEY,
         kind VARCHAR NOT NULL,
@@ -216,7 +220,16 @@ def _v2_to_v3(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
     con.execute("ALTER TABLE chain_head ADD COLUMN signature VARCHAR")
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
+    """Schema v4 (tables): the head counter (`ledger.counter`), under the seal and signature.
+
+    `ledger.migrate` then writes the head (counter 1) with the new seal and signature.
+    """
+    con.execute("ALTER TABLE chain_head ADD COLUMN counter BIGINT")
+    con.execute("UPDATE chain_head SET counter = 0")
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 """``MIGRATIONS[v]`` upgrades the tables from schema version v to v + 1 (`ledger.migrate`)."""
 
 DOMAIN_MAC_COLUMNS = ("domain", "kind", "notion", "cap", "cap_exact", "w", "time_unit",

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from ledger import keys, schema, signing
+from ledger import counter, keys, schema, signing
 from ledger.accounting import KIND_SIGN, Run
 from ledger.amounts import UNITS_PER_EPSILON
 from ledger.chain import GENESIS_HASH, format_ts
@@ -221,7 +221,7 @@ class Store:
 
 
 def create(p: Path, kp: Path) -> None:
-    """Create the database, its noise key and its signing key unless they exist.
+    """Create the database, its noise key, signing key, pin and head counter unless they exist.
 
     The caller holds `init_lock`. A ledger and noise key that both exist are
     left as they are (`Ledger.init` then opens them).
@@ -242,7 +242,8 @@ def create(p: Path, kp: Path) -> None:
             f"a noise key {str(kp)!r} exists without its ledger {str(p)!r}; restore the "
             "ledger or move the key away before creating a new ledger"
         )
-    for f in (signing.signing_key_path(p), signing.public_key_path(p)):
+    for f in (signing.signing_key_path(p), signing.public_key_path(p), signing.pin_path(p),
+              counter.counter_path(p)):
         if f.exists() or f.is_symlink():
             raise LedgerOpenError(
                 f"{str(f)!r} exists without its ledger {str(p)!r}; move it away before "
@@ -252,15 +253,17 @@ def create(p: Path, kp: Path) -> None:
     try:
         signer = signing.create_signing_key(p)
         made += [signing.signing_key_path(p), signing.public_key_path(p), p,
-                 Path(str(p) + ".wal")]
-        _create_tables(p, key, signer)
+                 Path(str(p) + ".wal"), signing.pin_path(p), counter.counter_path(p)]
+        first = _create_tables(p, key, signer)
+        signing.write_pin(p, signing.public_bytes(signer))
+        counter.advance(counter.counter_path(p), first, locked=True)
     except BaseException:
         for f in made:
             f.unlink(missing_ok=True)
         raise
 
 
-def _create_tables(p: Path, key: bytes, signer: Any) -> None:
+def _create_tables(p: Path, key: bytes, signer: Any) -> counter.Recorded:
     try:
         con = duckdb.connect(str(p))
     except duckdb.Error as err:
@@ -279,13 +282,14 @@ def _create_tables(p: Path, key: bytes, signer: Any) -> None:
             ["created_at", created],
         ])
         v = schema.SCHEMA_VERSION
-        con.execute("INSERT INTO chain_head VALUES (1, 0, ?, ?, ?)",
-                    [GENESIS_HASH, keys.chain_seal_v2(key, v, 0, GENESIS_HASH),
-                     signing.sign_head(signer, ledger_id, v, 0, GENESIS_HASH)])
+        con.execute("INSERT INTO chain_head VALUES (1, 0, ?, ?, ?, 1)",
+                    [GENESIS_HASH, keys.chain_seal_v3(key, v, 0, GENESIS_HASH, 1),
+                     signing.sign_head(signer, ledger_id, v, 0, GENESIS_HASH, 1)])
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
     finally:
         con.close()
+    return counter.Recorded(ledger_id, 1, 0, GENESIS_HASH)
 
 
 @dataclass(frozen=True)
@@ -353,6 +357,21 @@ def head(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
     if row is None:
         raise LedgerIntegrityError("the ledger's chain_head row is missing")
     return int(row[0]), str(row[1])
+
+
+def head_counter(con: duckdb.DuckDBPyConnection) -> int:
+    """The head counter (schema 4; 0 when the column or value is missing)."""
+    if not has_column(con, "chain_head", "counter"):
+        return 0
+    row = first_row(con.execute("SELECT counter FROM chain_head WHERE id = 1"))
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    """Whether `table` of the main schema has `column`."""
+    return bool(first_row(con.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'main' "
+        "AND table_name = ? AND column_name = ?", [table, column]))[0])
 
 
 def load_domains(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:

@@ -23,12 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger import accounting, heads, history, schema, signing, wevent_budget
+from ledger import accounting, counter, heads, history, schema, signing, storage, wevent_budget
 from ledger.accounting import KIND_SIGN, Run
 from ledger.chain import GENESIS_HASH, HASHED_COLUMNS, canonical, entry_hash
 from ledger.columns import combine, group_running_sum, object_array
 from ledger.entries import ENTRY_COLUMNS
-from ledger.keyring import Keyring
+from ledger.keyring import EMBEDDED, Keyring
 from ledger.records import SignedHead, VerifyReport
 from ledger.schema import first_row
 from ledger.storage import head, load_domains, registered, runs_of
@@ -399,14 +399,84 @@ def _release_macs(con: duckdb.DuckDBPyConnection, key: Keyring, n: int) -> Verif
     return None
 
 
+def _signed_history(con: duckdb.DuckDBPyConnection, key: Keyring) -> tuple[int, str]:
+    """The oldest schema the ledger can be, from what no downgrade can hide, and why.
+
+    Outside the database (`Keyring.floor`): a signing key, a public key, a
+    pin (schema 3) or a head counter file (schema 4). Inside it: the columns
+    and rows only later schemas write (a head counter: 4; a head signature,
+    a signing key in ``meta``, policy entries, domain definitions: 3). The
+    file's own ``schema_version`` is the claim this is checked against.
+    """
+    inside = [
+        (4, storage.has_column(con, "chain_head", "counter"), "a head counter column"),
+        (3, storage.has_column(con, "chain_head", "signature"), "a head signature column"),
+        (3, storage.has_column(con, "domains", "definition"), "domain definitions"),
+        (3, bool(con.execute("SELECT count(*) FROM meta WHERE key = 'signing_public_key'"
+                             ).fetchall()[0][0]), "a signing key in meta"),
+        (3, bool(con.execute("SELECT count(*) FROM entries WHERE kind = 'policy'"
+                             ).fetchall()[0][0]), "policy entries in the chain"),
+    ]
+    floor, why = key.floor, key.floor_why
+    for version, present, what in inside:
+        if present and version > floor:
+            floor, why = version, what
+    return floor, why
+
+
+def _counter_fault(con: duckdb.DuckDBPyConnection, key: Keyring, head_seq: int,
+                   head_hash: str) -> str | None:
+    """The chain head against the head counter file (schema 4), or None."""
+    if key.counter_file is None:
+        return None
+    rec = counter.read(key.counter_file, private=key.noise is not None)
+    if rec is None:
+        if key.noise is None:
+            return None  # an auditor without the operator's directory: reported as not checked
+        return (f"the head counter file {str(key.counter_file)!r} is missing: without it a "
+                "chain head restored from an older state cannot be told apart; restore it "
+                "with the keys from backup")
+    n = storage.head_counter(con)
+    if rec.ledger_id != key.ledger_id:
+        return (f"the head counter file {str(key.counter_file)!r} belongs to ledger "
+                f"{rec.ledger_id}, not to this one ({key.ledger_id}): replaced ledger?")
+    if n < rec.counter:
+        return (f"the chain head's counter is {n}, but {str(key.counter_file)!r} recorded "
+                f"counter {rec.counter} at seq {rec.seq}: the head was restored from an older "
+                "state (entries after it deleted, or an old copy of the file)")
+    if n == rec.counter and (rec.seq, rec.hash) != (head_seq, head_hash):
+        return (f"the chain head (seq {head_seq}) is not the head {str(key.counter_file)!r} "
+                f"recorded for counter {n} (seq {rec.seq}): the head was replaced")
+    return None
+
+
+def _key_faults(key: Keyring) -> str | None:
+    """The public key against the pinned fingerprints, or None."""
+    fp = signing.fingerprint(key.public or b"")
+    for where, pinned in key.pins:
+        if fp != pinned:
+            return (f"the public key from {key.source} has fingerprint {fp[:16]}…, not the "
+                    f"pinned {pinned[:16]}… ({where}): the ledger is signed by another key")
+    return None
+
+
 def _head(con: duckdb.DuckDBPyConnection, key: Keyring, n: int, last_hash: str,
-          expected: Sequence[tuple[str, SignedHead]]) -> VerifyReport | None:
-    """The chain head against the entries, its seal, its signature and the kept heads."""
+          expected: Sequence[tuple[str, Any]]) -> VerifyReport | None:
+    """The chain head: no downgrade, its seal, signature, pins, counter and the kept heads.
+
+    The rules are those of the newest schema the ledger's signed history
+    shows, never fewer because its ``schema_version`` says it is older.
+    """
     orphan = con.execute("SELECT min(s.seq) FROM step_runs s ANTI JOIN entries e "
                          "ON e.seq = s.seq").fetchall()[0][0]
     if orphan is not None:
         return _bad(n, f"step runs refer to entry seq {orphan}, which does not exist",
                     int(orphan))
+    floor, why = _signed_history(con, key)
+    if key.version < floor:
+        return _bad(n, f"schema downgrade: the ledger says it is schema {key.version}, but "
+                       f"{why} requires schema {floor} or later (a signed head); a ledger "
+                       "claiming an older format than its signed history is refused")
     head_seq, head_hash = head(con)
     if head_seq != n or head_hash != last_hash:
         return _bad(n, f"the chain head says {head_seq} entries ending in {head_hash[:12]}…, "
@@ -414,19 +484,24 @@ def _head(con: duckdb.DuckDBPyConnection, key: Keyring, n: int, last_hash: str,
                     n + 1 if head_seq > n else None)
     cols = "seal, signature" if key.version >= 3 else "seal, NULL"
     seal, signature = con.execute(f"SELECT {cols} FROM chain_head WHERE id = 1").fetchall()[0]  # noqa: S608
-    if key.noise is not None and seal != key.seal(head_seq, head_hash):
+    count = storage.head_counter(con)
+    if key.noise is not None and seal != key.seal(head_seq, head_hash, count):
         return _bad(n, "the keyed seal over the chain head does not match (chain rewritten "
                        "without the noise key, or its schema version edited)")
-    if key.version >= 3 and not key.signature_ok(signature, head_seq, head_hash):
+    if key.version >= 3 and key.public is None:
+        return _bad(n, "no public key to check the chain head's signature with")
+    if key.version >= 3 and not key.signature_ok(signature, head_seq, head_hash, count):
         return _bad(n, "the chain head's Ed25519 signature does not verify with the public key "
-                       f"{signing.fingerprint(key.public or b'')[:16]}… (head or schema "
-                       "version edited, or signed by another key)")
-    problem = heads.expected_faults(con, key, n, expected)
+                       f"{signing.fingerprint(key.public or b'')[:16]}… from {key.source} "
+                       "(head, counter or schema version edited, or signed by another key)")
+    problem = (_key_faults(key) if key.version >= 3 else None) or (
+        _counter_fault(con, key, head_seq, head_hash) if key.version >= 4 else None) or (
+        heads.expected_faults(con, key, n, expected))
     return None if problem is None else _bad(n, problem)
 
 
 def _tables(con: duckdb.DuckDBPyConnection, key: Keyring, n: int, last_hash: str,
-            spent: pa.Table, expected: Sequence[tuple[str, SignedHead]]) -> VerifyReport:
+            spent: pa.Table, expected: Sequence[tuple[str, Any]]) -> VerifyReport:
     """The checks after the entries: head, seal, signature, kept heads, MACs, policy, accounts."""
     rep = _head(con, key, n, last_hash, expected)
     if rep is None and key.noise is not None:
@@ -477,32 +552,52 @@ def _accounts(con: duckdb.DuckDBPyConnection, n: int, spent: pa.Table, key: Keyr
 NEEDS_NOISE_KEY = ("the keyed seal over the chain head", "the noise key fingerprint",
                    "the domain and release MACs")
 """What an auditor without the noise key cannot check."""
+NO_COUNTER_FILE = "the head counter (no readable head counter file beside the ledger)"
+"""What an auditor cannot check without the operator's head counter file."""
 
 
 def _ok(n: int, accounts: int, key: Keyring, n_expected: int) -> VerifyReport:
     signed = ""
     if key.version >= 3:
         signed = (f"; policy history and the Ed25519-signed head (key "
-                  f"{signing.fingerprint(key.public or b'')[:16]}…) verified")
+                  f"{signing.fingerprint(key.public or b'')[:16]}… from {key.source}) verified")
     if n_expected:
         signed += f"; consistent with {n_expected} kept signed head(s)"
-    if key.noise is None:
+    if key.noise is not None:
+        return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key "
+                                           f"fingerprint, domain and release MACs and "
+                                           f"{accounts} account balances verified{signed}")
+    not_checked = NEEDS_NOISE_KEY
+    if key.version >= 4 and (key.counter_file is None
+                             or counter.read(key.counter_file, private=False) is None):
+        not_checked = (*not_checked, NO_COUNTER_FILE)
+    if key.version < 3 or key.source == EMBEDDED:
+        why = ("its only public key is the one the ledger holds itself (meta), which whoever "
+               "edits the file can replace" if key.version >= 3 else
+               f"schema {key.version} has no signed head")
         return VerifyReport(
-            True, n, None,
-            f"ok (auditor mode, public key only): {n} entries, hash chain and {accounts} "
-            f"account balances verified{signed}; NOT checked without the noise key: "
-            f"{', '.join(NEEDS_NOISE_KEY)}", not_checked=NEEDS_NOISE_KEY)
-    return VerifyReport(True, n, None, f"ok: {n} entries, hash chain, seal, key fingerprint, "
-                                       f"domain and release MACs and {accounts} account "
-                                       f"balances verified{signed}")
+            False, n, None,
+            f"ledger NOT independently verified (auditor mode): {n} entries and {accounts} "
+            f"account balances are consistent, but {why}; give the public key you kept "
+            "(--public-key) or the fingerprint `privpipe ledger init` printed "
+            "(--expect-fingerprint)", not_checked=not_checked)
+    return VerifyReport(
+        True, n, None,
+        f"ok (auditor mode, public key only): {n} entries, hash chain and {accounts} "
+        f"account balances verified{signed}; NOT checked without the noise key: "
+        f"{', '.join(not_checked)}", not_checked=not_checked)
 
 
 def verify_tx(con: duckdb.DuckDBPyConnection, key: Keyring,
-              expected: Sequence[tuple[str, SignedHead]] = ()) -> VerifyReport:
+              expected: Sequence[tuple[str, SignedHead | heads.PlainHead]] = ()
+              ) -> VerifyReport:
     """Verify the whole ledger in `con`'s transaction (see the module docstring).
 
-    `expected` are signed heads kept earlier (checkpoint files, release
-    manifests), each with where it came from; the ledger must extend them.
+    `expected` are heads kept earlier (checkpoint files, release manifests,
+    ``SEQ:HASH``), each with where it came from; the ledger must extend them.
+    In auditor mode (no noise key) a ledger whose signed head was checked
+    only with the key its own ``meta`` table holds, or that has no signed
+    head (schema < 3), is reported not ok: "NOT independently verified".
     """
     domains = load_domains(con)
     found = _FirstFault()

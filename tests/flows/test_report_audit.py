@@ -127,7 +127,7 @@ def test_the_signed_head_on_the_page_verifies_with_the_public_key(history):
                     r"([0-9a-f]{64})", text)
     assert sig.group(1) == head.signature and sig.group(2) == head.key_fingerprint
     assert head_signature_ok(bytes.fromhex(head.public_key), sig.group(1), head.ledger_id,
-                             head.schema_version, head.seq, head.hash)
+                             head.schema_version, head.seq, head.hash, head.counter)
 
 
 def test_an_auditor_without_the_noise_key_gets_the_same_figures(history, tmp_path):
@@ -199,7 +199,7 @@ def test_audit_page_alone_renders_every_image(history, tmp_path):
 def test_a_tampered_ledger_is_reported_failed_and_exits_4(history, tmp_path):
     path = tmp_path / "ledger.duckdb"
     shutil.copy(history["path"], path)
-    for suffix in (".key", ".sign", ".pub"):  # the operator's keys, next to the copy
+    for suffix in (".key", ".sign", ".pub", ".counter"):  # the operator's keys, next to it
         shutil.copy(str(history["path"]) + suffix, str(path) + suffix)
     con = duckdb.connect(str(path))
     con.execute("UPDATE entries SET amount = amount / 2 WHERE seq = 1")

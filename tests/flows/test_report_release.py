@@ -90,7 +90,7 @@ def test_header_states_time_policy_digest_and_entries(geo, setup):
     assert re.search(rf"Head signature \(Ed25519\): {head['signature']}\s*;", text)
     assert head_signature_ok(bytes.fromhex(head["public_key"]), head["signature"],
                              head["ledger_id"], head["schema_version"], head["seq"],
-                             head["hash"])
+                             head["hash"], head["counter"])
 
 
 def test_guarantee_reading_gives_the_shift_for_ratio_e(geo):

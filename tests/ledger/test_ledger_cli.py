@@ -222,7 +222,7 @@ def test_pubkey_checkpoint_and_migrate_commands(cli_ledger, tmp_path):
             "--release", "new")
     assert r.exit_code == 2 and "ledger migrate" in r.output
     r = run("migrate", "--ledger", old, "--policy", tmp_path / "policy.toml")
-    assert r.exit_code == 0 and "schema 2 -> 3" in r.output, r.output
+    assert r.exit_code == 0 and "schema 2 -> 4" in r.output, r.output
     r = run("charge", "--ledger", old, "--user", "u", "--domain", "ais", "--epsilon", "0.1",
             "--release", "new")
     assert r.exit_code == 0, r.output

@@ -240,4 +240,5 @@ def test_concurrent_init_of_a_new_path_is_safe(tmp_path):
         assert Ledger(path).verify().ok
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         f"ledger-{i}.duckdb{ext}" for i in range(rounds) for ext in ("", ".key", ".sign",
-                                                                      ".pub"))
+                                                                      ".pub", ".pin",
+                                                                      ".counter"))

@@ -87,12 +87,12 @@ def test_migration_path_runs_in_order(tmp_path, monkeypatch):
     led.migrate()
     assert calls == [13, "v1->v2"]
     con = duckdb.connect(str(path))
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
     con.execute("UPDATE schema_version SET version = 0")
     con.close()
     monkeypatch.delitem(schema.MIGRATIONS, 0)
     with pytest.raises((LedgerOpenError, LedgerIntegrityError)):
-        Ledger(path).migrate()  # a schema-3 ledger set back to 0 fails its seal anyway
+        Ledger(path).migrate()  # a schema-4 ledger set back to 0 is refused (a downgrade)
 
 
 def test_missing_key_is_an_error_never_regenerated(led, ledger_path):
@@ -216,15 +216,15 @@ def test_a_version_1_ledger_is_read_as_it_is_and_migrated_only_on_request(tmp_pa
     with pytest.raises(LedgerOpenError, match="ledger migrate"):
         old.close("r1", "writes need the current schema")
     lines = old.migrate()
-    assert any("schema 1 -> 3" in line for line in lines)
+    assert any("schema 1 -> 4" in line for line in lines)
     con = duckdb.connect(str(path))
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
     assert con.execute("SELECT count(*) FROM domains WHERE mac IS NULL").fetchall() == [(0,)]
     con.close()
     rep = old.verify()
     assert rep.ok and rep.entries_checked == 13 + 3, rep.message  # a baseline per domain
     assert [h["change"] for h in old.policy_history()] == ["baseline"] * 3
-    assert old.migrate() == ["already at schema 3: nothing to migrate"]
+    assert old.migrate() == ["already at schema 4: nothing to migrate"]
 
 
 def test_truncated_ledger_is_an_open_error_not_a_crash(led, ledger_path):
@@ -304,3 +304,35 @@ def test_a_migration_without_a_policy_records_definitions_when_one_is_applied(tm
     fresh = Ledger(load_fixture("ledger_v2", tmp_path / "again.duckdb"))
     with pytest.raises(PolicyChangeError, match="does not describe domain 'ais'"):
         fresh.migrate(parse_policy(other))
+
+
+def test_a_schema_3_ledger_verifies_as_it_is_and_migrates_to_4(led, ledger_path):
+    # what the privpipe before issue #26 wrote: no head counter column or file, no pin,
+    # the head sealed with the v2 seal and signed over (id, version, seq, hash)
+    from ledger import keys, signing
+    from ledger.counter import counter_path
+
+    led.reserve("r", [Request("u", "ais", amount=0.5)], mechanism="m", parameters={})
+    noise = keys.load_key(key_path_for(ledger_path))
+    signer = signing.load_signing_key(ledger_path)
+    con = duckdb.connect(str(ledger_path))
+    ledger_id = con.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchall()[0][0]
+    seq, h = con.execute("SELECT last_seq, last_hash FROM chain_head").fetchall()[0]
+    con.execute("ALTER TABLE chain_head DROP COLUMN counter")
+    con.execute("UPDATE schema_version SET version = 3")
+    message = json.dumps(["privpipe chain head v1", ledger_id, 3, seq, h]).encode()
+    con.execute("UPDATE chain_head SET seal = ?, signature = ?",
+                [keys.chain_seal_v2(noise, 3, seq, h), signer.sign(message).hex()])
+    con.close()
+    counter_path(ledger_path).unlink()
+    signing.pin_path(ledger_path).unlink()
+    old = Ledger(ledger_path)
+    rep = old.verify()
+    assert rep.ok and old.schema_version == 3, rep.message
+    assert Ledger.open_auditor(ledger_path).verify().ok
+    assert any("schema 3 -> 4" in line for line in old.migrate())
+    assert signing.pin_path(ledger_path).read_text().strip() == signing.fingerprint(
+        signing.public_bytes(signer))
+    assert json.loads(counter_path(ledger_path).read_text())["seq"] == old.head().seq
+    old.reserve("r2", [Request("u", "ais", amount=0.25)], mechanism="m", parameters={})
+    assert old.verify().ok and Ledger.open_auditor(ledger_path).verify().ok

@@ -133,10 +133,10 @@ def make_template(root: Path) -> Path:
 
 
 def clone_ledger(src: Path, dst_dir: Path) -> Path:
-    """Copy a ledger, its WAL (if any), its noise and signing keys (modes kept) into `dst_dir`."""
+    """Copy a ledger, its WAL (if any), keys, pin and head counter (modes kept) to `dst_dir`."""
     dst_dir.mkdir(parents=True, exist_ok=True)
     dst = dst_dir / src.name
-    for suffix in ("", ".wal", ".key", ".sign", ".pub"):
+    for suffix in ("", ".wal", ".key", ".sign", ".pub", ".pin", ".counter"):
         s = Path(str(src) + suffix)
         if s.exists():
             shutil.copy2(s, Path(str(dst) + suffix))
