@@ -58,6 +58,27 @@ class LedgerView:
         default_factory=dict)
     notion: dict[tuple[str, str], str] = field(default_factory=dict)
     settle_detail: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    entries: list[Entry] = field(default_factory=list)  # every entry of the release, in seq order
+
+    def of_kind(self, kind: str) -> list[Entry]:
+        """The release's entries of one kind (reserve, settle, refund, deny, close)."""
+        return [e for e in self.entries if e.kind == kind]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger entry as the ledger's export gives it, amounts exact."""
+
+    seq: int
+    kind: str
+    user_id: str
+    step: str
+    stream_id: str
+    notion: str
+    amount: Fraction
+    balance_after: Fraction | None
+    runs: tuple[tuple[int, int, Fraction], ...]  # (start, stop, per-step ε), w-event only
+    detail: dict[str, Any]
 
 
 @dataclass
@@ -107,6 +128,36 @@ def _domain(kind: str, notion: str, *, w: int | None = None, metric: str = "l2")
                   value_range=(0.0, 1.0), metric=metric)
 
 
+def curves_domain(notion: str, *, metric: str = "l2", window: float | None = None,
+                  grid_points: int | None = None, cap: Fraction = Fraction(10**6)) -> Domain:
+    """A curves domain: public durations and point counts, or (``window``) a fixed window
+    of ``grid_points`` output times with neither durations nor point counts public."""
+    public = (Public(duration=True, points=True) if window is None else
+              Public(duration=False, points=False))
+    return Domain(name="tracks", kind="curves", notion=notion, cap=cap, time_unit="s",
+                  value_columns=VALUE_COLUMNS, value_unit="m", metric=metric, public=public,
+                  window=window, grid_points=grid_points)
+
+
+def streams_domain(w: int, *, cap: Fraction = Fraction(10**6),
+                   wevent_budget: str = "per_user") -> Domain:
+    """A [0, 1] streams domain with windows of `w` steps."""
+    return Domain(name="meters", kind="streams", notion="wevent", cap=cap, w=w,
+                  time_unit="step", value_columns=("value",), value_unit="kW",
+                  value_range=(0.0, 1.0), metric="wevent", wevent_budget=wevent_budget)
+
+
+def new_ledger(tmp: Path, dom: Domain) -> Path:
+    """A fresh ledger under `tmp` holding the one domain `dom`."""
+    return _ledger(tmp, dom)
+
+
+def stream_frame(streams: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """An input table from {(user_id, stream_id): (steps, values in [0, 1])}."""
+    return pd.concat([pd.DataFrame({"user_id": u, "stream_id": s, "t": t, "value": v})
+                      for (u, s), (t, v) in streams.items()], ignore_index=True)
+
+
 def _ledger(tmp: Path, dom: Domain) -> Path:
     path = tmp / "ledger" / "ledger.duckdb"
     led = Ledger.init(path, actor="privacy-tests")
@@ -123,6 +174,13 @@ def _read_entries(ledger_path: Path, release_id: str) -> LedgerView:
             continue
         key = (e["user_id"], e["step"])
         amount = from_units(int(e["amount_quanta"]))
+        runs = tuple((int(a), int(b), from_units(int(q))) for a, b, q in
+                     (r.split(":") for r in (e["step_runs"] or "").split(";") if r))
+        after = e["balance_after_quanta"]
+        view.entries.append(Entry(
+            int(e["seq"]), e["kind"], e["user_id"], e["step"], e["stream_id"], e["notion"],
+            amount, None if after is None else from_units(int(after)), runs,
+            json.loads(e["detail"]) if e["detail"] else {}))
         if e["kind"] == "reserve":
             view.reserved[key] = amount
             view.notion[key] = e["notion"]
@@ -136,6 +194,7 @@ def _read_entries(ledger_path: Path, release_id: str) -> LedgerView:
             if parts and isinstance(parts[0], dict) and "step" in parts[0]:
                 view.breakdown[key] = {i["step"]: Fraction(i["amount"]) for i in parts}
             view.settle_detail[key] = detail
+    view.entries.sort(key=lambda e: e.seq)
     return view
 
 
@@ -143,28 +202,55 @@ def _table(tables: list[pa.Table]) -> pd.DataFrame:
     return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame()
 
 
-def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSpec,
-         *, notion: str, ledger_path: Path | None = None, release_id: str = RELEASE_ID,
-         runs: int = 1) -> tuple[list[list[ChunkResult]], LedgerView]:
+@dataclass
+class ReleaseRun:
+    """One release through the task layer: every run's chunk results and what the ledger holds."""
+
+    runs: list[list[ChunkResult]]
+    ledger: LedgerView
+    admitted: set[str]
+    denied: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    ledger_path: Path
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The last run's output table `name` (``samples``, ``values``, ...), all chunks."""
+        return _table([r.tables[name] for r in self.runs[-1]])
+
+
+def run_release(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSpec, *,
+                ledger_path: Path | None = None, release_id: str = RELEASE_ID,
+                parameters: dict[str, Any] | None = None, runs: int = 1,
+                strict: bool = True) -> ReleaseRun:
+    """Stage, plan, reserve, privatize the admitted users and settle, as `flows.release` does.
+
+    ``strict``: fail on any rejected or denied user (else they are returned,
+    and only the admitted users are privatized, as the flow does).
+    ``parameters``: what the release is bound to and its seeds cover (default
+    ``{"test": notion}``).
+    """
     ledger_path = ledger_path or _ledger(tmp, dom)
-    staging = tmp / "staging"
+    staging = tmp / f"staging-{release_id}"
     plan = stage_input_fn(frame, dom, str(staging), chunk_users=100)
-    assert not plan.rejected, plan.rejected
+    assert not (strict and plan.rejected), plan.rejected
+    rejected = list(plan.rejected)
     cont = None
+    notion = spec.notion if isinstance(spec, CurveSpec) else "wevent"
     if isinstance(spec, CurveSpec):
         requests = plan_requests(plan, dom.name, spec.notion, amount=spec.amount)
     else:  # streams plan against their watermarks, as the flow does (tasks/continuation.py)
         cont = plan_release_fn(str(ledger_path), release_id, dom.name, plan,
                                spec.epsilon_per_step)
-        assert not cont.rejected, cont.rejected
+        assert not (strict and cont.rejected), cont.rejected
+        rejected += cont.rejected
         requests = cont.requests
-    parameters = {"test": notion}
+    parameters = parameters if parameters is not None else {"test": notion}
     ledger = Ledger(ledger_path)
     fingerprint = ledger.input_tag(plan.fingerprint)  # as the flow records it
     admitted, denied = reserve_fn(str(ledger_path), release_id, requests,
                                   mechanism=spec.mechanism, parameters=parameters,
                                   input_fingerprint=fingerprint, flow_run_id=None)
-    assert not denied, denied
+    assert not (strict and denied), denied
     if cont is not None:
         admitted |= cont.unchanged
     every: list[list[ChunkResult]] = []
@@ -174,6 +260,8 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
         for chunk in plan.chunks:
             users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
                      if u in admitted]
+            if not users:
+                continue
             if isinstance(spec, CurveSpec):
                 seeds = ledger.noise_seeds(release_id, [u for u, _ in users],
                                            [fp for _, fp in users], parameters)
@@ -186,7 +274,16 @@ def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSp
     settle_fn(str(ledger_path), release_id, dom.name, every[-1],
               input_fingerprint=fingerprint, parameters=parameters)
     shutil.rmtree(staging, ignore_errors=True)
-    return every, _read_entries(ledger_path, release_id)
+    return ReleaseRun(every, _read_entries(ledger_path, release_id), admitted, denied, rejected,
+                      ledger_path)
+
+
+def _run(tmp: Path, dom: Domain, frame: pd.DataFrame, spec: CurveSpec | StreamSpec,
+         *, notion: str, ledger_path: Path | None = None, release_id: str = RELEASE_ID,
+         runs: int = 1) -> tuple[list[list[ChunkResult]], LedgerView]:
+    out = run_release(tmp, dom, frame, spec, ledger_path=ledger_path, release_id=release_id,
+                      parameters={"test": notion}, runs=runs)
+    return out.runs, out.ledger
 
 
 def curve_frame(curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
@@ -200,16 +297,17 @@ def release_curves(tmp: Path, mechanism: str, notion: str, amount: str,
                    options: dict[str, Any],
                    curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
                    *, ledger_path: Path | None = None, release_id: str = RELEASE_ID,
-                   runs: int = 1) -> CurveRelease:
+                   runs: int = 1, domain: Domain | None = None) -> CurveRelease:
     """Release `curves` through the task layer as `flows.release.release_curves` does.
 
     The domain has the mechanism's metric (from the registry) and public
     durations and point counts; the spec is built, metric-checked and dry-run
     like the flow's. ``runs > 1`` runs the privatize task again on the same
     chunks and seeds (a retry); every run's results are in ``runs``. Returns
-    the outputs of the last run and the ledger's record.
+    the outputs of the last run and the ledger's record. ``domain`` replaces
+    that domain (e.g. a CGP domain charged by a GP mechanism, or a fixed window).
     """
-    dom = _domain("curves", notion, metric=registry.get(mechanism).metric)
+    dom = domain or _domain("curves", notion, metric=registry.get(mechanism).metric)
     _check_metric(dom, mechanism)
     spec = CurveSpec(mechanism, amount if notion == "gp" else None,
                      amount if notion == "cgp" else None, dict(options), framing=_framing(dom))
