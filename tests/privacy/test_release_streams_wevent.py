@@ -22,6 +22,9 @@ from tasks.privatize import StreamSpec
 
 W = 4
 
+#: registry entries whose release path this module checks (test_registry_coverage.py)
+MECHANISMS_COVERED = ("square_wave",)
+
 
 def _values(steps: np.ndarray, phase: float = 0.0) -> np.ndarray:
     """A fixed [0, 1] signal of the absolute step: a growing file repeats its history."""
@@ -64,6 +67,9 @@ def test_two_day_release_redraws_day_one_and_charges_only_day_two(tmp_path):
         assert y2[:8].tobytes() == y1.tobytes()
         # day 2's range is a fresh draw: not day 1's noise replayed on later steps
         assert not np.array_equal(y2[8:], y1)
+        # reports are rounded to multiples of 2^-24 (docs/sampling.md), not a finer grid
+        assert np.array_equal(y2 * 2**24, np.round(y2 * 2**24))
+        assert not np.array_equal(y2 * 2**23, np.round(y2 * 2**23))
         for rel, first, stop in ((day1, 0, 8), (day2, 8, 16)):
             mine = [e for e in rel.ledger.entries if e.user_id == user]
             assert [e.kind for e in mine] == ["reserve", "settle"]  # no refund: all spent
