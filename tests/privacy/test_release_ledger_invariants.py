@@ -18,10 +18,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from release_path import curves_domain, new_ledger, release_curves
+from release_path import curve_frame, curves_domain, new_ledger, release_curves, run_release
 
-from ledger import Ledger
+from ledger import Ledger, Request
 from mechanisms import registry
+from schemas.errors import ParameterError
+from tasks.privatize import CurveFraming, CurveSpec
 
 #: registry entries whose release path this module checks (test_registry_coverage.py)
 MECHANISMS_COVERED = registry.names("curves")
@@ -29,7 +31,7 @@ MECHANISMS_COVERED = registry.names("curves")
 USERS = ("u1", "u2", "u3")
 
 
-def _curves(shift: float = 0.0) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+def _curves() -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     out = {}
     for i, user in enumerate(USERS):
         for c in ("a", "b"):
@@ -160,3 +162,36 @@ def test_released_coefficients_are_on_the_noise_grid(tmp_path, mechanism, notion
     assert c.size > 0 and np.any(c != 0)
     assert np.array_equal(c / grid, np.round(c / grid))
     assert not np.array_equal(c / (2 * grid), np.round(c / (2 * grid)))  # not a coarser grid
+
+
+def test_a_user_is_admitted_up_to_the_cap_and_denied_above_it(tmp_path):
+    """cap 2/3, ε = 1/3 per curve: two curves fill the cap exactly, three exceed it."""
+    dom = curves_domain("gp", cap=Fraction(2, 3))
+    curves = {k: v for k, v in _curves().items() if k[0] != "u3"}
+    t, v = curves[("u2", "a")]
+    curves[("u2", "c")] = (t, v + 1.0)
+    path = new_ledger(tmp_path, dom)
+    rel = run_release(tmp_path, dom, curve_frame(curves),
+                      CurveSpec("privfuncseg", "1/3", None, framing=CurveFraming()),
+                      ledger_path=path, strict=False)
+    assert rel.admitted == {"u1"}
+    assert [d["user_id"] for d in rel.denied] == ["u2"]
+    assert set(rel.table("curves")["user_id"]) == {"u1"}  # the denied user is not released
+    assert {e.kind for e in rel.ledger.entries if e.user_id == "u2"} == {"deny"}
+    assert _balances(path) == {"u1": Fraction(2, 3), "u2": Fraction(0)}
+
+
+def test_a_mechanism_of_another_metric_is_refused_before_anything_is_charged(tmp_path):
+    """The dist_∞ baseline on an L2 domain: the release and the ledger both refuse it."""
+    dom = curves_domain("gp", metric="l2")
+    path = new_ledger(tmp_path, dom)
+    with pytest.raises(ParameterError, match="no budget of this domain covers it"):
+        release_curves(tmp_path / "r", "baseline", "gp", "1", {}, _curves(), domain=dom,
+                       ledger_path=path)
+    led = Ledger(path)
+    with pytest.raises(ParameterError, match="nothing was charged"):
+        led.reserve("direct", [Request("u1", "tracks", step="curve:a", notion="gp",
+                                       amount=Fraction(1))],
+                    mechanism="baseline", parameters={"test": "gp"})
+    assert led.entry_range("direct") is None
+    assert led.balances("tracks") == []
