@@ -13,6 +13,13 @@ snapping), and settle. The privacy
 tests then check the released outputs against the amounts the LEDGER recorded
 for the release (read back from its entries), never against the amounts the
 test asked for.
+
+`run_release` is that path for any domain and spec, also with denied or
+rejected users (``strict=False``: only the admitted users are privatized, as
+in the flow) and on a ledger shared by several releases (a stream continued
+day after day). Its `LedgerView.entries` are every entry of the release
+(reserve, settle, refund, deny), with exact amounts, balances after, step runs
+and details.
 """
 
 from __future__ import annotations
