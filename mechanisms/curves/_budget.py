@@ -49,9 +49,26 @@ def svt_epsilon(notion: str, amount: Fraction) -> float:
     return float_at_most(amount) if notion == "gp" else sqrt_at_most(2 * amount)
 
 
-def check_beta(beta: float) -> float:
-    """β must lie in (0, 1)."""
+#: The smallest failure probability β an option may give (2^-40, about 9.1e-13).
+#: Below it the (1 − β) bounds it sets (log 1/β margins) are meaningless in
+#: doubles, and values like 1e-320 are subnormal: refused, not computed with.
+BETA_MIN = 2.0**-40
+
+
+def check_beta(beta: object) -> float:
+    """β, a failure probability: a real number in [`BETA_MIN`, 1) (not a bool or a string)."""
+    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
+        raise MechanismParameterError(f"beta must be a number, got {beta!r}")
     b = float(beta)
-    if not 0.0 < b < 1.0:
-        raise MechanismParameterError(f"beta must be in (0, 1), got {beta!r}")
+    if not BETA_MIN <= b < 1.0:
+        raise MechanismParameterError(
+            f"beta must be in [2^-40, 1) (a failure probability; 2^-40 ≈ 9.1e-13 is the "
+            f"smallest the bounds are computed for), got {beta!r}")
     return b
+
+
+def check_flag(name: str, value: object) -> bool:
+    """A boolean option: True or False only (1, 0.5 or "yes" are refused, not read as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise MechanismParameterError(f"{name} must be true or false, got {value!r}")
+    return bool(value)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms.cost import Cost, CostItem, float_at_most, laplace_scale
-from mechanisms.curves._budget import budget, check_beta, check_rng, svt_epsilon
+from mechanisms.curves._budget import budget, check_beta, check_flag, check_rng, svt_epsilon
 from mechanisms.curves._piecewise import check_curve, restrict
 from mechanisms.curves.bases import LegendreBasis
 from mechanisms.curves.batch import CurveBatch, generator_rounds
@@ -238,10 +238,12 @@ def seg_options(*, basis: str, epsilon: object, rho: object, reduce: bool, conti
     deg = _basis_degree(basis, degree)
     deg, max_level, k1 = _check_options(deg, max_level, k1)
     beta = check_beta(beta)
-    if not math.isfinite(float(threshold)):
-        raise MechanismParameterError("threshold must be finite")
-    return SegOptions(notion, amount, deg, bool(reduce), bool(continuous), beta, max_level, k1,
-                      bool(margin), float(threshold))
+    if isinstance(threshold, bool) or not isinstance(
+            threshold, (int, float, np.integer, np.floating)) or not math.isfinite(threshold):
+        raise MechanismParameterError(f"threshold must be a finite number, got {threshold!r}")
+    return SegOptions(notion, amount, deg, check_flag("reduce", reduce),
+                      check_flag("continuous", continuous), beta, max_level, k1,
+                      check_flag("margin", margin), float(threshold))
 
 
 def svt_levels(sizes: np.ndarray, max_level: int) -> np.ndarray:

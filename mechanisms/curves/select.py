@@ -138,8 +138,9 @@ def _threshold(threshold1: float | None, scale: float) -> float:
     """The line-1 threshold 𝒯₁: as given (finite), by default −1/(ε/4) (CGP −1/√(2ρ/4))."""
     if threshold1 is None:
         return -scale
-    if not math.isfinite(float(threshold1)):
-        raise MechanismParameterError("threshold1 must be finite")
+    if isinstance(threshold1, bool) or not isinstance(
+            threshold1, (int, float, np.integer, np.floating)) or not math.isfinite(threshold1):
+        raise MechanismParameterError(f"threshold1 must be a finite number, got {threshold1!r}")
     return threshold1
 
 
