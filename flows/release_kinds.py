@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,6 +63,10 @@ class ReleaseKind(Protocol):
     flow_name: str
     spec: Any
     streamed: tuple[str, ...]
+    amount: Fraction | None
+    """The amount a dry run reports per item (None: none per item)."""
+    beta: float | None
+    """The β of the manifest's (1-β) error bounds (None: no such bound)."""
 
     def dry_run_requests(self, run: ReleaseRun) -> Any:
         """The requests a dry run decides (None: the plan's own)."""
@@ -101,6 +106,8 @@ class CurveRelease:
 
     def __init__(self, spec: CurveSpec) -> None:
         self.spec = spec
+        self.amount: Fraction | None = spec.amount  # ε or ρ per curve
+        self.beta: float | None = spec.beta
 
     def dry_run_requests(self, run: ReleaseRun) -> None:
         """None: a curve dry run decides the plan's own requests."""
@@ -155,6 +162,8 @@ class StreamRelease:
 
     def __init__(self, spec: StreamSpec, population_period: int | None) -> None:
         self.spec, self.population_period = spec, population_period
+        self.amount: Fraction | None = None  # charged per step, by window (w-event)
+        self.beta: float | None = None  # Square Wave outputs carry no (1-β) bound
 
     @property
     def _keep_samples(self) -> bool:

@@ -78,7 +78,7 @@ def _manifest(run: ReleaseRun, admission: Admission, post: PostProcessed,
         "files": files,
         "ledger_entries": {"first_seq": first_seq, "last_seq": last_seq},
         "ledger_head": run.ledger.head().to_dict(),  # kept by auditors: `ledger verify`
-        "error_bound": {"beta": getattr(kind.spec, "beta", None),
+        "error_bound": {"beta": kind.beta,
                         "max": outputs.bounds.top, "mean": outputs.bounds.mean,
                         "rms_mean": outputs.rms.mean, "rms_max": outputs.rms.top},
         "periods": post.periods,

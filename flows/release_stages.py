@@ -127,13 +127,13 @@ def bind(kind: ReleaseKind, plan: StagePlan, *, dom: Domain, parameters: dict[st
 
 def answer_early(run: ReleaseRun) -> dict[str, Any] | None:
     """A dry run's decisions, or an already published release; None: release it."""
-    spec = run.kind.spec
+    kind = run.kind
     if run.dry_run:  # the decisions reserve would make (flows/dry_run.py); nothing written
         return dry_run_result(run.ledger, run.rid, run.plan, run.dom.name,
-                              run.parameters["notion"], amount=getattr(spec, "amount", None),
-                              mechanism=spec.mechanism, parameters=run.parameters,
+                              run.parameters["notion"], amount=kind.amount,
+                              mechanism=kind.spec.mechanism, parameters=run.parameters,
                               input_fingerprint=run.fingerprint,
-                              requests=run.kind.dry_run_requests(run))
+                              requests=kind.dry_run_requests(run))
     # A published release is checked against the ledger's manifest, never rewritten.
     published = published_release(run.out_root, run.rid, run.ledger.release(run.rid))
     if published is not None:
