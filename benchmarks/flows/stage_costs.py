@@ -46,7 +46,8 @@ COMPONENTS = [
     ("ingest.pipeline", "_spill", "ingest: CSV scan + spill (this thread; DuckDB's not)", ()),
     ("ingest.pipeline", "user_fingerprint", "ingest: user fingerprints", ()),
     ("files.staging", "stage_curve_chunk", "staging: write chunk files", ("tasks.stage",)),
-    ("tasks.stage", "load_curve_chunk", "staging: load chunk for its task", ("flows.release",)),
+    ("tasks.stage", "load_curve_chunk", "staging: load chunk for its task",
+     ("flows.release_kinds",)),
     ("ledger.ledger", "Ledger.reserve", "ledger: reserve", ()),
     ("ledger.ledger", "Ledger.noise_seeds", "ledger: noise seeds", ()),
     ("ledger.ledger", "Ledger.settle", "ledger: settle", ()),
@@ -128,7 +129,8 @@ def main() -> None:
         meter = Meter()
         for module, name, label, also in COMPONENTS:
             meter.wrap(module, name, label, also)
-        release.fault_point = mark  # every stage boundary of the release
+        import flows.faults
+        flows.faults.fault_point = mark  # every stage boundary of the release
         body = release._release
 
         def timed_body(*a, **k):

@@ -86,11 +86,12 @@ def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy
                                                               tmp_path, monkeypatch):
     """Four users per reserve transaction (4 + 2 for six users, one user's two curves
     always in the same one) admit, deny and charge exactly as one transaction."""
-    import flows.release as rel
+    import flows.release_kinds as kinds
+    import flows.release_stages as stages
     from schemas.policy import load_policy
 
     calls: list[set[str]] = []
-    real = rel.reserve_budget
+    real = stages.reserve_budget
 
     def counting(ledger, rid, requests, **kw):
         calls.append({r.user_id for r in requests.unquote()})
@@ -101,8 +102,8 @@ def test_reserve_in_batches_decides_what_one_transaction_does(curves_csv, policy
     Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
     runs = {}
     for name, batch in (("one", 50_000), ("batched", 4)):
-        monkeypatch.setattr(rel, "RESERVE_BATCH", batch)
-        monkeypatch.setattr(rel, "reserve_budget", counting)
+        monkeypatch.setattr(kinds, "RESERVE_BATCH", batch)
+        monkeypatch.setattr(stages, "reserve_budget", counting)
         calls.clear()
         shutil.copytree(template, tmp_path / name)  # the same noise key: the same noise
         ledger_path = tmp_path / name / "ledger.duckdb"
@@ -292,18 +293,19 @@ def test_settle_batches_grow_with_what_is_settled(curves_csv, policy_file, ledge
     cap of 3 the settle transactions take 1, 2, 3 and 3 settlements, where a fixed
     batch would take six transactions; every settlement still lands.
     """
-    import flows.release as rel
+    import flows.chunk_window as window
+    import flows.release_stages as stages
 
     batches: list[int] = []
-    real = rel.settle_chunk
+    real = stages.settle_chunk
 
     def counting(ledger, rid, domain, results, **kw):
         batches.append(sum(len(r.costs) for r in results.unquote()))  # prefect's quote
         return real(ledger, rid, domain, results, **kw)
 
-    monkeypatch.setattr(rel, "settle_chunk", counting)
-    monkeypatch.setattr(rel, "SETTLE_BATCH", 1)
-    monkeypatch.setattr(rel, "MAX_SETTLE_BATCH", 3)
+    monkeypatch.setattr(stages, "settle_chunk", counting)
+    monkeypatch.setattr(window, "SETTLE_BATCH", 1)
+    monkeypatch.setattr(window, "MAX_SETTLE_BATCH", 3)
     release_curves(input_path=str(curves_csv), domain="tracks", epsilon="0.5",
                    out_dir=str(tmp_path / "out"), ledger_path=str(ledger_path),
                    policy_path=str(policy_file), chunk_users=1)

@@ -145,7 +145,8 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
     import hashlib
     import shutil
 
-    import flows.release as rel
+    import flows.release_kinds as kinds
+    import flows.release_stages as stages
     from schemas.policy import load_policy
 
     users = sorted(meters["user_id"].unique())
@@ -158,7 +159,7 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
     template.mkdir()
     Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
     events: list[tuple[str, frozenset]] = []
-    real_reserve, real_task = rel.reserve_budget, rel.privatize_streams
+    real_reserve, real_task = stages.reserve_budget, kinds.privatize_streams
 
     def reserving(ledger, rid, requests, **kw):
         events.append(("reserve", frozenset(r.user_id for r in requests.unquote())))
@@ -174,9 +175,9 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
         shutil.copytree(template, tmp_path / name)  # the same noise key: the same noise
         led = tmp_path / name / "ledger.duckdb"
         _release(_csv(d1, tmp_path / "d1.csv"), policy_file, led, tmp_path / name / "a")
-        monkeypatch.setattr(rel, "RESERVE_BATCH", batch)
-        monkeypatch.setattr(rel, "reserve_budget", reserving)
-        monkeypatch.setattr(rel, "privatize_streams", Task())
+        monkeypatch.setattr(kinds, "RESERVE_BATCH", batch)
+        monkeypatch.setattr(stages, "reserve_budget", reserving)
+        monkeypatch.setattr(kinds, "privatize_streams", Task())
         events.clear()
         res = release_streams(input_path=_csv(d12, tmp_path / "d12.csv"), domain="meters",
                               epsilon="1", out_dir=str(tmp_path / name / "b"),

@@ -27,10 +27,10 @@ STREAM_POINTS = ("before_first_settle", "between_reserves", "after_manifest")
 def reserve_in_batches():
     """Reserve 3 users per ledger transaction: the 6-user curve release (3 + 3) and the
     4-user stream release (3 + 1) take two each, so a crash between them is tried too."""
-    import flows.release as rel
+    import flows.release_kinds as kinds
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rel, "RESERVE_BATCH", 3)
+        mp.setattr(kinds, "RESERVE_BATCH", 3)
         yield
 
 
@@ -105,10 +105,10 @@ def test_crash_at_point_then_rerun_matches_uninterrupted(kind, point, setup, ref
 def test_every_fault_point_is_reached(setup, tmp_path, monkeypatch):
     # A fault point the release never reaches would make its crash test vacuous.
     reached = []
-    import flows.release as release_mod
+    import flows.faults as faults
 
-    real = release_mod.fault_point
-    monkeypatch.setattr(release_mod, "fault_point", lambda name: (reached.append(name),
+    real = faults.fault_point
+    monkeypatch.setattr(faults, "fault_point", lambda name: (reached.append(name),
                                                                   real(name)))
     ledger = harness.clone_ledger(setup.template, tmp_path / "home")
     _run(setup, "curves", "reach-all", tmp_path / "out", ledger)

@@ -220,10 +220,10 @@ def test_stale_staging_whose_pid_is_alive_but_unrelated_is_swept(setup, tmp_path
 
 def test_staging_is_private_during_a_release_under_umask_022(setup, tmp_path, monkeypatch):
     """Staging dirs are 0700 and every file in them 0600 (chunk outputs included)."""
-    import flows.release as release_mod
+    import flows.faults as faults
 
     seen: list[tuple[str, Path, bool, int]] = []
-    real = release_mod.fault_point
+    real = faults.fault_point
     root = tmp_path / "out" / ".staging"
 
     def record(name: str) -> None:
@@ -233,7 +233,7 @@ def test_staging_is_private_during_a_release_under_umask_022(setup, tmp_path, mo
                 seen.append((name, p, stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode)))
         real(name)
 
-    monkeypatch.setattr(release_mod, "fault_point", record)
+    monkeypatch.setattr(faults, "fault_point", record)
     old = os.umask(0o022)
     try:
         for kind in ("curves", "streams"):

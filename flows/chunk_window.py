@@ -1,0 +1,93 @@
+"""The bounded window through which a release submits its chunks and settles them.
+
+A release submits one mechanism task per chunk of users. `ChunkWindow` keeps at
+most `in_flight` of them queued or running at once, so memory does not grow with
+the number of users whatever the task runner, and takes their results in chunk
+order. Finished chunks are settled together (and at the end) in batches that
+grow with what is settled so far: SETTLE_BATCH at first, then as many as are
+already settled, up to MAX_SETTLE_BATCH. Each ledger transaction has a fixed
+cost that grows with the ledger (open, read the reservations, commit and
+checkpoint): 50 batches of 2000 took 20 s for 10^5 users where one took 2.4 s.
+A settlement only records the actual cost of budget already reserved, so a
+crash between batches loses nothing.
+
+The window knows nothing of curves or streams: what a finished chunk's outputs
+become is the `collect` callback's business, and the ledger call is `settle`'s.
+It only orders, batches and frees (a settled chunk's costs are dropped), and
+calls the fault points "before_first_settle" and "after_first_chunk" around the
+release's first settlement (`flows.faults`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from flows import faults
+
+SETTLE_BATCH = 2000
+"""The settlements of a release's first ledger transaction."""
+MAX_SETTLE_BATCH = 50_000
+"""The most settlements one ledger transaction of a release takes."""
+
+
+class ChunkWindow:
+    """At most `in_flight` chunk futures pending; results taken and settled in chunk order.
+
+    Args:
+        settle: records a batch of finished chunk results in the ledger (one
+            transaction); it is given a new list each time.
+        collect: takes a finished chunk's outputs (called once per chunk, in
+            submission order, before the chunk joins a settle batch).
+        in_flight: the most futures pending at once (at least 1).
+
+    Every result is kept in `results` (in chunk order) for the post-processing;
+    its `costs` are emptied once settled, so memory does not grow with users.
+    """
+
+    def __init__(self, settle: Callable[[list[Any]], None], collect: Callable[[Any], None], *,
+                 in_flight: int) -> None:
+        self._settle, self._collect, self._in_flight = settle, collect, in_flight
+        self._pending: deque[Any] = deque()
+        self._unsettled: list[Any] = []
+        self.results: list[Any] = []
+        self.settles = 0
+        """Settle transactions made so far."""
+        self.settled = 0
+        """Settlements (cost records) made so far."""
+
+    def submit(self, future: Any) -> None:
+        """Queue a chunk's future; take the oldest one if `in_flight` are now pending."""
+        self._pending.append(future)
+        if len(self._pending) >= self._in_flight:
+            self._take_oldest()
+
+    def drain(self) -> None:
+        """Take every pending chunk, in order (a failing chunk's error propagates)."""
+        while self._pending:
+            self._take_oldest()
+
+    def settle_unsettled(self) -> None:
+        """Settle every taken but unsettled chunk in one transaction (none: nothing)."""
+        if not self._unsettled:
+            return
+        if self.settles == 0:
+            faults.fault_point("before_first_settle")
+        self._settle(list(self._unsettled))
+        self.settles += 1
+        self.settled += sum(len(r.costs) for r in self._unsettled)
+        for r in self._unsettled:
+            r.costs = []  # settled: free them (memory must not grow with users)
+        self._unsettled.clear()
+        if self.settles == 1:
+            faults.fault_point("after_first_chunk")
+
+    def _take_oldest(self) -> None:
+        res = self._pending.popleft().result()
+        self.results.append(res)
+        self._unsettled.append(res)
+        self._collect(res)
+        if sum(len(r.costs) for r in self._unsettled) >= max(SETTLE_BATCH,
+                                                             min(self.settled, MAX_SETTLE_BATCH)):
+            self.settle_unsettled()

@@ -1,0 +1,130 @@
+"""The bounded submit/settle window of a release's chunks (flows/chunk_window.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import flows.chunk_window as chunk_window
+import flows.faults as faults
+from flows.chunk_window import ChunkWindow
+
+
+class _Result:
+    def __init__(self, index: int, costs: int) -> None:
+        self.index, self.costs = index, [object()] * costs
+
+
+class _Future:
+    """A finished chunk task: its result is taken once, in the window's order."""
+
+    def __init__(self, log: _Log, res: _Result | Exception) -> None:
+        self.log, self.res = log, res
+
+    def result(self) -> _Result:
+        self.log.pending_at_take.append(self.log.submitted - len(self.log.taken))
+        self.log.taken.append(self)
+        if isinstance(self.res, Exception):
+            raise self.res
+        return self.res
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.taken: list[_Future] = []
+        self.pending_at_take: list[int] = []
+        self.events: list[tuple[str, object]] = []
+
+    def submit(self, res: _Result | Exception) -> _Future:
+        self.submitted += 1
+        return _Future(self, res)
+
+
+@pytest.fixture()
+def log(monkeypatch) -> _Log:
+    log = _Log()
+    monkeypatch.setattr(faults, "fault_point", lambda name: log.events.append(("fault", name)))
+    return log
+
+
+def _window(log: _Log, in_flight: int) -> ChunkWindow:
+    return ChunkWindow(lambda rs: log.events.append(("settle", [r.index for r in rs])),
+                       lambda r: log.events.append(("collect", r.index)), in_flight=in_flight)
+
+
+def _settles(log: _Log) -> list[list[int]]:
+    return [e[1] for e in log.events if e[0] == "settle"]
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 4])
+def test_at_most_in_flight_pending_and_chunk_order(log, in_flight):
+    window = _window(log, in_flight)
+    for i in range(10):
+        window.submit(log.submit(_Result(i, 1)))
+        assert log.submitted - len(log.taken) <= in_flight - 1
+    assert len(log.taken) == 10 - (in_flight - 1)
+    window.drain()
+    window.settle_unsettled()
+    assert max(log.pending_at_take) == in_flight
+    assert [e[1] for e in log.events if e[0] == "collect"] == list(range(10))
+    assert [i for batch in _settles(log) for i in batch] == list(range(10))
+    assert [r.index for r in window.results] == list(range(10))
+
+
+def test_settle_batches_grow_with_what_is_settled_up_to_the_cap(log, monkeypatch):
+    """First batch 2, then as many as already settled (2, 4), capped at 5; the rest at the end."""
+    monkeypatch.setattr(chunk_window, "SETTLE_BATCH", 2)
+    monkeypatch.setattr(chunk_window, "MAX_SETTLE_BATCH", 5)
+    window = _window(log, 1)
+    for i in range(14):
+        window.submit(log.submit(_Result(i, 1)))
+    assert [len(b) for b in _settles(log)] == [2, 2, 4, 5]
+    window.settle_unsettled()
+    assert [len(b) for b in _settles(log)] == [2, 2, 4, 5, 1]
+    assert (window.settles, window.settled) == (5, 14)
+
+
+def test_batches_count_settlements_not_chunks(log, monkeypatch):
+    """Chunks of 1 and 2 settlements: batches of 1, 2, 3 and 3 settlements (first 1, cap 3)."""
+    monkeypatch.setattr(chunk_window, "SETTLE_BATCH", 1)
+    monkeypatch.setattr(chunk_window, "MAX_SETTLE_BATCH", 3)
+    window = _window(log, 1)
+    for i in range(6):
+        window.submit(log.submit(_Result(i, 1 + i % 2)))
+    assert _settles(log) == [[0], [1], [2, 3], [4, 5]]
+
+
+def test_settled_costs_are_freed_and_unsettled_kept(log, monkeypatch):
+    monkeypatch.setattr(chunk_window, "SETTLE_BATCH", 3)
+    window = _window(log, 1)
+    for i in range(4):
+        window.submit(log.submit(_Result(i, 1)))
+    assert [len(r.costs) for r in window.results] == [0, 0, 0, 1]
+    window.settle_unsettled()
+    assert [len(r.costs) for r in window.results] == [0, 0, 0, 0]
+
+
+def test_fault_points_around_the_first_settlement_only(log, monkeypatch):
+    monkeypatch.setattr(chunk_window, "SETTLE_BATCH", 1)
+    window = _window(log, 2)
+    window.settle_unsettled()  # nothing taken: no transaction, no fault point
+    assert log.events == []
+    for i in range(3):
+        window.submit(log.submit(_Result(i, 1)))
+    window.drain()
+    window.settle_unsettled()
+    assert log.events == [("collect", 0), ("fault", "before_first_settle"), ("settle", [0]),
+                          ("fault", "after_first_chunk"), ("collect", 1), ("settle", [1]),
+                          ("collect", 2), ("settle", [2])]
+
+
+def test_a_failed_chunk_propagates_and_what_was_taken_can_still_be_settled(log):
+    window = _window(log, 3)
+    window.submit(log.submit(_Result(0, 1)))
+    window.submit(log.submit(RuntimeError("chunk 1 failed")))
+    window.submit(log.submit(_Result(2, 1)))  # takes chunk 0 (3 pending)
+    with pytest.raises(RuntimeError, match="chunk 1 failed"):
+        window.drain()
+    window.settle_unsettled()
+    assert _settles(log) == [[0]]
+    assert [r.index for r in window.results] == [0]
