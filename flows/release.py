@@ -20,6 +20,7 @@ from prefect import flow
 
 from files.outputs import ParquetAppender
 from files.staging_dir import StagingDir
+from flows import preflight
 from flows.outcome import release_state
 from flows.preflight import (
     CURVE_MECHANISMS,
@@ -42,8 +43,6 @@ from flows.release_stages import (
 )
 from flows.run_labels import run_name
 from ledger import Ledger
-from mechanisms import registry
-from mechanisms.cost import exact
 from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain
@@ -55,21 +54,6 @@ __all__ = ["default_release_id", "release_curves", "release_streams"]
 def _domain(ledger_path: str, policy_path: str | None, name: str, kind: str) -> Domain:
     """The ledger's definition of the domain (`flows.preflight.release_domain`)."""
     return release_domain(Ledger(ledger_path), policy_path, name, kind)
-
-
-def _check_metric(dom: Domain, mechanism: str) -> None:
-    """Refuse a mechanism whose guarantee is in another metric than the domain's."""
-    entry = registry.get(mechanism, dom.kind)
-    if entry.metric != dom.metric:
-        raise ParameterError(
-            f"mechanism {mechanism!r} is private w.r.t. {entry.metric}, but domain "
-            f"{dom.name!r} states its guarantee in {dom.metric} ({dom.units_label()}): no "
-            f"budget of this domain covers it; use a {entry.metric} domain or another "
-            f"mechanism ({', '.join(_mechanisms_of(dom))})")
-
-
-def _mechanisms_of(dom: Domain) -> list[str]:
-    return [n for n in registry.names(dom.kind) if registry.get(n).metric == dom.metric]
 
 
 def _framing(dom: Domain) -> CurveFraming:
@@ -186,14 +170,12 @@ def release_curves(
             (flows/dry_run.py): nothing charged, no noise drawn, nothing written.
     """
     dom = _domain(ledger_path, policy_path, domain, "curves")
-    _check_metric(dom, mechanism)
+    preflight.check_mechanism(dom, mechanism)
     spec = CurveSpec(mechanism, None if epsilon is None else str(epsilon),
                      None if rho is None else str(rho), dict(options or {}),
                      evaluate_on=evaluate_on, framing=_framing(dom))
     spec.check_runs(len(dom.value_columns))
-    if spec.notion == "cgp" and dom.notion == "gp":
-        raise ParameterError(f"domain {domain!r} is a GP (ε) domain: a ρ-CGP mechanism cannot be "
-                             "charged to it; pass --epsilon instead")
+    preflight.check_notion(dom, spec.notion, "--epsilon")
     if chunk_users is not None and chunk_users < 1:
         raise ParameterError("chunk_users must be >= 1")
     parameters = {"mechanism": mechanism, "notion": spec.notion, "amount": str(spec.amount),
@@ -254,14 +236,12 @@ def release_streams(
     dom = _domain(ledger_path, policy_path, domain, "streams")
     if dom.w is None:
         raise ParameterError(f"domain {domain!r} has no w")
-    _check_metric(dom, mechanism)
+    preflight.check_mechanism(dom, mechanism)
     spec = StreamSpec(str(epsilon), dom.w, mechanism, reconstruct)
-    if exact(spec.epsilon) > dom.cap:
-        raise ParameterError(f"epsilon {spec.epsilon} per window exceeds the domain's cap "
-                             f"{dom.cap} ({dom.units_label()})")
+    preflight.check_cap(dom, spec.epsilon, spec.amount)
     if chunk_users is not None and chunk_users < 1:
         raise ParameterError("chunk_users must be >= 1")
-    parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(exact(epsilon)),
+    parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(spec.amount),
                   "w": dom.w, "reconstruct": reconstruct}
     if population_period is not None and population_period < 1:
         raise ParameterError("population_period must be >= 1")

@@ -254,7 +254,8 @@ class StreamRelease:
             users = pc.unique(samples.column("user_id")).to_pylist()
             pending.append(reconstruct_streams.submit(
                 samples, float_at_most(self.spec.epsilon_per_step),
-                history=history_reports(history_paths, users) if history_paths else None))
+                history=history_reports(history_paths, users) if history_paths else None,
+                mechanism=self.spec.mechanism))
             if len(pending) >= run.in_flight:
                 collect()
         while pending:
@@ -284,7 +285,8 @@ class StreamRelease:
             str(rdir), epsilon_per_step=float_at_most(self.spec.epsilon_per_step),
             history=post.history, history_skipped=post.history_skipped,
             value_range=run.dom.value_range, value_unit=run.dom.value_unit,
-            population_period=self.population_period, users_released=users_released)
+            population_period=self.population_period, users_released=users_released,
+            mechanism=self.spec.mechanism)
 
 
 def _chunk_groups(chunks: list[Any], max_users: int) -> list[list[Any]]:

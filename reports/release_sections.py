@@ -45,7 +45,6 @@ class ReleaseContext:
     charges: Spread | None              # net charge per user (tasks.report.user_charges)
     balances: DomainBudget | None       # Ledger.balance_summary(domain)
     record: dict[str, Any] | None       # Ledger.release(release_id)
-    written_at: str
     plots: dict[str, bytes] = field(default_factory=dict)
     # w-event, per-user budget: a user's charge is a window over all of its streams
     per_user_windows: bool = False
@@ -99,8 +98,8 @@ def header(ctx: ReleaseContext) -> list[str]:
              + f"; metric: {cell(m['units'])}",
              f"- Mechanism: `{m['mechanism']}`; notion `{ctx.notion}`; "
              f"{_symbol(ctx.notion)} = {format_fraction(ctx.amount)}{per}",
-             f"- Budget reserved at {utc_text(rec.get('created_at'))} (ledger); this report "
-             f"written after settlement, {ctx.written_at}",
+             f"- Budget reserved at {utc_text(rec.get('created_at'))} (ledger time; the report "
+             "holds no other clock, so a rerun writes the same bytes)",
              f"- Policy digest: `{policy.get('digest', 'not recorded')}`",
              f"- Input fingerprint: `{m['input_fingerprint']}`",
              f"- Ledger entries of this release: seq {entries.get('first_seq')}–"

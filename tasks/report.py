@@ -19,7 +19,7 @@ from ledger.summaries import Spread
 from reports import kind_sections as kinds
 from reports import release_sections as sec
 from reports.release_sections import WITHHELD, ReleaseContext, Section
-from reports.render import now_text, publish_artifacts, render
+from reports.render import publish_artifacts, render
 
 CURVE_SECTIONS: tuple[Section, ...] = (
     sec.header, sec.guarantee, sec.users, sec.charges, sec.denied, sec.rejected, sec.budget,
@@ -65,7 +65,7 @@ def release_context(rdir: str, manifest: dict[str, Any], denied: list[dict[str, 
     return ReleaseContext(
         rdir=Path(rdir), manifest=manifest, denied=denied, rejected=rejected,
         charges=charged, balances=ledger.balance_summary(manifest["domain"]),
-        record=ledger.release(rid), written_at=now_text(), per_user_windows=per_user_windows)
+        record=ledger.release(rid), per_user_windows=per_user_windows)
 
 
 def write_release_report_fn(rdir: str, manifest: dict[str, Any], denied: list[dict[str, Any]],

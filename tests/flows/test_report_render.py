@@ -96,7 +96,7 @@ def _ctx(tmp_path: Path, periods: list[dict]) -> ReleaseContext:
                 "counts": {"users_released": 2}, "periods": periods,
                 "policy": {"definition": {"time_unit": "h", "step": 0.5, "w": 4}}}
     return ReleaseContext(rdir=tmp_path, manifest=manifest, denied=[], rejected=[],
-                          charges=None, balances=None, record=None, written_at="now")
+                          charges=None, balances=None, record=None)
 
 
 def test_reconstruction_warns_where_cpr_fell_back(tmp_path):

@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from flows.release import _check_metric, _framing
+from flows.preflight import check_mechanism
+from flows.release import _framing
 from ledger import Ledger
 from ledger.amounts import from_units
 from mechanisms import registry
@@ -315,7 +316,7 @@ def release_curves(tmp: Path, mechanism: str, notion: str, amount: str,
     that domain (e.g. a CGP domain charged by a GP mechanism, or a fixed window).
     """
     dom = domain or _domain("curves", notion, metric=registry.get(mechanism).metric)
-    _check_metric(dom, mechanism)
+    check_mechanism(dom, mechanism)
     spec = CurveSpec(mechanism, amount if notion == "gp" else None,
                      amount if notion == "cgp" else None, dict(options), framing=_framing(dom))
     spec.check_runs(len(dom.value_columns))
@@ -338,7 +339,7 @@ def release_streams(tmp: Path, spec: StreamSpec,
                     streams: dict[tuple[str, str], np.ndarray]) -> StreamRelease:
     """Release [0, 1] streams {(user_id, stream_id): values} with `spec` (steps 0..n-1)."""
     dom = _domain("streams", "wevent", w=spec.w, metric="wevent")
-    _check_metric(dom, spec.mechanism)
+    check_mechanism(dom, spec.mechanism)
     frame = pd.concat([pd.DataFrame({"user_id": u, "stream_id": s, "t": np.arange(len(v)),
                                      "value": v}) for (u, s), v in streams.items()],
                       ignore_index=True)
