@@ -148,6 +148,7 @@ class StreamMechanism(_Entry):
         reconstructions: the post-processings a release of it may run
             (``"cpr"`` reads Square Wave reports; ``"none"``).
         label: a short name of its reports in evaluation tables (``"SW"``).
+        title: its name in the reports' prose (``"Square Wave"``).
     """
 
     kind: ClassVar[str] = "streams"
@@ -157,6 +158,7 @@ class StreamMechanism(_Entry):
     worst_variance: str = ""
     reconstructions: tuple[str, ...] = ("none",)
     label: str = ""
+    title: str = ""
 
     def run(self, values: Any, *, epsilon_per_step: Fraction, rng: Any) -> Any:
         """Randomize one stream's samples (values in [0, 1]) at the exact ε₀ = ε/w.
@@ -237,13 +239,14 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
         randomize=f"{_SW}:square_wave", estimate=f"{_SW}:square_wave_estimate",
         output_bound=f"{_SW}:square_wave_output_bound",
         worst_variance=f"{_SW}:square_wave_worst_variance", reconstructions=("cpr", "none"),
-        label="SW"),
+        label="SW", title="Square Wave"),
     StreamMechanism(
         "piecewise", ("wevent",), "wevent",
         "Piecewise Mechanism (Wang et al. ICDE'19) at ε/w per step (w-event LDP)", (),
         STREAM_OUTPUTS, randomize=f"{_PM}:piecewise", estimate=f"{_PM}:piecewise_estimate",
         output_bound=f"{_PM}:piecewise_output_bound",
-        worst_variance=f"{_PM}:piecewise_worst_variance", reconstructions=("none",), label="PM"),
+        worst_variance=f"{_PM}:piecewise_worst_variance", reconstructions=("none",), label="PM",
+        title="Piecewise Mechanism"),
 )}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from files.report_files import finish_dir, save_text
 from ingest.projection import unproject
+from mechanisms import registry
 from reports import plots
 from reports.guarantee import curves_reading, streams_reading
 from reports.render import cell, md_table, num, publish_artifacts, render
@@ -149,7 +150,7 @@ def suite_section(s: Suite, images: dict[str, bytes]) -> list[str]:
         shown = _curve_plot(s, f"{d.name}_raw_vs_private.png", images)
         caption = "The first evaluated curve"
     else:
-        reading = streams_reading(amount, definition)
+        reading = streams_reading(amount, definition, registry.stream(s.mechanism).title)
         shown, text = _stream_plot(s, f"{d.name}_raw_vs_private.png", images)
         caption = f"The first evaluated stream ({text})"
     rows = error_rows(s)

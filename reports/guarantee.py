@@ -94,8 +94,12 @@ def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
             f"with k curves is protected at ρ per curve (k·ρ in total).")
 
 
-def streams_reading(epsilon: Fraction, definition: dict[str, Any]) -> str:
-    """One paragraph: what ε per window of w steps protects, in the declared value range."""
+def streams_reading(epsilon: Fraction, definition: dict[str, Any],
+                    title: str = "Square Wave") -> str:
+    """One paragraph: what ε per window of w steps protects, in the declared value range.
+
+    `title` names the per-sample randomizer (the registry entry's ``title``).
+    """
     w = int(definition.get("w") or 1)
     vu = definition.get("value_unit", "")
     lo, hi = (definition.get("value_range") or (0.0, 1.0))[:2]
@@ -108,7 +112,7 @@ def streams_reading(epsilon: Fraction, definition: dict[str, Any]) -> str:
             f"privacy: any two streams of a user that differ only inside one window of "
             f"{window}, by any values in the declared range [{num(lo)}, {num(hi)}] {vu}, are "
             f"{ratio_text(e)}-indistinguishable from everything released. Each sample is "
-            f"randomized on its own with ε/w = {format_fraction(epsilon / w)} (Square Wave), so "
+            f"randomized on its own with ε/w = {format_fraction(epsilon / w)} ({title}), so "
             f"any one value of the range can be told from any other only up to a likelihood "
             f"ratio of {ratio_text(e / w)}; a change spread over k separate windows is "
             f"protected at k·ε ({ratio_text(2 * e)} for two). Windows count across releases: a "

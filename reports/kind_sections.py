@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.release_sections import ReleaseContext
+from mechanisms import registry
+from reports.release_sections import ReleaseContext, stream_title
 from reports.render import cell, md_table, num
 from schemas.units import stream_time
 
@@ -124,17 +125,23 @@ def _value_scale(ctx: ReleaseContext) -> tuple[float, str]:
     return 1.0, "normalised units"
 
 
+def _cpr(ctx: ReleaseContext) -> bool:
+    """Whether the release's randomizer supports the CPR reconstruction."""
+    return "cpr" in registry.stream(ctx.manifest.get("mechanism") or "square_wave").reconstructions
+
+
 def stream_error_bounds(ctx: ReleaseContext) -> list[str]:
-    """Square Wave's worst-case standard deviation per report, in the value unit."""
+    """The randomizer's worst-case standard deviation per report, in the value unit."""
     eb = ctx.manifest.get("error_bound") or {}
     if not ctx.released or eb.get("max") is None:
         return []
     scale, unit = _value_scale(ctx)
+    pooled = "; the CPR reconstruction pools every period of a stream" if _cpr(ctx) else ""
     return ["## Error bounds (data-independent)", "",
-            f"The unbiased estimate of each sample from its Square Wave report has a standard "
-            f"deviation of at most {num(eb['max'] * scale)} {unit} ({eb['max']:.4g} times the "
-            f"width of the declared range). Averages over k samples shrink this by √k; the CPR "
-            "reconstruction pools every period of a stream.", ""]
+            f"The unbiased estimate of each sample from its {stream_title(ctx.manifest)} report "
+            f"has a standard deviation of at most {num(eb['max'] * scale)} {unit} "
+            f"({eb['max']:.4g} times the width of the declared range). Averages over k samples "
+            f"shrink this by √k{pooled}.", ""]
 
 
 def _period_text(period: int | None, definition: dict[str, Any]) -> str:
@@ -173,8 +180,10 @@ def stream_outputs(ctx: ReleaseContext) -> list[str]:
     tu = ctx.definition.get("time_unit", "step")
     t_col = "" if tu == "step" else f", t ({tu})"
     return _files_table(ctx, {
-        "samples": "Square Wave reports y, on [−b, 1 + b] around the normalised scale [0, 1] "
-                   "of the declared range",
+        "samples": (f"{stream_title(ctx.manifest)} reports y, on [−b, 1 + b] around the "
+                    "normalised scale [0, 1] of the declared range" if _cpr(ctx) else
+                    f"{stream_title(ctx.manifest)} reports y, on the normalised scale [0, 1] of "
+                    "the declared range widened by the randomizer's output bound"),
         "reconstruction": "CPR reconstruction value_hat on the normalised scale",
         "samples_units": f"the unbiased estimate of each sample from its report, value "
                          f"({unit}){t_col}: noisy, often outside the declared range",
@@ -229,10 +238,12 @@ def stream_plots(ctx: ReleaseContext) -> list[str]:
         x=x, samples=values, reconstruction=rec_v, x_label=x_label, value_label=unit,
         title=f"Stream {stream[:20]} of user {user[:20]} (private outputs; {shown})",
         warning="" if per is None or per.get("period") else f"CPR: {per['status']}",
-        band=(float(vr[0]), float(vr[1])) if vr else None)
+        band=(float(vr[0]), float(vr[1])) if vr else None,
+        reports_label=f"{stream_title(ctx.manifest)} reports")
     ctx.plots["private_stream.png"] = plots.stream_plot(view)
-    what = ("the unbiased estimate of each sample (grey; noisy) and the CPR reconstruction"
-            if scaled else "the Square Wave reports (grey) and the CPR reconstruction")
+    rec_text = " and the CPR reconstruction" if rec_v is not None else ""
+    what = (f"the unbiased estimate of each sample (grey; noisy){rec_text}" if scaled else
+            f"the {stream_title(ctx.manifest)} reports (grey){rec_text}")
     return ["## Plots (private outputs only)", "",
             f"Stream {cell(stream)} of user {cell(user)}, {shown}: {what}, in {cell(unit)}"
             + (f"; period {_period_text(per.get('period'), ctx.definition)}" if per else "")

@@ -109,13 +109,14 @@ class StreamView:
     """A stream span to draw, in the domain's units."""
 
     x: np.ndarray                 # time of each shown step, in `x_label` units
-    samples: np.ndarray | None    # private Square Wave reports, in the value unit
+    samples: np.ndarray | None    # private reports of the randomizer, in the value unit
     reconstruction: np.ndarray | None
     x_label: str
     value_label: str
     title: str
     warning: str = ""             # shown on the plot, e.g. "no significant period"
     band: tuple[float, float] | None = None   # the declared value range
+    reports_label: str = "Square Wave reports"   # the legend of unscaled reports
 
 
 def stream_plot(view: StreamView, *, raw: np.ndarray | None = None,
@@ -129,7 +130,7 @@ def stream_plot(view: StreamView, *, raw: np.ndarray | None = None,
         ax.axhspan(view.band[0], view.band[1], color="tab:green", alpha=0.07,
                    label="declared value range")
     if view.samples is not None:
-        label = "per-sample estimates (private, noisy)" if view.band else "Square Wave reports"
+        label = "per-sample estimates (private, noisy)" if view.band else view.reports_label
         if view.band is not None:
             lo, hi = view.band
             lim = (lo - 0.6 * (hi - lo), hi + 0.6 * (hi - lo))

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from ledger import format_fraction
 from ledger.summaries import DomainBudget, Spread
+from mechanisms import registry
 from reports.guarantee import curves_reading, streams_reading
 from reports.render import cell, md_table, utc_text
 from schemas.continuation_rules import CONTINUATION_RULES
@@ -118,12 +119,18 @@ def _compact(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
 
 
+def stream_title(manifest: dict[str, Any]) -> str:
+    """The prose name of a stream release's randomizer (its registry entry's title)."""
+    entry = registry.stream(manifest.get("mechanism") or "square_wave")
+    return entry.title or entry.name
+
+
 def guarantee(ctx: ReleaseContext) -> list[str]:
     """The plain-language reading of the guarantee (only when something was released)."""
     if not ctx.released:
         return []
     if ctx.notion == "wevent":
-        text = streams_reading(ctx.amount, ctx.definition)
+        text = streams_reading(ctx.amount, ctx.definition, stream_title(ctx.manifest))
     else:
         window = ctx.definition.get("window") is not None
         text = curves_reading(ctx.notion, ctx.amount, ctx.definition, _median_duration(ctx),

@@ -37,7 +37,7 @@ def stream_post_processing(rdir: str, *, epsilon_per_step: float,
     ``"cpr"`` skips them, saying so.
     """
     if "cpr" not in registry.stream(mechanism).reconstructions:
-        why = f"skipped: mechanism {mechanism!r} reports are not of the Square Wave law"
+        why = f"mechanism {mechanism!r} reports are not of the Square Wave law"
         return {"population": {"skipped": why},
                 **({"history": {"releases": [h["release_id"] for h in history],
                                 "skipped": list(history_skipped or []), "progress": []}}
