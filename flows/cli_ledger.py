@@ -110,6 +110,20 @@ def _parse_amount(text: str, what: str) -> Fraction:
     return value
 
 
+#: The last step index of a stream (steps are in [0, 2^53): schemas.samples).
+MAX_STEP_INDEX = 2**53 - 1
+
+
+def _check_total(per_step: Fraction, steps: int) -> None:
+    """Refuse a charge whose total over its steps the ledger cannot store (exit 2, at once)."""
+    from ledger.amounts import MAX_UNITS, charge_units
+
+    if charge_units(per_step) * steps > MAX_UNITS:
+        raise ParameterError(
+            f"--steps: {steps} steps at ε = {per_step} per step add up to more than the ledger "
+            "can store; charge fewer steps")
+
+
 def _parse_steps(text: str) -> tuple[int, int]:
     try:
         a, b = (int(p) for p in text.split(":"))
@@ -118,6 +132,9 @@ def _parse_steps(text: str) -> tuple[int, int]:
             f"--steps must look like START:STOP (integers), got {text!r}") from None
     if not 0 <= a < b:
         raise ParameterError("--steps needs 0 <= START < STOP")
+    if b > MAX_STEP_INDEX + 1:
+        raise ParameterError(f"--steps: STOP must be at most 2^53 = {MAX_STEP_INDEX + 1} (steps "
+                             f"are in [0, 2^53), as in a stream input), got {b}")
     return a, b
 
 
@@ -188,6 +205,7 @@ def charge(
         if steps is None:
             raise ParameterError("w-event domains need --steps START:STOP")
         a, b = _parse_steps(steps)
+        _check_total(amount, b - a)
         runs = (StepRun(a, b, amount),)
         req = Request(user, domain, step=step, notion="wevent", stream_id=stream, runs=runs)
         params: dict[str, Any] = {"epsilon_per_step": str(amount), "steps": [a, b]}

@@ -214,6 +214,14 @@ def _cap(source: str, key: str, value: Any) -> Fraction:
                     "must be a positive number or a ratio string like \"1/2\"") from None
     if cap <= 0:
         raise _fail(source, key, "must be > 0")
+    from ledger.amounts import MAX_UNITS, UNITS_PER_EPSILON  # at use: ledger imports schemas
+
+    if cap * UNITS_PER_EPSILON < 1:
+        raise _fail(source, key, f"is below the ledger's smallest amount (1/{UNITS_PER_EPSILON}, "
+                                 "about 1.7e-24): it would be stored as a cap of 0")
+    if cap * UNITS_PER_EPSILON > MAX_UNITS:
+        raise _fail(source, key,
+                    f"is too large to store (at most {MAX_UNITS // UNITS_PER_EPSILON})")
     return cap
 
 
@@ -317,11 +325,17 @@ def _required_cap(source: str, k: str, d: dict[str, Any]) -> Fraction:
     return _cap(source, f"{k}.cap", d["cap"])
 
 
+#: The largest window w (the ledger stores w as a 32-bit integer).
+MAX_W = 2**31 - 1
+
+
 def _w(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
     w = d.get("w")
     if kind == "streams":
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise _fail(source, f"{k}.w", "is required for wevent domains: an integer >= 1")
+        if w > MAX_W:
+            raise _fail(source, f"{k}.w", f"must be at most {MAX_W} (a 32-bit integer), got {w}")
         return {"w": w}
     if w is not None:
         raise _fail(source, f"{k}.w", "only applies to streams (wevent) domains")

@@ -71,6 +71,23 @@ def test_charge_admitted_then_denied_with_requested_remaining_difference(cli_led
     assert r.exit_code == 0 and r.output.count("\n") == 2 and ",r2,u,ais," in r.output
 
 
+@pytest.mark.parametrize("steps, says", [
+    ("0:99999999999999999999", "at most 2^53"),      # was a 60 s wait, then "conflicting"
+    ("0:9007199254740992", "more than the ledger can store"),
+    ("-5:3", "0 <= START < STOP"),
+])
+def test_a_charge_over_impossible_steps_is_refused_at_once(cli_ledger, steps, says):
+    import time
+
+    start = time.monotonic()
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.25", "--steps", steps, "--stream", "s", "--release", "big")
+    assert r.exit_code == 2 and says in r.output, r.output
+    assert time.monotonic() - start < 20, "refused before any ledger transaction"
+    r = run("history", "--ledger", cli_ledger, "--user", "u", "--format", "json")
+    assert json.loads(r.output) == []
+
+
 def test_charge_cgp_and_wevent(cli_ledger):
     r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ecg", "--rho", "1/4",
             "--release", "c1")

@@ -110,6 +110,28 @@ def test_cap_positive(cap):
     _fails(_one({**CURVES, "cap": cap}), "domains.d.cap", "> 0")
 
 
+@pytest.mark.parametrize("cap, says", [
+    ("1e-400", "smallest amount"), ("1e-30", "smallest amount"),
+    ("1e309", "too large"), (10**40, "too large")])
+def test_caps_the_ledger_cannot_store_are_refused_naming_the_key(cap, says):
+    # "1e-400" was accepted and stored as a cap of 0; "1e309" failed naming no key
+    _fails(_one({**CURVES, "cap": cap}), "domains.d.cap", says)
+
+
+def test_the_smallest_and_largest_storable_caps_are_kept():
+    from ledger.amounts import MAX_UNITS, UNITS_PER_EPSILON
+
+    for cap in (Fraction(1, UNITS_PER_EPSILON), Fraction(MAX_UNITS // UNITS_PER_EPSILON)):
+        text = f"{cap.numerator}/{cap.denominator}"
+        assert parse_policy(_one({**CURVES, "cap": text})).domains["d"].cap == cap
+
+
+def test_a_window_beyond_32_bits_is_refused_naming_the_key():
+    # w = 100000000000 ended in "internal error ... INT32" (exit 1) at the ledger
+    _fails(_one({**STREAMS, "w": 10**11}), "domains.d.w", "at most 2147483647")
+    assert parse_policy(_one({**STREAMS, "w": 2**31 - 1})).domains["d"].w == 2**31 - 1
+
+
 @pytest.mark.parametrize("w", [None, 0, -2, 1.5, True, "5"])
 def test_streams_need_integer_w(w):
     d = {**STREAMS}
