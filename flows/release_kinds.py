@@ -77,8 +77,8 @@ class ReleaseKind(Protocol):
     def submit(self, run: ReleaseRun, chunk: Any, users: list[tuple[str, str]]) -> Any:
         """Submit the mechanism task of `chunk`'s admitted (user, fingerprint) pairs."""
 
-    def stash(self, res: ChunkResult, staging: Path) -> None:
-        """Keep what the post-processing needs of a finished chunk (private staging)."""
+    def stash(self, res: ChunkResult, run: ReleaseRun) -> None:
+        """Check and keep what the post-processing needs of a finished chunk (private staging)."""
 
     def post_process(self, run: ReleaseRun, results: list[ChunkResult],
                      appender: ParquetAppender) -> PostProcessed:
@@ -128,8 +128,8 @@ class CurveRelease:
         return privatize_curves.submit(load_curve_chunk(chunk, run.dom.value_columns, seeds),
                                        run.dom.value_columns, self.spec)
 
-    def stash(self, res: ChunkResult, staging: Path) -> None:
-        """Nothing: curves are not post-processed."""
+    def stash(self, res: ChunkResult, run: ReleaseRun) -> None:
+        """Nothing: curves repeat nothing and are not post-processed."""
 
     def post_process(self, run: ReleaseRun, results: list[ChunkResult],
                      appender: ParquetAppender) -> PostProcessed:
@@ -162,6 +162,7 @@ class StreamRelease:
 
     def __init__(self, spec: StreamSpec, population_period: int | None) -> None:
         self.spec, self.population_period = spec, population_period
+        self._published_samples: dict[str, str] | None = None
         self.amount: Fraction | None = None  # charged per step, by window (w-event)
         self.beta: float | None = None  # Square Wave outputs carry no (1-β) bound
 
@@ -220,10 +221,33 @@ class StreamRelease:
                                    [u for u, _ in users])
         return privatize_streams.submit(load_stream_chunk(chunk, segments), self.spec)
 
-    def stash(self, res: ChunkResult, staging: Path) -> None:
-        """Keep the chunk's samples in private staging for the reconstruction (CPR only)."""
+    def stash(self, res: ChunkResult, run: ReleaseRun) -> None:
+        """Check the chunk's repeated ranges against what was published; keep its samples.
+
+        Every range the chunk repeats must equal the samples its release
+        published (`tasks.stream_redraw`: otherwise the release stops before
+        publishing anything); the samples are kept in private staging for the
+        reconstruction (CPR only).
+        """
+        from tasks.continuation import read_chunk_plans
+        from tasks.stream_redraw import check_redraws, earlier_ranges
+
+        plans_path = chunk_plans_path(run.staging, res.index)
+        ranges = earlier_ranges(read_chunk_plans(plans_path)) if plans_path.exists() else []
+        if ranges:
+            check_redraws(res.tables["samples"], ranges, self._published(run))
         if self._keep_samples:
-            write_arrow(res.tables["samples"], _samples_path(staging, res.index))
+            write_arrow(res.tables["samples"], _samples_path(run.staging, res.index))
+
+    def _published(self, run: ReleaseRun) -> dict[str, str]:
+        """Release id -> verified samples file of the earlier releases (read once per run)."""
+        if self._published_samples is None:
+            from tasks.stream_history import earlier_releases
+
+            self._published_samples = {
+                r["release_id"]: r["samples"] for r in earlier_releases(
+                    run.ledger_path, run.dom.name, run.parameters, str(run.out_root), run.rid)}
+        return self._published_samples
 
     def post_process(self, run: ReleaseRun, results: list[ChunkResult],
                      appender: ParquetAppender) -> PostProcessed:

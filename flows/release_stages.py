@@ -247,7 +247,7 @@ class ChunkOutputs:
         """Write, stash and sum a finished chunk's outputs, then free them."""
         for name in self._run.kind.streamed:
             self._appender.add_table(name, res.tables[name])
-        self._run.kind.stash(res, self._run.staging)
+        self._run.kind.stash(res, self._run)
         self.bounds.add(res.error_bounds)
         self.rms.add(res.rms_bounds)
         # written and summed: memory must not grow with users

@@ -174,7 +174,9 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
     for name, batch in (("one", 50_000), ("groups", 3)):
         shutil.copytree(template, tmp_path / name)  # the same noise key: the same noise
         led = tmp_path / name / "ledger.duckdb"
-        _release(_csv(d1, tmp_path / "d1.csv"), policy_file, led, tmp_path / name / "a")
+        # day 2 repeats day 1's ranges: it must find day 1's published samples under the
+        # same output root (tasks/stream_redraw.py checks the redraw against them)
+        _release(_csv(d1, tmp_path / "d1.csv"), policy_file, led, tmp_path / name / "b")
         monkeypatch.setattr(kinds, "RESERVE_BATCH", batch)
         monkeypatch.setattr(stages, "reserve_budget", reserving)
         monkeypatch.setattr(kinds, "privatize_streams", Task())
