@@ -207,11 +207,6 @@ def grid_quantiles(pi: np.ndarray, levels: object) -> np.ndarray:
     return (j - 1 + np.clip(frac, 0.0, 1.0)) / bsz
 
 
-#: reports per EM call of `population_distribution` (cells are independent, so
-#: splitting the cells into chunks is exact and bounds the memory)
-_REPORTS_PER_EM = 2_000_000
-
-
 def population_distribution(y: object, *, steps: object, epsilon_per_step: float,
                             period: int | None = None, grid_size: int = 64,
                             smoothing: bool = True,
