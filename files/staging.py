@@ -14,9 +14,10 @@ is removed when the release ends, however it ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,8 @@ import pyarrow.compute as pc
 
 from files.safe_files import NewFile, disk_errors
 from ingest import Curve, Stream, UserCurves, UserStreams
+
+_T = TypeVar("_T")
 
 
 def write_arrow(table: pa.Table, path: Path) -> None:
@@ -168,6 +171,19 @@ def stage_curve_chunk(users: list[UserCurves], path: Path, value_columns: tuple[
     _write_chunk(uid, cid, "curve_id", n_pts, cols, path)
 
 
+def _by_user(items: ChunkItems, make: Callable[[str, int, int], _T]) -> list[tuple[str, list[_T]]]:
+    """Each item as ``make(key, start row, stop row)``, grouped by consecutive user."""
+    bounds = items.offsets.tolist()
+    groups: list[tuple[str, list[_T]]] = []
+    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        item = make(items.keys[k], i, j)
+        if groups and groups[-1][0] == items.user_ids[k]:
+            groups[-1][1].append(item)
+        else:
+            groups.append((items.user_ids[k], [item]))
+    return groups
+
+
 def read_curve_chunk(path: str | Path, value_columns: Iterable[str]) -> list[UserCurves]:
     """Read a staged curve chunk back into `UserCurves` (fingerprints left empty)."""
     items, table = read_chunk(path, "curve_id")
@@ -175,15 +191,9 @@ def read_curve_chunk(path: str | Path, value_columns: Iterable[str]) -> list[Use
     t = table.column("t").to_numpy()
     v = np.column_stack([table.column(c).to_numpy() for c in names]) if len(t) else np.empty(
         (0, len(names)))
-    bounds = items.offsets.tolist()
-    out: list[UserCurves] = []
-    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        curve = Curve(curve_id=items.keys[k], t=t[i:j].copy(), values=v[i:j].copy())
-        if out and out[-1].user_id == items.user_ids[k]:
-            out[-1].curves.append(curve)
-        else:
-            out.append(UserCurves(user_id=items.user_ids[k], curves=[curve], fingerprint=""))
-    return out
+    groups = _by_user(items, lambda key, i, j: Curve(curve_id=key, t=t[i:j].copy(),
+                                                     values=v[i:j].copy()))
+    return [UserCurves(user_id=u, curves=curves, fingerprint="") for u, curves in groups]
 
 
 def stage_stream_chunk(users: list[UserStreams], path: Path) -> None:
@@ -207,12 +217,6 @@ def read_stream_chunk(path: str | Path) -> list[UserStreams]:
     items, table = read_chunk(path, "stream_id")
     steps = table.column("step").to_numpy()
     vals = table.column("value").to_numpy()
-    bounds = items.offsets.tolist()
-    out: list[UserStreams] = []
-    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        stream = Stream(stream_id=items.keys[k], steps=steps[i:j].copy(), values=vals[i:j].copy())
-        if out and out[-1].user_id == items.user_ids[k]:
-            out[-1].streams.append(stream)
-        else:
-            out.append(UserStreams(user_id=items.user_ids[k], streams=[stream], fingerprint=""))
-    return out
+    groups = _by_user(items, lambda key, i, j: Stream(stream_id=key, steps=steps[i:j].copy(),
+                                                      values=vals[i:j].copy()))
+    return [UserStreams(user_id=u, streams=streams, fingerprint="") for u, streams in groups]

@@ -48,6 +48,10 @@ RunnerOpt = typer.Option("threads", "--task-runner",
                          help="threads | dask (local cluster) | tcp://HOST:PORT (Dask "
                               "scheduler) | ray://HOST:PORT (needs prefect-ray).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Show Prefect's logs.")
+TableOpt = typer.Option(None, "--table", help="Table name for a DuckDB input.")
+ChunkUsersOpt = typer.Option(
+    None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
+                                "fixed count, never sized by samples).")
 FormatOpt = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP)
 DryRunOpt = typer.Option(False, "--dry-run", help="Validate and show who would be admitted or "
                          "denied, each user's cost and the budget left after; charge nothing, "
@@ -132,10 +136,7 @@ def release_curves_cmd(
     release_id: str | None = typer.Option(None, "--release-id",
                                           help="Rerun key (default: derived from flow, domain, "
                                                "input fingerprint and parameters)."),
-    table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
-    chunk_users: int | None = typer.Option(
-        None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
-                                    "fixed count, never sized by samples)."),
+    table: str | None = TableOpt, chunk_users: int | None = ChunkUsersOpt,
     evaluate_on: str = typer.Option("grid", "--evaluate-on",
                                     help="grid (N evenly spaced times) | input (the input "
                                          "times: releases them as-is)."),
@@ -178,10 +179,7 @@ def release_streams_cmd(
         None, "--reconstruct", help="cpr | none (default: the mechanism's first: cpr for "
                                     "square_wave)"),
     release_id: str | None = typer.Option(None, "--release-id", help="Rerun key."),
-    table: str | None = typer.Option(None, "--table", help="Table name for a DuckDB input."),
-    chunk_users: int | None = typer.Option(
-        None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
-                                    "fixed count, never sized by samples)."),
+    table: str | None = TableOpt, chunk_users: int | None = ChunkUsersOpt,
     population_period: int | None = typer.Option(
         None, "--population-period", help="Public period in steps (e.g. 48 half-hours) of the "
         "population view's per-phase tables; post-processing, charges nothing."),

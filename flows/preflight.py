@@ -273,11 +273,7 @@ def curves_release_problems(params: dict[str, Any], *, cli: bool = False
         x = g.run(which, amount, params[which], _opt(which, cli))
     evaluate_on = params.get("evaluate_on", "grid")
     g.run("evaluate_on", choice, evaluate_on, EVALUATE_ON, _opt("evaluate_on", cli))
-    _files(g, params, cli)
-    ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
-    dom = None if ledger is None else g.run(
-        "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"),
-        "curves")
+    ledger, dom = _files_ledger_domain(g, params, cli, "curves")
     if dom is not None and x is not None:
         notion = "gp" if rho is None else "cgp"
         before = len(g.problems)
@@ -297,11 +293,7 @@ def streams_release_problems(params: dict[str, Any], *, cli: bool = False
     x = g.run("epsilon", amount, params.get("epsilon"), _opt("epsilon", cli))
     g.run("reconstruct", choice, params.get("reconstruct", "cpr"), RECONSTRUCT,
           _opt("reconstruct", cli))
-    _files(g, params, cli)
-    ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
-    dom = None if ledger is None else g.run(
-        "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"),
-        "streams")
+    ledger, dom = _files_ledger_domain(g, params, cli, "streams")
     if dom is not None and x is not None:
         g.run("epsilon", check_cap, dom, params["epsilon"], x, _opt("epsilon", cli))
         entry = g.run("mechanism", mechanism_for, dom, params.get("mechanism", "square_wave"),
@@ -338,6 +330,16 @@ def _files(g: _Gather, params: dict[str, Any], cli: bool) -> None:
     g.run("chunk_users", chunk_users, params.get("chunk_users"))
     g.run("input_path", input_file, params.get("input_path", ""), params.get("table"))
     g.run("out_dir", out_dir, params.get("out_dir", "out"))
+
+
+def _files_ledger_domain(g: _Gather, params: dict[str, Any], cli: bool,
+                         kind: str) -> tuple[Ledger | None, Domain | None]:
+    """Check the chunking, input and output, then open the ledger and read the `kind` domain."""
+    _files(g, params, cli)
+    ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
+    dom = None if ledger is None else g.run(
+        "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"), kind)
+    return ledger, dom
 
 
 def _checked(problems: list[tuple[str, str]], done: CheckedRelease | None) -> CheckedRelease:

@@ -14,9 +14,6 @@ from typing import Any
 
 from schemas.errors import ParameterError
 
-#: What `make_task_runner` accepts (besides ``tcp://``, ``tls://`` and ``ray://`` addresses).
-LOCAL_RUNNERS = ("threads", "processes", "dask")
-
 
 def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
     """Build a Prefect task runner from a spec string.

@@ -293,21 +293,6 @@ class WEventCost:
         return max_window_sum(self.runs, self.w)
 
 
-def compress_steps(per_step: list[Fraction], offset: int = 0) -> tuple[StepRun, ...]:
-    """Compress a per-step cost list into runs of equal cost (zero-cost steps dropped)."""
-    runs: list[StepRun] = []
-    start = 0
-    n = len(per_step)
-    while start < n:
-        stop = start + 1
-        while stop < n and per_step[stop] == per_step[start]:
-            stop += 1
-        if per_step[start] != 0:
-            runs.append(StepRun(start + offset, stop + offset, per_step[start]))
-        start = stop
-    return tuple(runs)
-
-
 def max_window_sum(runs: tuple[StepRun, ...] | list[StepRun], w: int) -> Fraction:
     """Maximum over all windows of w consecutive steps of the summed per-step cost.
 

@@ -20,7 +20,6 @@ import re
 
 from schemas.errors import ParameterError
 
-MAX_NAME_LENGTH = 128
 SAFE_NAME_RULE = ("1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or a "
                   "digit, without '..' (no '/', no leading '.')")
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -25,8 +25,6 @@ import pandas as pd
 import pandera.pandas as pa
 
 ROW_INDEX = "_row"
-CURVE_KEYS = ("user_id", "curve_id", "t")
-STREAM_KEYS = ("user_id", "stream_id", "t")
 LON_RANGE = (-180.0, 180.0)
 LAT_RANGE = (-90.0, 90.0)
 

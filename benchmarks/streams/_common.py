@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mechanisms.cost import epsilon_per_step, exact, float_at_most
+from mechanisms.streams import square_wave
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks" / "results" / "streams"
 
@@ -47,6 +50,16 @@ def unit(v: np.ndarray) -> np.ndarray:
     """Min-max normalise to [0, 1] with the stream's (public) range."""
     v = np.asarray(v, dtype=np.float64)
     return (v - v.min()) / (v.max() - v.min())
+
+
+def sw_reports(x: np.ndarray, *, epsilon: float, w: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """Square Wave reports of `x` at ε/w per step, as a stream release randomizes them.
+
+    Returns the reports and the float ε₀ = float_at_most(ε/w) they were drawn with.
+    """
+    e0 = float_at_most(epsilon_per_step(exact(epsilon), w))
+    return square_wave(x, epsilon_per_step=e0, rng=rng), e0
 
 
 def taylor() -> tuple[np.ndarray, int]:

@@ -45,7 +45,7 @@ import _common as C  # noqa: E402
 
 from mechanisms.metrics import cosine_distance  # noqa: E402
 from mechanisms.reconstruct import cpr  # noqa: E402
-from mechanisms.streams import release_stream, square_wave_estimate  # noqa: E402
+from mechanisms.streams import square_wave_estimate  # noqa: E402
 
 EPS = [0.5, 1.0, 2.0, 4.0, 5.0]
 W = 5
@@ -68,9 +68,7 @@ def one_trial(ds: str, eps: float, trial: int) -> dict[str, float]:
     """Cosine distance of every method on one release of one stream."""
     x, period = _stream(ds, trial)
     rng = np.random.default_rng([7, trial, int(eps * 10), len(ds)])
-    rel = release_stream(x, epsilon=eps, w=W, rng=rng)
-    e0 = float(rel.epsilon_per_step[0])
-    y = rel.y
+    y, e0 = C.sw_reports(x, epsilon=eps, w=W, rng=rng)
     level = float(np.clip(square_wave_estimate(y, epsilon_per_step=e0).mean(), 0.0, 1.0))
     recs = {
         "CPR": cpr(y, epsilon_per_step=e0).reconstruction,

@@ -31,7 +31,6 @@ import _common as C  # noqa: E402
 from data import households as hh  # noqa: E402
 from mechanisms.metrics import cosine_distance  # noqa: E402
 from mechanisms.reconstruct import cpr_on_steps  # noqa: E402
-from mechanisms.streams import release_stream  # noqa: E402
 
 DAYS = [3, 7, 14, 28, 56, 84]
 EVAL_DAYS = 3  # every column scores the reconstruction of the first 3 days
@@ -61,7 +60,7 @@ def run(trials: int, days: list[int]) -> dict:
                 streams = _taylor() if name == "taylor" else _households(100 + trial)
                 for k, (st, x, period) in enumerate(streams):
                     rng = np.random.default_rng([trial, k, int(eps * 10)])
-                    y = release_stream(x, epsilon=eps, w=W, rng=rng).y
+                    y, _ = C.sw_reports(x, epsilon=eps, w=W, rng=rng)
                     e0 = eps / W
                     for d in days:
                         sel = st < d * hh.STEPS_PER_DAY

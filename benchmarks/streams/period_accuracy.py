@@ -30,7 +30,6 @@ import _common as C  # noqa: E402
 
 from mechanisms.metrics import period_match  # noqa: E402
 from mechanisms.reconstruct import detect_period  # noqa: E402
-from mechanisms.streams import release_stream  # noqa: E402
 
 WS = [5, 10, 15, 20, 25]
 EPS = [1, 2, 3, 4, 5]
@@ -54,7 +53,7 @@ def run(datasets, methods, trials, ws, eps_list, seed=0):
                 for trial in range(trials):
                     x, period = base if base is not None else _stream(ds, trial)
                     rng = np.random.default_rng([seed, trial, w, eps, len(ds)])
-                    y = release_stream(x, epsilon=eps, w=w, rng=rng).y
+                    y, _ = C.sw_reports(x, epsilon=eps, w=w, rng=rng)
                     for m in methods:
                         opts = {"method": m}
                         if m == "fperiodogram":

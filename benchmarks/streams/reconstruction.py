@@ -32,14 +32,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
+from benchmarks.streams.baselines import laplace_baseline, lbd_baseline  # noqa: E402
 from mechanisms.metrics import correlation_distance, cosine_distance, minmax_normalize  # noqa: E402
 from mechanisms.reconstruct import cpr  # noqa: E402
 from mechanisms.streams import (  # noqa: E402
     filter_smooth,
-    laplace_baseline,
-    lbd_baseline,
     moving_average,
-    release_stream,
     square_wave_estimate,
 )
 
@@ -66,9 +64,7 @@ def _stream(name: str, trial: int):
 def one_trial(ds: str, eps: float, trial: int, seed: int = 0):
     x, period = _stream(ds, trial)
     rng = np.random.default_rng([seed, trial, int(eps * 10), len(ds)])
-    rel = release_stream(x, epsilon=eps, w=W, rng=rng)
-    e0 = float(rel.epsilon_per_step[0])
-    y = rel.y
+    y, e0 = C.sw_reports(x, epsilon=eps, w=W, rng=rng)
     recs = {}
     timings = {}
     t0 = time.perf_counter()

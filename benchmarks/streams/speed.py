@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 from mechanisms.reconstruct import cpr, detect_period  # noqa: E402
-from mechanisms.streams import release_stream, square_wave  # noqa: E402
+from mechanisms.streams import square_wave  # noqa: E402
 
 
 def best_of(fn, repeats):
@@ -63,9 +63,7 @@ def main(argv=None):
     rows_cpr = []
     for n in [10**4, 10**5] if args.quick else [10**4, 10**5, 10**6]:
         x = np.resize(x24, n)
-        rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(1))
-        e0 = float(rel.epsilon_per_step[0])
-        y = rel.y
+        y, e0 = C.sw_reports(x, epsilon=5, w=5, rng=np.random.default_rng(1))
         t_fft, _ = best_of(lambda y=y: np.fft.rfft(y), max(repeats, 5))
         t_det, t_hat = best_of(lambda y=y: detect_period(y), repeats)
         t_cpr, res = best_of(lambda y=y, e0=e0: cpr(y, epsilon_per_step=e0), repeats)

@@ -87,20 +87,28 @@ def _as_groups(y: object) -> np.ndarray:
     return arr
 
 
+def _indexed_reports(y: object, index: object, name: str,
+                     shape_error: str) -> tuple[np.ndarray, np.ndarray]:
+    """(reports, index of each): equal non-empty 1-D arrays, integer index >= 0, finite reports."""
+    flat = np.asarray(y, dtype=np.float64)
+    idx = np.asarray(index)
+    if flat.ndim != 1 or flat.size == 0 or idx.shape != flat.shape:
+        raise MechanismParameterError(shape_error)
+    if not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0:
+        raise MechanismParameterError(f"{name} must be integers >= 0")
+    if not np.all(np.isfinite(flat)):
+        raise MechanismParameterError("reports must be finite")
+    return flat, idx
+
+
 def _flat_groups(y: object, groups: object | None) -> tuple[np.ndarray, np.ndarray, int]:
     """(flat reports, group index of each, number of groups)."""
     if groups is None:
         ys = _as_groups(y)
         g, m = ys.shape
         return ys.ravel(), np.repeat(np.arange(g, dtype=np.int64), m), g
-    flat = np.asarray(y, dtype=np.float64)
-    gid = np.asarray(groups)
-    if flat.ndim != 1 or flat.size == 0 or gid.shape != flat.shape:
-        raise MechanismParameterError("with groups, reports and groups must be equal 1-D arrays")
-    if not np.issubdtype(gid.dtype, np.integer) or gid.min() < 0:
-        raise MechanismParameterError("groups must be integers >= 0")
-    if not np.all(np.isfinite(flat)):
-        raise MechanismParameterError("reports must be finite")
+    flat, gid = _indexed_reports(
+        y, groups, "groups", "with groups, reports and groups must be equal 1-D arrays")
     g = int(gid.max()) + 1
     if np.bincount(gid, minlength=g).min() == 0:
         raise MechanismParameterError("every group 0..G-1 needs at least one report")

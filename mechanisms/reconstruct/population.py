@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 from mechanisms.errors import MechanismParameterError
-from mechanisms.reconstruct.em import SUPPORT_SLACK, sw_em
+from mechanisms.reconstruct.em import SUPPORT_SLACK, _indexed_reports, sw_em
 from mechanisms.streams.square_wave import (
     square_wave_estimate,
     square_wave_estimate_variance,
@@ -108,14 +108,8 @@ def _check_reports(y: object, steps: object, epsilon_per_step: float,
                    period: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(reports, cell of each report): its step, or its phase step mod `period`."""
     b, _, _ = square_wave_params(epsilon_per_step)
-    arr = np.asarray(y, dtype=np.float64)
-    st = np.asarray(steps)
-    if arr.ndim != 1 or arr.size == 0 or st.shape != arr.shape:
-        raise MechanismParameterError("reports and steps must be equal non-empty 1-D arrays")
-    if not np.issubdtype(st.dtype, np.integer) or st.min() < 0:
-        raise MechanismParameterError("steps must be integers >= 0")
-    if not np.all(np.isfinite(arr)):
-        raise MechanismParameterError("reports must be finite")
+    arr, st = _indexed_reports(
+        y, steps, "steps", "reports and steps must be equal non-empty 1-D arrays")
     if arr.min() < -b - SUPPORT_SLACK or arr.max() > 1 + b + SUPPORT_SLACK:
         raise MechanismParameterError(
             "reports fall outside [−b, 1 + b]: they were not made with this epsilon_per_step")
@@ -205,11 +199,6 @@ def grid_quantiles(pi: np.ndarray, levels: object) -> np.ndarray:
     lo, hi = cdf[rows, j - 1], cdf[rows, j]
     frac = np.divide(lv[None, :] - lo, hi - lo, out=np.zeros_like(lo), where=hi > lo)
     return (j - 1 + np.clip(frac, 0.0, 1.0)) / bsz
-
-
-#: reports per EM call of `population_distribution` (cells are independent, so
-#: splitting the cells into chunks is exact and bounds the memory)
-_REPORTS_PER_EM = 2_000_000
 
 
 def population_distribution(y: object, *, steps: object, epsilon_per_step: float,

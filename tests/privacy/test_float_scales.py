@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 import mechanisms.curves.baseline as baseline_module
 import mechanisms.curves.segment as segment_module
 import mechanisms.curves.select as select_module
+from benchmarks.streams.baselines import laplace_release, lbd_release
+from benchmarks.streams.baselines import sw_release as release_stream
 from mechanisms.cost import float_at_most, gaussian_scale, laplace_scale, sqrt_at_most
 from mechanisms.curves import (
     baseline_points,
@@ -37,7 +39,6 @@ from mechanisms.curves import (
     svt,
 )
 from mechanisms.curves._budget import svt_epsilon
-from mechanisms.streams import laplace_release, lbd_release, release_stream
 
 # the package re-exports a function of the same name, so fetch the module itself
 pp_module = importlib.import_module("mechanisms.curves.project_and_privatize")

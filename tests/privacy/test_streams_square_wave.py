@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms.streams import laplace_release, square_wave, square_wave_params
+from benchmarks.streams.baselines import laplace_release
+from mechanisms.streams import square_wave, square_wave_params
 
 N = 2_000_000
 ALPHA = 1e-3

@@ -9,7 +9,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mechanisms.streams import BASELINES, lbd_release, release_stream, run_baseline
+from benchmarks.streams.baselines import BASELINES, lbd_release, run_baseline
+from benchmarks.streams.baselines import sw_release as release_stream
 
 
 def _expand(cost, start, n):

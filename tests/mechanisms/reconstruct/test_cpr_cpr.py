@@ -6,10 +6,18 @@ import numpy as np
 import pytest
 
 from data import synthetic
+from mechanisms import registry
+from mechanisms.cost import epsilon_per_step, exact
 from mechanisms.errors import MechanismParameterError
 from mechanisms.metrics import correlation_distance
 from mechanisms.reconstruct import cpr, phase_groups, tile_template
-from mechanisms.streams import moving_average, release_stream
+from mechanisms.streams import moving_average
+
+
+def _sw_reports(x, *, epsilon, w, rng):
+    """Square Wave reports at exactly ε/w per step, as a stream release randomizes them."""
+    entry = registry.stream("square_wave")
+    return entry.run(x, epsilon_per_step=epsilon_per_step(exact(epsilon), w), rng=rng)
 
 
 def test_phase_groups_reflect_and_wrap_layout():
@@ -39,8 +47,8 @@ def test_tiling_offset_realigns_phases():
 def test_cpr_recovers_template_at_generous_budget(padding):
     cycle = np.array([0.1, 0.2, 0.8, 0.95, 0.6, 0.3, 0.15, 0.5])
     x = np.tile(cycle, 200)
-    rel = release_stream(x, epsilon=30, w=5, rng=np.random.default_rng(0))
-    res = cpr(rel.y, epsilon_per_step=6.0, padding=padding)
+    y = _sw_reports(x, epsilon=30, w=5, rng=np.random.default_rng(0))
+    res = cpr(y, epsilon_per_step=6.0, padding=padding)
     assert res.period == 8
     assert res.diagnostics["fallback"] is None
     np.testing.assert_allclose(res.template[(np.arange(8) + res.diagnostics["offset"]) % 8],
@@ -52,40 +60,40 @@ def test_cpr_recovers_template_at_generous_budget(padding):
 def test_cpr_beats_moving_average_on_privatized_periodic_stream():
     df = synthetic.periodic_stream(30, 40, seed=3, jitter=0.01)
     x = df["value"].to_numpy()
-    rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(1))
-    res = cpr(rel.y, epsilon_per_step=1.0)
+    y = _sw_reports(x, epsilon=5, w=5, rng=np.random.default_rng(1))
+    res = cpr(y, epsilon_per_step=1.0)
     assert res.period == 40
     d_cpr = correlation_distance(x, res.reconstruction)
-    d_mov = correlation_distance(x, moving_average(rel.y, window=5))
+    d_mov = correlation_distance(x, moving_average(y, window=5))
     assert d_cpr < 0.2
     assert d_cpr < d_mov
 
 
 def test_cpr_falls_back_to_constant_on_aperiodic_reports():
-    rel = release_stream(np.full(3000, 0.7), epsilon=5, w=5, rng=np.random.default_rng(2))
-    res = cpr(rel.y, epsilon_per_step=1.0)
+    y = _sw_reports(np.full(3000, 0.7), epsilon=5, w=5, rng=np.random.default_rng(2))
+    res = cpr(y, epsilon_per_step=1.0)
     assert res.diagnostics["fallback"] == "constant"
     assert res.diagnostics["fallback_constant"] is True
     assert res.diagnostics["period_significant"] is False
     assert np.ptp(res.reconstruction) == 0.0
     assert abs(res.reconstruction[0] - 0.7) < 0.1
-    off = cpr(rel.y, epsilon_per_step=1.0, fallback=False)
+    off = cpr(y, epsilon_per_step=1.0, fallback=False)
     assert off.diagnostics["fallback"] is None
 
 
 def test_cpr_supplied_period_and_validation():
-    rel = release_stream(np.tile([0.2, 0.8], 50), epsilon=10, w=2, rng=np.random.default_rng(3))
-    res = cpr(rel.y, epsilon_per_step=5.0, period=2)
+    y = _sw_reports(np.tile([0.2, 0.8], 50), epsilon=10, w=2, rng=np.random.default_rng(3))
+    res = cpr(y, epsilon_per_step=5.0, period=2)
     assert res.diagnostics["period_source"] == "supplied"
     np.testing.assert_allclose(res.template[(np.arange(2) + 1) % 2], [0.2, 0.8], atol=0.05)
     with pytest.raises(MechanismParameterError):
-        cpr(rel.y, epsilon_per_step=5.0, period=0)
+        cpr(y, epsilon_per_step=5.0, period=0)
     with pytest.raises(MechanismParameterError):
-        cpr(rel.y + 5, epsilon_per_step=5.0)  # not SW reports of this budget
+        cpr(y + 5, epsilon_per_step=5.0)  # not SW reports of this budget
     with pytest.raises(MechanismParameterError):
-        cpr(rel.y, epsilon_per_step=5.0, padding="edge")
+        cpr(y, epsilon_per_step=5.0, padding="edge")
     with pytest.raises(MechanismParameterError):
-        cpr(rel.y, epsilon_per_step=5.0, pseudo_samples_kind="sample")
+        cpr(y, epsilon_per_step=5.0, pseudo_samples_kind="sample")
 
 
 @pytest.mark.slow
@@ -94,7 +102,7 @@ def test_false_period_rate_on_aperiodic_reports_is_small():
     # almost never yield a "significant" period (expected rate <= 1e-3)
     hits = 0
     for seed in range(40):
-        y = release_stream(np.full(800, 0.4), epsilon=5, w=5, rng=np.random.default_rng(seed)).y
+        y = _sw_reports(np.full(800, 0.4), epsilon=5, w=5, rng=np.random.default_rng(seed))
         hits += not cpr(y, epsilon_per_step=1.0).diagnostics["fallback_constant"]
     assert hits <= 1
 
@@ -102,8 +110,8 @@ def test_false_period_rate_on_aperiodic_reports_is_small():
 def test_cpr_without_a_period_returns_a_shrunk_smoother_and_says_so():
     t = np.arange(3000)
     x = 0.5 + 0.35 * np.sin(2 * np.pi * t / 1700.0) * np.exp(-t / 4000.0)
-    rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(4))
-    res = cpr(rel.y, epsilon_per_step=1.0)
+    y = _sw_reports(x, epsilon=5, w=5, rng=np.random.default_rng(4))
+    res = cpr(y, epsilon_per_step=1.0)
     d = res.diagnostics
     assert d["period_significant"] is False
     assert d["path"] == "smoother" and d["fallback"] == "smoother"
@@ -112,21 +120,21 @@ def test_cpr_without_a_period_returns_a_shrunk_smoother_and_says_so():
     const = np.full(x.size, d["level"])
     assert correlation_distance(x, res.reconstruction) < 0.2
     assert np.mean((res.reconstruction - x) ** 2) < 0.3 * np.mean((const - x) ** 2)
-    old = cpr(rel.y, epsilon_per_step=1.0, fallback_kind="constant")
+    old = cpr(y, epsilon_per_step=1.0, fallback_kind="constant")
     assert old.diagnostics["path"] == "constant" and np.ptp(old.reconstruction) == 0.0
     json.dumps(d, allow_nan=False)
     with pytest.raises(MechanismParameterError):
-        cpr(rel.y, epsilon_per_step=1.0, fallback_kind="flat")
+        cpr(y, epsilon_per_step=1.0, fallback_kind="flat")
     with pytest.raises(MechanismParameterError):
-        cpr(rel.y, epsilon_per_step=1.0, shrinkage="js")
+        cpr(y, epsilon_per_step=1.0, shrinkage="js")
 
 
 def test_cpr_eb_shrinkage_leaves_a_significant_template_nearly_unchanged():
     df = synthetic.periodic_stream(30, 40, seed=3, jitter=0.01)
     x = df["value"].to_numpy()
-    rel = release_stream(x, epsilon=5, w=5, rng=np.random.default_rng(1))
-    raw = cpr(rel.y, epsilon_per_step=1.0)
-    eb = cpr(rel.y, epsilon_per_step=1.0, shrinkage="eb")
+    y = _sw_reports(x, epsilon=5, w=5, rng=np.random.default_rng(1))
+    raw = cpr(y, epsilon_per_step=1.0)
+    eb = cpr(y, epsilon_per_step=1.0, shrinkage="eb")
     assert raw.diagnostics["path"] == eb.diagnostics["path"] == "periodic"
     assert "shrinkage" not in raw.diagnostics
     sh = eb.diagnostics["shrinkage"]
@@ -140,7 +148,7 @@ def test_cpr_eb_shrinkage_leaves_a_significant_template_nearly_unchanged():
 def _segment_release(seed, eps=4.0):
     df = synthetic.periodic_stream(25, 40, seed=2000 + seed, jitter=0.01)
     x = df["value"].to_numpy()
-    return x, release_stream(x, epsilon=eps, w=5, rng=np.random.default_rng(seed)).y
+    return x, _sw_reports(x, epsilon=eps, w=5, rng=np.random.default_rng(seed))
 
 
 @pytest.mark.slow
@@ -184,14 +192,14 @@ def test_gapped_stream_keeps_the_absolute_phase_across_missing_days():
     keep = (steps < 700) | (steps >= 733)  # a gap of 33 steps (not a multiple of 8)
     st = steps[keep]
     x = cycle[st % 8]
-    y = release_stream(x, epsilon=30, w=5, rng=np.random.default_rng(8)).y
+    y = _sw_reports(x, epsilon=30, w=5, rng=np.random.default_rng(8))
     assert longest_run(st) == (700, st.size)  # the second run is the longer one
     res = cpr_on_steps(y, st, epsilon_per_step=6.0)
     assert res.period == 8 and res.diagnostics["gaps"] == 1
     assert res.diagnostics["gap_free_run"] == [733, 1599]
     np.testing.assert_allclose(res.reconstruction, x, atol=0.05)  # both sides of the gap
     # no gap: exactly CPR
-    full = release_stream(cycle[steps % 8], epsilon=30, w=5, rng=np.random.default_rng(8)).y
+    full = _sw_reports(cycle[steps % 8], epsilon=30, w=5, rng=np.random.default_rng(8))
     np.testing.assert_array_equal(cpr_on_steps(full, steps, epsilon_per_step=6.0).reconstruction,
                                   cpr(full, epsilon_per_step=6.0).reconstruction)
     with pytest.raises(MechanismParameterError):
@@ -202,7 +210,7 @@ def test_gapped_stream_without_a_period_is_the_level_outside_the_run():
     from mechanisms.reconstruct import cpr_on_steps
 
     st = np.concatenate([np.arange(0, 300), np.arange(400, 1000)])
-    y = release_stream(np.full(st.size, 0.3), epsilon=5, w=5, rng=np.random.default_rng(1)).y
+    y = _sw_reports(np.full(st.size, 0.3), epsilon=5, w=5, rng=np.random.default_rng(1))
     res = cpr_on_steps(y, st, epsilon_per_step=1.0)
     assert res.diagnostics["path"] == "constant"
     assert np.ptp(res.reconstruction) == 0.0 and abs(res.reconstruction[0] - 0.3) < 0.1

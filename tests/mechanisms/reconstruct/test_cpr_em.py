@@ -4,9 +4,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from mechanisms import registry
+from mechanisms.cost import epsilon_per_step, exact
 from mechanisms.errors import MechanismParameterError
 from mechanisms.reconstruct import em_grid, kde_mode, pseudo_samples, silverman_bandwidth, sw_em
 from mechanisms.streams import square_wave, square_wave_params, square_wave_pdf
+
+
+def _sw_reports(x, *, epsilon, w, rng):
+    """Square Wave reports at exactly ε/w per step, as a stream release randomizes them."""
+    entry = registry.stream("square_wave")
+    return entry.run(x, epsilon_per_step=epsilon_per_step(exact(epsilon), w), rng=rng)
 
 
 def _brute_posterior(y, pi, grid, eps):
@@ -114,10 +122,9 @@ def test_em_rejects_reports_of_another_epsilon():
 def test_reports_snapped_just_beyond_the_support_are_accepted_and_others_refused():
     from mechanisms.reconstruct import cpr
     from mechanisms.reconstruct.population import population_mean
-    from mechanisms.streams import release_stream
 
     b = square_wave_params(1.0)[0]
-    y = release_stream(np.tile([0.2, 0.9], 100), epsilon=5, w=5, rng=np.random.default_rng(0)).y
+    y = _sw_reports(np.tile([0.2, 0.9], 100), epsilon=5, w=5, rng=np.random.default_rng(0))
     edge = y.copy()
     edge[3] = 1 + b + 2.0**-25  # half a 2^-24 release grid step above the support
     assert cpr(edge, epsilon_per_step=1.0).reconstruction.size == y.size

@@ -21,19 +21,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mechanisms.cost import StepRun, WEventCost
+from benchmarks.streams.baselines.wevent import (
+    StreamRelease,
+    _check_rng,
+    _check_stream,
+    check_wevent_params,
+)
+from mechanisms.cost import StepRun, WEventCost, float_at_most
 from mechanisms.errors import MechanismParameterError
 from mechanisms.streams.square_wave import (
     _inverse_cdf,
     square_wave_estimate,
     square_wave_params,
     square_wave_worst_variance,
-)
-from mechanisms.streams.wevent import (
-    StreamRelease,
-    _check_stream,
-    check_wevent_params,
-    float_at_most,
 )
 
 __all__ = ["lbd_release", "LBD_VARIANCES"]
@@ -135,8 +135,7 @@ def _check_options(epsilon: float | int | str | Fraction, w: int, start_step: in
         quantum = Fraction(quantum)
         if quantum <= 0:
             raise MechanismParameterError("quantum must be > 0 or None")
-    if not isinstance(rng, np.random.Generator):
-        raise MechanismParameterError("rng must be a numpy.random.Generator")
+    _check_rng(rng)
     return eps, quantum
 
 

@@ -1,4 +1,4 @@
-"""Stream releases: parameter validation, exact costs, baselines, smoothing."""
+"""The streams benchmarks' baselines: parameter validation, exact costs, reconstructions."""
 
 from fractions import Fraction
 
@@ -6,24 +6,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms.errors import MechanismParameterError
-from mechanisms.streams import (
-    filter_smooth,
-    float_at_most,
+from benchmarks.streams.baselines import (
     laplace_release,
-    moving_average,
-    per_step_epsilon,
-    release_stream,
     run_baseline,
-    square_wave_params,
     sw_moving_baseline,
-    uniform_wevent_cost,
+    sw_release,
 )
+from mechanisms.cost import float_at_most
+from mechanisms.errors import MechanismParameterError
+from mechanisms.streams import square_wave_params
 
 
-def test_release_stream_uses_exact_eps_over_w():
+def test_sw_release_uses_exact_eps_over_w():
     x = np.linspace(0, 1, 50)
-    rel = release_stream(x, epsilon="1/3", w=7, rng=np.random.default_rng(0), start_step=5)
+    rel = sw_release(x, epsilon="1/3", w=7, rng=np.random.default_rng(0), start_step=5)
     assert rel.cost.epsilon == Fraction(1, 3)
     assert rel.cost.runs[0].epsilon == Fraction(1, 21)
     assert (rel.cost.runs[0].start, rel.cost.runs[0].stop) == (5, 55)
@@ -33,19 +29,12 @@ def test_release_stream_uses_exact_eps_over_w():
     assert rel.published.all()
 
 
-def test_float_at_most_never_exceeds():
-    for v in [Fraction(1, 3), Fraction(1, 10), Fraction(2, 7), Fraction(1, 30), Fraction(5)]:
-        f = float_at_most(v)
-        assert Fraction(f) <= v
-        assert v - Fraction(f) < Fraction(1, 10**15)
-
-
 def test_same_seed_same_output_and_continuation_indices():
     x = np.random.default_rng(1).random(30)
-    a = release_stream(x, epsilon=1, w=2, rng=np.random.default_rng(42))
-    b = release_stream(x, epsilon=1, w=2, rng=np.random.default_rng(42))
+    a = sw_release(x, epsilon=1, w=2, rng=np.random.default_rng(42))
+    b = sw_release(x, epsilon=1, w=2, rng=np.random.default_rng(42))
     np.testing.assert_array_equal(a.y, b.y)
-    day2 = release_stream(x, epsilon=1, w=2, rng=np.random.default_rng(1), start_step=30)
+    day2 = sw_release(x, epsilon=1, w=2, rng=np.random.default_rng(1), start_step=30)
     assert day2.cost.runs[0].start == 30 and day2.cost.runs[0].stop == 60
 
 
@@ -67,7 +56,7 @@ def test_bad_parameters_rejected_before_data(kwargs):
     state = rng.bit_generator.state
     # the data is also bad: the parameter error must come first, with no draw
     with pytest.raises(MechanismParameterError) as err:
-        release_stream(np.array([np.nan]), rng=rng, **kwargs)
+        sw_release(np.array([np.nan]), rng=rng, **kwargs)
     assert "finite (found" not in str(err.value)
     assert rng.bit_generator.state == state
 
@@ -76,15 +65,15 @@ def test_bad_parameters_rejected_before_data(kwargs):
                                np.array([0.1, np.inf])])
 def test_bad_streams_rejected(x):
     with pytest.raises(MechanismParameterError):
-        release_stream(x, epsilon=1, w=1, rng=np.random.default_rng(0))
+        sw_release(x, epsilon=1, w=1, rng=np.random.default_rng(0))
 
 
-def test_uniform_cost_and_per_step():
-    assert per_step_epsilon(0.1, 4) == Fraction(1, 40)
-    cost = uniform_wevent_cost("2", 4, 10, start_step=3)
+def test_uniform_cost_per_step():
+    rng = np.random.default_rng(0)
+    cost = sw_release(np.full(10, 0.5), epsilon="2", w=4, rng=rng, start_step=3).cost
     assert cost.per_step(13)[3:] == [Fraction(1, 2)] * 10
     with pytest.raises(MechanismParameterError):
-        uniform_wevent_cost(1, 4, 0)
+        sw_release(np.full(0, 0.5), epsilon=1, w=4, rng=rng)
 
 
 def test_laplace_noise_scale_is_w_over_eps():
@@ -93,31 +82,6 @@ def test_laplace_noise_scale_is_w_over_eps():
     # Laplace(scale 2): KS against the exact law
     assert stats.kstest(noise, stats.laplace(scale=2.0).cdf).pvalue > 1e-3
     assert rel.cost.runs[0].epsilon == Fraction(1, 2)
-
-
-def test_moving_average_known_values_and_edges():
-    y = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
-    out = moving_average(y, window=3)
-    np.testing.assert_allclose(out, [1.5, 2.0, 3.0, 4.0, 5.0, 5.5])
-    np.testing.assert_allclose(moving_average(y, window=1), y)
-    with pytest.raises(MechanismParameterError):
-        moving_average(y, window=0)
-
-
-def test_filters_preserve_what_they_should():
-    t = np.linspace(-1, 1, 101)
-    quad = 3 * t**2 - t + 0.2
-    np.testing.assert_allclose(filter_smooth(quad, kind="savgol", window=11, order=2), quad,
-                               atol=1e-10)
-    step = np.r_[np.zeros(50), np.ones(51)]
-    np.testing.assert_allclose(filter_smooth(step, kind="median", window=5), step)
-    slow = np.sin(2 * np.pi * np.arange(400) / 200)
-    out = filter_smooth(slow, kind="butterworth", order=4, cutoff=0.2)
-    assert np.max(np.abs(out - slow)[20:-20]) < 0.01
-    with pytest.raises(MechanismParameterError):
-        filter_smooth(quad, kind="savgol", window=10)
-    with pytest.raises(MechanismParameterError):
-        filter_smooth(quad, kind="kalman")
 
 
 @pytest.mark.parametrize("name", ["laplace", "sw", "sw_moving", "sw_filter", "lbd"])

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.cost import StepRun, WEventCost, epsilon_per_step, laplace_scale
-from mechanisms.errors import MechanismParameterError
-from mechanisms.streams.wevent import (
-    StreamRelease,
-    _check_stream,
-    check_wevent_params,
-    float_at_most,
-)
+from benchmarks.streams.baselines.wevent import StreamRelease, _uniform_release
+from mechanisms.cost import laplace_scale
 
 __all__ = ["laplace_release"]
+
+
+def _laplace_sampler(eps_step: Fraction, eps_float: float,
+                     rng: np.random.Generator) -> tuple[Callable, dict]:
+    scale = laplace_scale(1, eps_step)  # the smallest float >= 1/(ε/w)
+    return (lambda arr: arr + rng.laplace(0.0, scale, size=arr.size)), {"scale": scale}
 
 
 def laplace_release(
@@ -46,24 +47,5 @@ def laplace_release(
     Returns:
         `StreamRelease` whose ``y`` are the noisy values (unclipped).
     """
-    eps = check_wevent_params(epsilon, w, start_step)
-    if not isinstance(rng, np.random.Generator):
-        raise MechanismParameterError("rng must be a numpy.random.Generator")
-    eps_step = epsilon_per_step(eps, w)
-    eps_float = float_at_most(eps_step)
-    scale = laplace_scale(1, eps_step)  # the smallest float >= 1/(ε/w)
-    arr = _check_stream(x)
-    n = arr.size
-    y = arr + rng.laplace(0.0, scale, size=n)
-    cost = WEventCost(
-        epsilon=eps, w=int(w), runs=(StepRun(int(start_step), int(start_step) + n, eps_step),)
-    )
-    return StreamRelease(
-        y=y,
-        cost=cost,
-        mechanism="laplace",
-        epsilon_per_step=np.full(n, eps_float),
-        published=np.ones(n, dtype=bool),
-        start_step=int(start_step),
-        info={"scale": scale, "epsilon_per_step": str(eps_step)},
-    )
+    return _uniform_release(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step,
+                            mechanism="laplace", sampler=_laplace_sampler)

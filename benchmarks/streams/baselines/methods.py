@@ -13,12 +13,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from benchmarks.streams.baselines.laplace import laplace_release
+from benchmarks.streams.baselines.lbd import lbd_release
+from benchmarks.streams.baselines.wevent import StreamRelease, sw_release
 from mechanisms.errors import MechanismParameterError
-from mechanisms.streams.laplace import laplace_release
-from mechanisms.streams.lbd import lbd_release
 from mechanisms.streams.smoothing import filter_smooth, moving_average
 from mechanisms.streams.square_wave import square_wave_estimate
-from mechanisms.streams.wevent import StreamRelease, release_stream
 
 __all__ = [
     "BaselineResult",
@@ -97,7 +97,7 @@ def sw_baseline(
 ) -> BaselineResult:
     """Raw Square Wave reports as the reconstruction (optionally debiased).
 
-    Privacy: ε-w-event LDP (see `release_stream`). Cost: ε/w per step.
+    Privacy: ε-w-event LDP (see `sw_release`). Cost: ε/w per step.
     Spec §2.7 "SW".
 
     Args:
@@ -111,7 +111,7 @@ def sw_baseline(
     Returns:
         `BaselineResult`.
     """
-    rel = release_stream(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step)
+    rel = sw_release(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step)
     return BaselineResult("sw", _sw_values(rel, debias).copy(), rel)
 
 
@@ -143,7 +143,7 @@ def sw_moving_baseline(
         `BaselineResult`.
     """
     moving_average(np.zeros(1), window=window)
-    rel = release_stream(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step)
+    rel = sw_release(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step)
     return BaselineResult("sw_moving", moving_average(_sw_values(rel, debias), window=window), rel)
 
 
@@ -182,7 +182,7 @@ def sw_filter_baseline(
     """
     opts = {"kind": kind, "window": window, "order": order, "cutoff": cutoff}
     filter_smooth(np.zeros(64), **opts)  # validates the options before any draw
-    rel = release_stream(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step)
+    rel = sw_release(x, epsilon=epsilon, w=w, rng=rng, start_step=start_step)
     return BaselineResult("sw_filter", filter_smooth(_sw_values(rel, debias), **opts), rel)
 
 
