@@ -24,7 +24,7 @@ def policy_file(tmp_path_factory) -> Path:
     path.write_text(textwrap.dedent("""
         [domains.tracks]
         kind = "curves"
-        public = { duration = true, points = true }
+        public = { duration = true, points = true, rejections = true }
         notion = "gp"
         cap = "2"
         time_unit = "s"
