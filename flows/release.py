@@ -217,7 +217,8 @@ def release_streams(
             value).
         domain: the ledger domain charged (kind streams).
         epsilon: ε per window of w steps: a number or a ratio string such as "1/3".
-        mechanism: a registered stream mechanism (`square_wave`, `piecewise`: mechanisms/registry.py).
+        mechanism: a registered stream mechanism (`square_wave`, `piecewise`;
+            mechanisms/registry.py).
         reconstruct: cpr (period and phase recovery, post-processing) or none.
         release_id: rerun key; default derived from flow, domain, input fingerprint,
             parameters and scheduled date.
