@@ -201,7 +201,7 @@ class StreamMechanism(_Entry):
 Mechanism = CurveMechanism | StreamMechanism
 
 _SEG_OPTIONS = ("basis", "degree", "reduce", "continuous", "beta", "max_level", "k1", "margin",
-                "threshold")
+                "threshold", "noise")
 _PP_OPTIONS = ("basis", "degree", "n_terms", "spacing", "first", "breakpoints", "sample_spacing",
                "kink_error", "edge_error", "ratios", "max_terms", "noise")
 _SW = "mechanisms.streams.square_wave"
@@ -225,7 +225,7 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     CurveMechanism(
         "privfuncselect", ("gp", "cgp"), "l2",
         "PrivFuncSelect: private basis selection (paper Alg. 3/7)",
-        ("max_terms", "threshold1"), CURVE_OUTPUTS,
+        ("max_terms", "threshold1", "noise"), CURVE_OUTPUTS,
         target="mechanisms.curves.release:run_privfuncselect",
         option_targets=("mechanisms.curves.select:privfuncselect",)),
     CurveMechanism(

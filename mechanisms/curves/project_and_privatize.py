@@ -20,7 +20,7 @@ from mechanisms.curves._piecewise import SubPieces, check_curve
 from mechanisms.curves.bases import LocalBasis, PiecewiseBasis, SincBasis, make_basis
 from mechanisms.curves.bounds import noise_scale
 from mechanisms.curves.result import PrivateFunction
-from mechanisms.curves.samplers import correlate, gaussian, slap
+from mechanisms.curves.samplers import correlate, gaussian, noise_sampler, slap
 from mechanisms.curves.sinc_rule import sinc_basis_for_budget
 from mechanisms.discrete_gaussian import cgp_lattice
 from mechanisms.errors import MechanismParameterError
@@ -117,13 +117,13 @@ def privatize_coefficients(
     amount: Fraction | float,
     rng: np.random.Generator,
     chols: list[np.ndarray] | None = None,
-    noise: str = "gaussian",
+    noise: str | None = None,
 ) -> np.ndarray:
     """Add Σ^{1/2}Z·scale to coefficients a of shape (k, m, n) (Thm 3.2/3.3, spec §1.5).
 
     Privacy: if a = P(q) for a 1-Lipschitz projection P, the result is
     ε-GP (notion "gp", amount ε, Z ~ SLap(k·m·n) drawn jointly over all
-    segments) or ρ-CGP (notion "cgp", amount ρ, Z ~ N(0, I)). Cost: amount.
+    segments) or ρ-CGP (notion "cgp", amount ρ). Cost: amount.
     Paper Thm 3.2/3.3 and Sec. 4.1.1; spec §1.2, §1.5.
 
     Args:
@@ -134,21 +134,20 @@ def privatize_coefficients(
         rng: injected generator.
         chols: per-segment lower Cholesky factors of the Gram blocks (None
             for orthonormal bases).
-        noise: ``"gaussian"`` or, under CGP, ``"discrete_gaussian"``: the
-            whitened coordinates Lᵀa (‖Lᵀa − Lᵀa'‖₂ = dist₂ of the projections)
-            are released on a lattice by the exact sampler (ρ-CGP at the same
-            ρ, `mechanisms.discrete_gaussian.cgp_lattice`), then mapped back
-            with L^{-T} (post-processing).
+        noise: the sampler (`samplers.NOISES`). CGP default
+            ``"discrete_gaussian"``: the whitened coordinates Lᵀa
+            (‖Lᵀa − Lᵀa'‖₂ = dist₂ of the projections) are released on a
+            lattice by the exact sampler (ρ-CGP at the same ρ,
+            `mechanisms.discrete_gaussian.cgp_lattice`), then mapped back with
+            L^{-T} (post-processing); ``"gaussian"``: continuous N(0, I) in
+            floating point. GP: ``"spherical_laplace"`` (the only one).
 
     Returns:
         The noisy coefficients ã, same shape.
     """
     check_rng(rng)
-    if noise == "discrete_gaussian":
-        return _discrete_cgp(a, notion=notion, amount=amount, rng=rng, chols=chols)
-    if noise != "gaussian":
-        raise MechanismParameterError(
-            f"noise must be 'gaussian' or 'discrete_gaussian', got {noise!r}")
+    if noise_sampler(notion, noise) == "discrete_gaussian":
+        return _discrete_cgp(a, amount=amount, rng=rng, chols=chols)
     scale = noise_scale(notion, amount)
     dim = a.size
     z = (slap(dim, rng=rng) if notion == "gp" else gaussian(dim, rng=rng)).reshape(a.shape)
@@ -157,11 +156,9 @@ def privatize_coefficients(
     return a + scale * z
 
 
-def _discrete_cgp(a: np.ndarray, *, notion: str, amount: Fraction | float,
-                  rng: np.random.Generator, chols: list[np.ndarray] | None) -> np.ndarray:
+def _discrete_cgp(a: np.ndarray, *, amount: Fraction | float, rng: np.random.Generator,
+                  chols: list[np.ndarray] | None) -> np.ndarray:
     """ρ-CGP coefficients through the exact lattice sampler in whitened coordinates."""
-    if notion != "cgp":
-        raise MechanismParameterError("noise='discrete_gaussian' is a ρ-CGP sampler; give rho")
     w = a if chols is None else np.stack([chols[i].T @ a[i] for i in range(a.shape[0])])
     released, _ = cgp_lattice(w, rho=Fraction(amount), rng=rng)
     if chols is None:
@@ -230,7 +227,7 @@ def project_and_privatize(
     rho: float | str | Fraction | None = None,
     rng: np.random.Generator,
     breakpoints: object = None,
-    noise: str = "gaussian",
+    noise: str | None = None,
     **basis_options: Any,
 ) -> PrivateFunction:
     """Project-and-Privatize: L2 projection onto span(basis), then shaped noise.
@@ -239,8 +236,10 @@ def project_and_privatize(
     the curve's domain [t₀, t_N], in the units of t and of the values; any
     two curves on the same domain are neighbours at that distance. The
     projection is 1-Lipschitz (Lemma 3.6) and the noise is Σ^{1/2}Z/ε with
-    Z ~ SLap(D) drawn jointly over all segments (GP), or Σ^{1/2}Z/√(2ρ),
-    Z ~ N(0, I_D) (CGP). Cost: the whole budget in one step ``"project"``.
+    Z ~ SLap(D) drawn jointly over all segments (GP), or, under CGP, the
+    whitened coefficients drawn exactly from the discrete Gaussian on a
+    lattice at ρ (the default; Σ^{1/2}Z/√(2ρ), Z ~ N(0, I_D), in floating point
+    with ``noise="gaussian"``). Cost: the whole budget in one step ``"project"``.
     Error: dist₂(f̃, f_a) = ‖Z‖·scale exactly, ≤ η(β; D, p)·scale w.p. 1 − β.
     Paper Algorithm 2 (GP) / 6 (CGP), Thm 3.2/3.3; spec §1.5.
 
@@ -264,10 +263,12 @@ def project_and_privatize(
         rng: injected numpy Generator.
         breakpoints: optional segment edges for a piecewise local basis
             (default: one segment, the whole domain).
-        noise: CGP only: ``"gaussian"`` (continuous N(0, I) in floating point)
-            or ``"discrete_gaussian"`` (exact lattice sampler,
+        noise: the sampler (`samplers.NOISES`): CGP ``"discrete_gaussian"``
+            (default: exact lattice sampler,
             `mechanisms.discrete_gaussian.cgp_lattice`; same ρ, no
-            floating-point leakage, ~10^4 times slower per coordinate).
+            floating-point leakage; benchmarks/sampling gives its speed) or
+            ``"gaussian"`` (continuous, floating point); GP
+            ``"spherical_laplace"``.
         **basis_options: options of a basis given by name.
 
     Returns:

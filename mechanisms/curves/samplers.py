@@ -15,7 +15,32 @@ from scipy.linalg import solve_triangular
 
 from mechanisms.errors import MechanismParameterError
 
-__all__ = ["slap", "slap_rows", "gaussian", "gaussian_rows", "laplace", "correlate"]
+__all__ = ["NOISES", "correlate", "gaussian", "gaussian_rows", "laplace", "noise_sampler",
+           "slap", "slap_rows"]
+
+#: The coefficient samplers each notion offers, its default first: GP adds spherical
+#: Laplace noise (floating point, rounded by the release; SECURITY.md); CGP draws the
+#: exact discrete Gaussian on a lattice (`mechanisms.discrete_gaussian.cgp_lattice`) or,
+#: on request, the continuous Gaussian in floating point.
+NOISES = {"gp": ("spherical_laplace",), "cgp": ("discrete_gaussian", "gaussian")}
+
+
+def noise_sampler(notion: str, noise: str | None) -> str:
+    """The sampler a mechanism draws its coefficient noise with: `noise`, or the default.
+
+    Raises:
+        MechanismParameterError: `noise` is not one of the notion's samplers (`NOISES`).
+    """
+    offered = NOISES.get(notion)
+    if offered is None:
+        raise MechanismParameterError(f"notion must be gp or cgp, got {notion!r}")
+    if noise is None:
+        return offered[0]
+    if noise not in offered:
+        raise MechanismParameterError(
+            f"noise {noise!r} is not offered under {notion}: choose "
+            + " or ".join(repr(x) for x in offered))
+    return noise
 
 
 def _dim(dim: object) -> int:

@@ -52,8 +52,9 @@ from mechanisms.curves.reduce_seg import (
     spend_per_check,
 )
 from mechanisms.curves.result import PrivateFunction, PrivateFunctionBatch, concat_batches
-from mechanisms.curves.samplers import gaussian_rows, slap_rows
+from mechanisms.curves.samplers import gaussian_rows, noise_sampler, slap_rows
 from mechanisms.curves.svt import first_crossing
+from mechanisms.discrete_gaussian import cgp_lattice_rows
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["privfuncseg", "privfuncseg_batch", "reduce_seg", "DyadicTree", "ReduceSegOutcome",
@@ -198,6 +199,7 @@ class SegOptions:
     k1: int
     margin: bool
     threshold: float
+    noise: str | None = None  # the coefficient sampler (samplers.NOISES); None: the default
 
 
 def _check_options(degree: object, max_level: object, k1: object) -> tuple[int, int, int]:
@@ -232,7 +234,7 @@ def _basis_degree(basis: object, degree: int | None) -> int:
 
 def seg_options(*, basis: str, epsilon: object, rho: object, reduce: bool, continuous: bool,
                 degree: int | None, beta: float, max_level: int, k1: int, margin: bool,
-                threshold: float) -> SegOptions:
+                threshold: float, noise: str | None = None) -> SegOptions:
     """Validate PrivFuncSeg's public parameters (before any data is read)."""
     notion, amount = budget(epsilon, rho)
     deg = _basis_degree(basis, degree)
@@ -243,7 +245,8 @@ def seg_options(*, basis: str, epsilon: object, rho: object, reduce: bool, conti
         raise MechanismParameterError(f"threshold must be a finite number, got {threshold!r}")
     return SegOptions(notion, amount, deg, check_flag("reduce", reduce),
                       check_flag("continuous", continuous), beta, max_level, k1,
-                      check_flag("margin", margin), float(threshold))
+                      check_flag("margin", margin), float(threshold),
+                      noise_sampler(notion, noise))
 
 
 def svt_levels(sizes: np.ndarray, max_level: int) -> np.ndarray:
@@ -289,6 +292,7 @@ def privfuncseg_batch(
     threshold: float = 0.0,
     depth_from_samples: bool = True,
     public_sizes: object = None,
+    noise: str | None = None,
 ) -> PrivateFunctionBatch:
     """PrivFuncSeg on every curve of a batch (each curve as `privfuncseg`, with its own rng).
 
@@ -317,13 +321,14 @@ def privfuncseg_batch(
         public_sizes: (C,) public sizes that cap each curve's SVT levels at
             ⌈log₂ size⌉ (e.g. a domain's public point count or output grid);
             they replace `depth_from_samples`.
+        noise: as `privfuncseg`.
 
     Returns:
         The privatized functions; `function(c)` is curve c's `PrivateFunction`.
     """
     opts = seg_options(basis=basis, epsilon=epsilon, rho=rho, reduce=reduce,
                        continuous=continuous, degree=degree, beta=beta, max_level=max_level,
-                       k1=k1, margin=margin, threshold=threshold)
+                       k1=k1, margin=margin, threshold=threshold, noise=noise)
     if not isinstance(batch, CurveBatch):
         raise MechanismParameterError("privfuncseg_batch takes a CurveBatch")
     if public_sizes is not None:
@@ -489,13 +494,14 @@ class _Round:
         edges[seg_off[1:] + np.arange(count)] = hi
         ran = (k_bar >= 3) & opts.reduce
         spend = spend_per_check(self._plan(3))
-        costs, scales, finals, texts = _costs(opts, ran, checks, spend)
+        costs, scales, finals, texts, exact = _costs(opts, ran, checks, spend)
         dims = segments * self.m * self.n
-        if opts.notion == "gp":
-            z = slap_rows(dims, self.rngs)
+        if noise_sampler(opts.notion, opts.noise) == "discrete_gaussian":
+            noisy = cgp_lattice_rows(coef.ravel(), dims, exact, self.rngs).reshape(coef.shape)
         else:
-            z = gaussian_rows(dims, self.rngs)
-        noisy = coef + (np.repeat(scales, dims) * z).reshape(coef.shape)
+            z = slap_rows(dims, self.rngs) if opts.notion == "gp" else gaussian_rows(dims,
+                                                                                     self.rngs)
+            noisy = coef + (np.repeat(scales, dims) * z).reshape(coef.shape)
         factors = np.ones(count)
         if opts.continuous:
             basis = LegendreBasis(opts.degree)
@@ -551,8 +557,8 @@ def _pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _costs(opts: SegOptions, ran: np.ndarray, checks: np.ndarray, spend: list[Fraction]
-           ) -> tuple[list[Cost], np.ndarray, np.ndarray, list[str]]:
-    """Per curve: exact cost, noise scale of the final step (budget rounded down), its float, text.
+           ) -> tuple[list[Cost], np.ndarray, np.ndarray, list[str], list[Fraction]]:
+    """Per curve: cost, final scale, final budget (float, rounded down), text, exact final budget.
 
     Computed once per distinct (ran, checks) row: curves with equal counts share them.
     """
@@ -561,7 +567,7 @@ def _costs(opts: SegOptions, ran: np.ndarray, checks: np.ndarray, spend: list[Fr
     key = table @ (base ** np.arange(table.shape[1], dtype=np.int64))
     keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     rows = table[first]
-    costs, scales, finals, texts = [], [], [], []
+    costs, scales, finals, texts, exact = [], [], [], [], []
     for row in rows.tolist():
         spent = sum((n * s for n, s in zip(row[1:], spend, strict=False)), Fraction(0))
         cost, final, text = _cost(opts.notion, opts.amount, bool(row[0]), spent)
@@ -569,9 +575,10 @@ def _costs(opts: SegOptions, ran: np.ndarray, checks: np.ndarray, spend: list[Fr
         scales.append(noise_scale(opts.notion, final))  # from the exact amount, never below
         finals.append(float_at_most(final))
         texts.append(text)
+        exact.append(final)
     pick = inverse.tolist()
     return ([costs[i] for i in pick], np.array(scales)[inverse], np.array(finals)[inverse],
-            [texts[i] for i in pick])
+            [texts[i] for i in pick], [exact[i] for i in pick])
 
 
 def privfuncseg(
@@ -591,6 +598,7 @@ def privfuncseg(
     margin: bool = True,
     threshold: float = 0.0,
     depth_from_samples: bool = True,
+    noise: str | None = None,
 ) -> PrivateFunction:
     """PrivFuncSeg: privatize a curve with an adaptively segmented piecewise basis.
 
@@ -629,6 +637,10 @@ def privfuncseg(
         k1: ReduceSeg depth k₁.
         margin: ReduceSeg's margin term (spec §1.9 line 8).
         threshold: the SVT threshold (0, spec §1.8 [PROPOSED]).
+        noise: the final projection's sampler (`samplers.NOISES`): under CGP
+            the exact discrete Gaussian on a lattice at the final step's ρ
+            (default, `mechanisms.discrete_gaussian.cgp_lattice_rows`) or
+            ``"gaussian"`` in floating point.
         depth_from_samples: cap the SVT levels by ⌈log₂ N⌉ (N treated as public).
 
     Returns:
@@ -641,7 +653,7 @@ def privfuncseg(
     """
     opts = seg_options(basis=basis, epsilon=epsilon, rho=rho, reduce=reduce,
                        continuous=continuous, degree=degree, beta=beta, max_level=max_level,
-                       k1=k1, margin=margin, threshold=threshold)
+                       k1=k1, margin=margin, threshold=threshold, noise=noise)
     check_rng(rng)
     ta, va = check_curve(t, values)
     batch = CurveBatch(ta, va, np.array([0, ta.size], dtype=np.int64))

@@ -19,16 +19,13 @@ from mechanisms.curves._budget import budget, check_rng, svt_epsilon
 from mechanisms.curves._piecewise import SubPieces, check_curve
 from mechanisms.curves.bases import LegendreBasis
 from mechanisms.curves.bounds import noise_scale
+from mechanisms.curves.project_and_privatize import privatize_coefficients
 from mechanisms.curves.result import PrivateFunction
-from mechanisms.curves.samplers import gaussian, slap
+from mechanisms.curves.samplers import noise_sampler
 from mechanisms.curves.svt import svt
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["privfuncselect"]
-
-
-def _noise(dim: int, notion: str, rng: np.random.Generator) -> np.ndarray:
-    return slap(dim, rng=rng) if notion == "gp" else gaussian(dim, rng=rng)
 
 
 def privfuncselect(
@@ -40,6 +37,7 @@ def privfuncselect(
     rho: float | str | Fraction | None = None,
     rng: np.random.Generator,
     threshold1: float | None = None,
+    noise: str | None = None,
 ) -> PrivateFunction:
     """PrivFuncSelect: choose a subset of an ordered basis privately, then privatize.
 
@@ -50,6 +48,9 @@ def privfuncselect(
     ``svt_subset`` (SVT with threshold 0 over g'_r = n|N_r|/(ε/4) −
     dist₂(f_{b^(r)}, q), CGP: √(n|N_r|)/√(2ρ/4) − dist₂, N_r the r largest
     noisy coefficients), ``project_subset`` (Project-and-Privatize on N_{k₁}).
+    Both projections draw their noise with the notion's sampler
+    (`privatize_coefficients`: under CGP the exact discrete Gaussian on a
+    lattice by default).
     All queries are 1-Lipschitz (the b^(r) are released values). Paper
     Algorithm 3 (GP) / 7 (CGP); spec §1.6.
 
@@ -63,6 +64,8 @@ def privfuncselect(
         rng: injected generator.
         threshold1: the line-1 threshold 𝒯₁ (default −1/(ε/4), CGP
             −1/√(2ρ/4) [PROPOSED]).
+        noise: the coefficient sampler (`samplers.NOISES`; CGP default
+            ``"discrete_gaussian"``, or ``"gaussian"`` in floating point).
 
     Returns:
         A PrivateFunction with coefficients (1, max_terms, n), zero outside
@@ -74,6 +77,7 @@ def privfuncselect(
     notion, amount = budget(epsilon, rho)
     check_rng(rng)
     max_terms = _check_max_terms(max_terms)
+    noise = noise_sampler(notion, noise)
     quarter = amount / 4
     final = amount - 3 * quarter
     eps_s = svt_epsilon(notion, quarter)
@@ -89,7 +93,8 @@ def privfuncselect(
     first = svt(-dist, threshold=float(threshold1), epsilon=eps_s, rng=rng)
     k_bar = first.index + 1
     # line 2: Project-and-Privatize on the first k̄ functions (orthonormal: G = I)
-    noisy = c[:k_bar] + scale * _noise(k_bar * n, notion, rng).reshape(k_bar, n)
+    noisy = privatize_coefficients(c[None, :k_bar], notion=notion, amount=quarter, rng=rng,
+                                   noise=noise)[0]
     # lines 3-5
     order = np.argsort(-np.linalg.norm(noisy, axis=1), kind="stable")
     dist_b = _ranked_distances(c, noisy, order, k_bar, res_full2)
@@ -99,8 +104,8 @@ def privfuncselect(
     chosen = np.sort(order[:k1])
     # lines 6-7: Project-and-Privatize on the chosen functions
     coef = np.zeros((1, max_terms, n))
-    scale_final = noise_scale(notion, final)
-    coef[0, chosen] = c[chosen] + scale_final * _noise(k1 * n, notion, rng).reshape(k1, n)
+    coef[0, chosen] = privatize_coefficients(c[None, chosen], notion=notion, amount=final,
+                                             rng=rng, noise=noise)[0]
     return PrivateFunction(
         breakpoints=edges, coefficients=coef, basis_name="legendre", basis_params=basis.params(),
         cost=_cost(notion, amount, quarter, final), dim=int(k1 * n), noise_notion=notion,

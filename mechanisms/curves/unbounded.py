@@ -98,7 +98,7 @@ def privfuncseg_unbounded(
     res = _domain_svt(ta, va, notion, amount, svt_amount, max_power, rng)
     t_bar = 2.0 ** (res.index + 1)
     inner_opts = SegOptions(notion, rest, opts.degree, opts.reduce, opts.continuous, opts.beta,
-                            20, 4, True, 0.0)
+                            20, 4, True, 0.0, opts.noise)
     inner_fn = _inside(ta, va, t_bar, inner_opts, rng)
     assert inner_fn.cost is not None
     items = (CostItem("svt_domain", notion, svt_amount),) + tuple(

@@ -27,7 +27,7 @@ VALID = {
         "basis": {"basis": "legendre"}, "degree": {"basis": "legendre", "degree": 2},
         "reduce": {"reduce": False}, "continuous": {"continuous": True}, "beta": {"beta": 0.2},
         "max_level": {"max_level": 3}, "k1": {"k1": 2}, "margin": {"margin": False},
-        "threshold": {"threshold": 0.5},
+        "threshold": {"threshold": 0.5}, "noise": {"noise": "gaussian"},
     },
     "project_and_privatize": {
         "basis": {"basis": "fourier"}, "degree": {"basis": "legendre", "degree": 3},
@@ -47,7 +47,8 @@ VALID = {
                       "kink_error": 0.1, "max_terms": 200},
         "noise": {"noise": "gaussian"},
     },
-    "privfuncselect": {"max_terms": {"max_terms": 9}, "threshold1": {"threshold1": 0.5}},
+    "privfuncselect": {"max_terms": {"max_terms": 9}, "threshold1": {"threshold1": 0.5},
+                       "noise": {"noise": "gaussian"}},
     "baseline": {"k": {"k": 4}, "smooth": {"smooth": 2}},
 }
 
@@ -85,8 +86,11 @@ def test_each_registered_option_runs(name, option, notion):
     t = np.linspace(0.0, 1.0, 65)
     v = np.column_stack([np.sin(2 * np.pi * t), np.cos(2 * np.pi * t)])
     frame = PublicFrame(end=1.0, n_points=None, grid_points=64)
+    options = dict(VALID[name][option])
+    if option == "noise" and notion == "gp":  # GP has one sampler; "gaussian" is CGP's
+        options["noise"] = "spherical_laplace"
     fn = entry.run(t, v, notion=notion, amount=Fraction(10), rng=np.random.default_rng(1),
-                   frame=frame, options=VALID[name][option])
+                   frame=frame, options=options)
     assert fn.cost is not None and fn.cost.total <= Fraction(10)
     assert np.all(np.isfinite(fn.evaluate(t)))
 

@@ -39,6 +39,7 @@ from mechanisms.curves import (
     svt,
 )
 from mechanisms.curves._budget import svt_epsilon
+from mechanisms.discrete_gaussian import lattice_step
 
 # the package re-exports a function of the same name, so fetch the module itself
 pp_module = importlib.import_module("mechanisms.curves.project_and_privatize")
@@ -169,13 +170,25 @@ def test_svt_laplace_scales_at_least_3k_over_eps(amount, k):
 def test_project_and_privatize_scale(monkeypatch, amount, notion):
     spy = ScaleSpy(monkeypatch, pp_module)
     t, v = _curve()
-    kw = {"epsilon": amount} if notion == "gp" else {"rho": amount}
+    kw = {"epsilon": amount} if notion == "gp" else {"rho": amount, "noise": "gaussian"}
     for basis, opts in (("legendre", {"degree": 3}), ("monomial", {"degree": 2})):
         spy.calls.clear()
         f = project_and_privatize(t, v, basis, rng=np.random.default_rng(0), **opts, **kw)
         assert len(spy.calls) == 1
         assert _exact_scale_ok(notion, spy.scales[0], amount)
         assert Fraction(f.noise_budget) <= amount
+
+
+@given(BUDGETS)
+def test_lattice_variance_at_least_the_exact_one(amount):
+    # the exact sampler (CGP default): γ a power of two, σ_Z in (2^19, 2^20], and the
+    # released variance γ²σ_Z² is κ/(2ρ) >= 1/(2ρ), exactly, for the charged ρ
+    gamma, sigma2_z = lattice_step(amount)
+    g = Fraction(gamma)
+    assert g.numerator == 1 or g.denominator == 1
+    assert (g.numerator * g.denominator).bit_count() == 1
+    assert 2**38 < sigma2_z <= 2**40
+    assert g * g * sigma2_z >= 1 / (2 * Fraction(amount))
 
 
 @MECH
@@ -193,10 +206,10 @@ def test_baseline_per_point_scale(monkeypatch, amount, notion, k):
 @MECH
 @given(BUDGETS, st.sampled_from(["gp", "cgp"]))
 def test_privfuncselect_scales(monkeypatch, amount, notion):
-    spy = ScaleSpy(monkeypatch, select_module)
+    spy = ScaleSpy(monkeypatch, select_module, pp_module)
     t, v = _curve()
     rng = RecordingGenerator(0)
-    kw = {"epsilon": amount} if notion == "gp" else {"rho": amount}
+    kw = {"epsilon": amount} if notion == "gp" else {"rho": amount, "noise": "gaussian"}
     f = privfuncselect(t, v, rng=rng, max_terms=8, **kw)
     quarter = amount / 4
     assert len(spy.calls) >= 2  # lines 2 and 6
@@ -216,7 +229,7 @@ def test_privfuncseg_scales(monkeypatch, amount, notion):
     t = np.linspace(0.0, 1000.0, 2001)
     v = np.where(t > 700, 300 * np.sin(t / 4.0), 0.0)
     big = amount * 400
-    kw = {"epsilon": big} if notion == "gp" else {"rho": big}
+    kw = {"epsilon": big} if notion == "gp" else {"rho": big, "noise": "gaussian"}
     rng = RecordingGenerator(0)
     slot_calls, svt_scales, svt_noise = [], [], []
     real_slots = segment_module.slot_scales

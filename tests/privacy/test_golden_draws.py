@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from mechanisms.curves.samplers import gaussian, laplace, slap
-from mechanisms.discrete_gaussian import discrete_gaussian
+from mechanisms.discrete_gaussian import cgp_lattice, discrete_gaussian
 from mechanisms.streams.square_wave import square_wave
 from tasks.continuation import stream_rng
 from tasks.keyed_rng import release_generator
@@ -77,6 +77,14 @@ def test_curve_samplers_first_draws(draw, digest):
 
 
 def test_discrete_gaussian_first_draws():
+    # re-recorded when the sampler was vectorised (coordinates drawn side by side)
     g = release_generator(SEED)
     assert [discrete_gaussian(Fraction(1, 3), Fraction(9, 2), g) for _ in range(8)] == [
-        4, 2, 0, -1, 2, 0, 0, -1]
+        1, -2, 0, -1, 0, 0, 4, -1]
+
+
+def test_cgp_lattice_first_draws():
+    w = np.array([0.1, -2.5, 3.75, 1e-300, 40.0])  # 1e-300: a centre with a huge denominator
+    out, gamma = cgp_lattice(w, rho=Fraction(1, 2), rng=release_generator(SEED))
+    assert gamma == 2.0**-20
+    assert _digest(out) == "0a24b061d6bc1b79047eef4f1b676bb577ae4bc6e6f8c58a042006296e005d90"

@@ -199,11 +199,22 @@ def test_reduce_seg_checks_and_final_noise(tmp_path, notion, amount, users):
         released = np.stack([np.asarray(v).reshape(M, N_OUT) for v in seg["coefficients"]])
         dist = float(np.linalg.norm(released - exact))  # orthonormal Legendre: Euclidean
         pit.append(norm_cdf(notion, released.size, float(steps["project"])).cdf(dist))
+        if notion == "cgp":  # the default sampler: the exact lattice of the final step's ρ
+            assert _off_lattice(released, steps["project"]) == 0.0
     # the design's power: enough merges and keeps expected, and seen
     assert sum(probs) >= 30 and len(probs) - sum(probs) >= 30
     assert sum(outcomes) >= 10 and len(outcomes) - sum(outcomes) >= 10
     assert _binned_bernoulli_pvalue(outcomes, probs) > ALPHA
     assert ks_pvalue(pit, "uniform") > ALPHA
+
+
+def _off_lattice(released: np.ndarray, rho: Fraction) -> float:
+    """How far the released coefficients are from the lattice γZ of a ρ-CGP draw.
+
+    γ = 2^-20 × the power of two >= σ = 1/√(2ρ) (docs/sampling.md), computed here.
+    """
+    gamma = 2.0 ** (math.ceil(math.log2(1 / math.sqrt(2 * float(rho)))) - 20)
+    return float(np.max(np.abs(released / gamma - np.rint(released / gamma))))
 
 
 @functools.cache

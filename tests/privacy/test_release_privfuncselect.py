@@ -105,6 +105,10 @@ def test_privfuncselect_selection_and_final_noise(tmp_path, notion, amount, user
         chosen = np.flatnonzero(np.any(coefs != 0.0, axis=1))
         released[tuple(chosen.tolist())] += 1
         dist = float(np.linalg.norm(coefs[chosen] - exact[chosen]))
+        if notion == "cgp":  # the default sampler: the lattice γZ of the final step's ρ
+            sigma = 1 / math.sqrt(2 * float(recorded["project_subset"]))
+            gamma = 2.0 ** (math.ceil(math.log2(sigma)) - 20)
+            assert np.all(coefs[chosen] / gamma == np.rint(coefs[chosen] / gamma))
         u.append(norm_cdf(notion, chosen.size * 2, float(recorded["project_subset"])).cdf(dist))
     total = float(sum(steps.values()))
     assert total == float(spec.amount)

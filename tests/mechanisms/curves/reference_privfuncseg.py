@@ -3,7 +3,9 @@
 It shares nothing with the batched core but the documented draw order (see
 `mechanisms/curves/segment.py`): one ``laplace(0, 1, top + 2 [+ 60])`` call
 (W, ν_0..ν_top, then for GP the ReduceSeg slots, four parts of 15 in
-breadth-first order), for CGP ``standard_normal(60)``, then the final noise.
+breadth-first order), for CGP ``standard_normal(60)``, then the final noise
+(under CGP by default the exact lattice sampler `cgp_lattice` at the final ρ,
+whose law its own tests check; ``noise="gaussian"`` the float Gaussian).
 Least-squares fits and distances come from `least_squares` / `l2_error`
 (SubPieces + Gauss-Legendre per segment), not from the dyadic forest.
 """
@@ -18,6 +20,7 @@ import numpy as np
 from mechanisms.cost import laplace_scale
 from mechanisms.curves import least_squares, noise_scale
 from mechanisms.curves._budget import svt_epsilon
+from mechanisms.discrete_gaussian import cgp_lattice
 from mechanisms.metrics import l2_error
 
 E = math.e / (math.e - 1.0)
@@ -41,7 +44,7 @@ def _part_dist(t, v, degree, lo, width, depth, index, seg_depth):
 
 
 def reference(t, v, *, notion, amount, rng, degree=1, reduce=True, beta=0.1, max_level=20,
-              k1=4, margin=True, threshold=0.0):
+              k1=4, margin=True, threshold=0.0, noise=None):
     """Returns (k̄, halted, nodes, cost dict, coefficients, final budget)."""
     amount = Fraction(amount)
     v = np.asarray(v, dtype=float).reshape(len(t), -1)
@@ -112,6 +115,9 @@ def reference(t, v, *, notion, amount, rng, degree=1, reduce=True, beta=0.1, max
         g = rng.standard_normal(dim)
         r = rng.gamma(dim, 1.0)
         noise = g / np.sqrt(np.sum(g * g)) * r * scale
+    elif noise is None:
+        lattice = cgp_lattice(fit.coefficients, rho=final, rng=rng)[0]
+        noise = (lattice - fit.coefficients).ravel()
     else:
         noise = rng.standard_normal(dim) * scale
     return k_bar, halted, nodes, cost, fit.coefficients + noise.reshape(fit.coefficients.shape), \

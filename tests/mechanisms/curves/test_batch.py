@@ -90,18 +90,20 @@ def test_one_users_output_does_not_depend_on_the_others():
     _same(first.function(5), second.function(5))
 
 
-@pytest.mark.parametrize("notion,amount", [("gp", "1"), ("gp", "30"), ("cgp", "1/2"),
-                                           ("cgp", "20")])
-def test_batch_matches_the_spec_transcription(notion, amount):
+@pytest.mark.parametrize("notion,amount,noise", [
+    ("gp", "1", None), ("gp", "30", None), ("cgp", "1/2", None), ("cgp", "20", None),
+    ("cgp", "1/2", "gaussian")])
+def test_batch_matches_the_spec_transcription(notion, amount, noise):
     curves = _curves(4, 12, lo=8, hi=700)
     kw = {"epsilon": Fraction(amount)} if notion == "gp" else {"rho": Fraction(amount)}
-    batch = privfuncseg_batch(CurveBatch.from_curves(curves),
+    batch = privfuncseg_batch(CurveBatch.from_curves(curves), noise=noise,
                               rngs=[np.random.default_rng(s) for s in range(12)], **kw)
     reductions = ran = 0
     for c, (t, v) in enumerate(curves):
         f = batch.function(c)
         k_bar, halted, nodes, cost, coef, final = reference(
-            t, v, notion=notion, amount=Fraction(amount), rng=np.random.default_rng(c))
+            t, v, notion=notion, amount=Fraction(amount), rng=np.random.default_rng(c),
+            noise=noise)
         assert (f.diagnostics["k_bar"], f.diagnostics["svt_halted"]) == (k_bar, halted)
         assert f.diagnostics["segments"] == len(nodes)
         assert {i.step: i.amount for i in f.cost.items} == cost
