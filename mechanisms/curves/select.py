@@ -22,7 +22,7 @@ from mechanisms.curves.bounds import noise_scale
 from mechanisms.curves.project_and_privatize import privatize_coefficients
 from mechanisms.curves.result import PrivateFunction
 from mechanisms.curves.samplers import noise_sampler
-from mechanisms.curves.svt import svt
+from mechanisms.curves.svt import SVTResult, svt
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["privfuncselect"]
@@ -48,9 +48,6 @@ def privfuncselect(
     ``svt_subset`` (SVT with threshold 0 over g'_r = n|N_r|/(ε/4) −
     dist₂(f_{b^(r)}, q), CGP: √(n|N_r|)/√(2ρ/4) − dist₂, N_r the r largest
     noisy coefficients), ``project_subset`` (Project-and-Privatize on N_{k₁}).
-    Both projections draw their noise with the notion's sampler
-    (`privatize_coefficients`: under CGP the exact discrete Gaussian on a
-    lattice by default).
     All queries are 1-Lipschitz (the b^(r) are released values). Paper
     Algorithm 3 (GP) / 7 (CGP); spec §1.6.
 
@@ -64,8 +61,8 @@ def privfuncselect(
         rng: injected generator.
         threshold1: the line-1 threshold 𝒯₁ (default −1/(ε/4), CGP
             −1/√(2ρ/4) [PROPOSED]).
-        noise: the coefficient sampler (`samplers.NOISES`; CGP default
-            ``"discrete_gaussian"``, or ``"gaussian"`` in floating point).
+        noise: both projections' sampler (`samplers.NOISES`; CGP default
+            ``"discrete_gaussian"``, exact on a lattice, or ``"gaussian"``).
 
     Returns:
         A PrivateFunction with coefficients (1, max_terms, n), zero outside
@@ -84,8 +81,7 @@ def privfuncselect(
     scale = noise_scale(notion, quarter)
     threshold1 = _threshold(threshold1, scale)
     ta, va = check_curve(t, values)
-    n = va.shape[1]
-    basis = LegendreBasis(max_terms - 1)
+    n, basis = va.shape[1], LegendreBasis(max_terms - 1)
     edges = np.array([ta[0], ta[-1]])
     c, dist, res_full2 = _coefficients(ta, va, basis, edges)
 
@@ -96,12 +92,9 @@ def privfuncselect(
     noisy = privatize_coefficients(c[None, :k_bar], notion=notion, amount=quarter, rng=rng,
                                    noise=noise)[0]
     # lines 3-5
-    order = np.argsort(-np.linalg.norm(noisy, axis=1), kind="stable")
-    dist_b = _ranked_distances(c, noisy, order, k_bar, res_full2)
-    pen = _penalties(notion, n, k_bar, scale)
-    second = svt(pen - dist_b, threshold=0.0, epsilon=eps_s, rng=rng)
-    k1 = second.index + 1
-    chosen = np.sort(order[:k1])
+    second, chosen = _select_subset(c, noisy, res_full2, _penalties(notion, n, k_bar, scale),
+                                    eps_s, rng)
+    k1 = chosen.size
     # lines 6-7: Project-and-Privatize on the chosen functions
     coef = np.zeros((1, max_terms, n))
     coef[0, chosen] = privatize_coefficients(c[None, chosen], notion=notion, amount=final,
@@ -115,6 +108,19 @@ def privfuncselect(
                      "svt_terms_halted": bool(first.halted),
                      "svt_subset_halted": bool(second.halted)},
     )
+
+
+def _select_subset(c: np.ndarray, noisy: np.ndarray, res_full2: float, penalties: np.ndarray,
+                   eps_s: float, rng: np.random.Generator) -> tuple[SVTResult, np.ndarray]:
+    """Lines 3-5: SVT over g'_r = penalty_r − dist₂(f_{b^(r)}, q), r the noisy-norm rank.
+
+    Returns the SVT's result and the chosen term indices N_{k₁} (sorted).
+    """
+    k_bar = noisy.shape[0]
+    order = np.argsort(-np.linalg.norm(noisy, axis=1), kind="stable")
+    dist_b = _ranked_distances(c, noisy, order, k_bar, res_full2)
+    second = svt(penalties - dist_b, threshold=0.0, epsilon=eps_s, rng=rng)
+    return second, np.sort(order[: second.index + 1])
 
 
 def _cost(notion: str, amount: Fraction, quarter: Fraction, final: Fraction) -> Cost:

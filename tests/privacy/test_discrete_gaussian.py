@@ -26,14 +26,18 @@ from release_path import release_curves
 from scipy import stats
 
 from mechanisms.discrete_gaussian import (
+    _bernoulli_ratio,
     bernoulli_exp,
+    cgp_lattice,
     discrete_gaussian,
     discrete_laplace,
+    lattice_step,
     log_partition_curvature_bound,
 )
 from mechanisms.safe_sampling import power_of_two_at_least
 from tasks.keyed_rng import release_generator
 
+Q = 2**64 // 3
 MECHANISMS_COVERED = ()  # a noise option of project_and_privatize, not a registry entry
 
 
@@ -53,7 +57,7 @@ def test_bernoulli_exp_frequency(gamma):
 def test_discrete_laplace_pmf():
     rng = release_generator(8)
     t = 3
-    draws = np.array([discrete_laplace(t, rng) for _ in range(20_000)])
+    draws = discrete_laplace(t, rng, size=20_000)
     support = np.arange(-60, 61)
     probs = _pmf(support, lambda y: -np.abs(y) / t)
     counts = np.array([np.sum(draws == y) for y in support])
@@ -66,12 +70,54 @@ def test_discrete_laplace_pmf():
                                            (12.125, Fraction(40))])
 def test_real_centred_discrete_gaussian_pmf(center, sigma2):
     rng = release_generator(9)
-    draws = np.array([discrete_gaussian(center, sigma2, rng) for _ in range(20_000)])
+    draws = np.array(discrete_gaussian(center, sigma2, rng, size=20_000))
     c, s2 = float(center), float(sigma2)
     support = np.arange(math.floor(c - 40 * math.sqrt(s2)), math.ceil(c + 40 * math.sqrt(s2)))
     probs = _pmf(support, lambda y: -((y - c) ** 2) / (2 * s2))
     counts = np.array([np.sum(draws == y) for y in support])
     assert chi2_gof_pvalue(counts, probs) > ALPHA
+
+
+class _Words:
+    """A generator stand-in that hands out given 64-bit words (for the tie rule)."""
+
+    def __init__(self, words):
+        self.words = list(words)
+
+    def integers(self, low, high, size, dtype):
+        assert (low, high, dtype) == (0, 2**64, np.uint64)
+        out, self.words = self.words[:size], self.words[size:]
+        return np.array(out, dtype=np.uint64)
+
+
+@pytest.mark.parametrize("words,expected", [
+    ([Q - 1], True), ([Q + 1], False),       # decided by the first word
+    ([Q, Q - 1], True), ([Q, Q + 1], False),  # a tie: the next word against the remainder
+    ([Q, Q, Q, Q - 1], True),                 # 1/3 = 0.010101…: every word ties with Q
+])
+def test_bernoulli_ratio_reads_further_words_on_a_tie(words, expected):
+    # U < 1/3 for U = 0.w1 w2 … in base 2^64; Q = ⌊2^64/3⌋ and 2^64 − 3Q = 1, so the
+    # remainder after a tie is again 1/3 of the next word's range (computed by hand)
+    rng = _Words(words)
+    assert _bernoulli_ratio([1], [3], rng).tolist() == [expected]
+    assert rng.words == []
+
+
+def test_each_coordinate_follows_its_own_centre():
+    # a vector of centres σ_Z apart (one call, coordinates drawn side by side): each
+    # coordinate's mean and spread are those of N_Z(c_j, σ_Z²), so a coordinate drawn
+    # around another's centre is off by >= 55 standard errors; the fractional parts
+    # include a centre of 1e-300 (a 2^-1000 denominator)
+    gamma, sigma2_z = lattice_step(Fraction(1, 2))
+    s = math.sqrt(float(sigma2_z))
+    centres = np.array([0.0, 1e-300, 0.3 + s, -0.7 - 2 * s, 2.5 + 3 * s, -4 * s]) * gamma
+    draws = np.stack([cgp_lattice(centres, rho=Fraction(1, 2), rng=release_generator(100 + i))[0]
+                      for i in range(3000)]) / gamma
+    sd = math.sqrt(float(sigma2_z))
+    assert np.all(draws == np.rint(draws))  # on the lattice
+    z = (draws.mean(axis=0) - centres / gamma) / (sd / math.sqrt(len(draws)))
+    assert np.all(np.abs(z) < 5.5), z
+    assert np.all(np.abs(draws.std(axis=0) / sd - 1) < 0.1)
 
 
 def _renyi(c: float, c2: float, s2: float, alpha: float) -> float:
