@@ -230,7 +230,8 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
         option_targets=("mechanisms.curves.select:privfuncselect",)),
     CurveMechanism(
         "baseline", ("gp", "cgp"), "dist_inf",
-        "LY23 point baseline: k points at ε/k each (dist_∞ guarantee only)", ("k", "smooth"),
+        "LY23 point baseline: k points at ε/k each (dist_∞ guarantee only)",
+        ("k", "smooth", "noise"),
         CURVE_OUTPUTS, target="mechanisms.curves.release:run_baseline",
         option_targets=("mechanisms.curves.baseline:baseline_points",)),
     StreamMechanism(

@@ -17,7 +17,8 @@ from mechanisms.curves._budget import budget, check_rng
 from mechanisms.curves._piecewise import check_curve, interpolate
 from mechanisms.curves.bounds import noise_scale
 from mechanisms.curves.result import PrivateFunction
-from mechanisms.curves.samplers import gaussian, slap
+from mechanisms.curves.samplers import gaussian, noise_sampler, slap
+from mechanisms.discrete_gaussian import cgp_lattice
 from mechanisms.errors import MechanismParameterError
 
 __all__ = ["baseline_points", "moving_average"]
@@ -47,13 +48,16 @@ def baseline_points(
     rho: float | str | Fraction | None = None,
     smooth: int | None = None,
     rng: np.random.Generator,
+    noise: str | None = None,
 ) -> PrivateFunction:
     """Baseline: privatize k evenly spaced points with basic composition, interpolate.
 
     Privacy: each point costs ε/k (ρ/k) and is privatized with SLap(n)·k/ε
-    (N(0, I_n)/√(2ρ/k)); by basic composition the k points are ε-GP
-    (ρ-CGP) w.r.t. dist_∞(q, q') = sup_t ‖q(t) − q'(t)‖, NOT w.r.t. dist₂
-    (paper Sec. 5: the two metrics are incomparable). It is a reference
+    (ρ/k-CGP: the exact discrete Gaussian on the lattice of ρ/k,
+    `cgp_lattice`, or N(0, I_n)/√(2ρ/k) with ``noise="gaussian"``); by basic
+    composition the k points are ε-GP (ρ-CGP) w.r.t.
+    dist_∞(q, q') = sup_t ‖q(t) − q'(t)‖, NOT w.r.t. dist₂ (paper Sec. 5: the
+    two metrics are incomparable). It is a reference
     for utility only. Cost: one step ``"points"`` = ε (k shares of ε/k).
     Smoothing is post-processing. Paper Sec. 5 [LY23] (GPBasic/CGPBasic);
     spec §1.11.
@@ -66,6 +70,7 @@ def baseline_points(
         rho: ρ.
         smooth: moving-average window s (None or 1: no smoothing).
         rng: injected generator.
+        noise: the point sampler (`samplers.NOISES`, default per notion).
 
     Returns:
         A PrivateFunction (piecewise linear, k − 1 segments). Diagnostics
@@ -88,10 +93,8 @@ def baseline_points(
     times[-1] = ta[-1]
     per_point = amount / k
     exact_points = interpolate(ta, va, times)
-    scale = noise_scale(notion, per_point)  # k/ε or 1/√(2ρ/k), never below the exact one
-    sampler = slap if notion == "gp" else gaussian
-    noise = sampler(n, rng=rng, size=k) * scale
-    y = moving_average(exact_points + noise, window)
+    y = moving_average(_noisy_points(exact_points, notion, per_point,
+                                     noise_sampler(notion, noise), rng), window)
     length = np.diff(times)
     # linear piece from y_i to y_{i+1} in orthonormal Legendre coordinates
     coef = np.empty((k - 1, 2, n))
@@ -110,3 +113,13 @@ def baseline_points(
         diagnostics={"k": k, "smooth": window, "per_point_budget": str(per_point)},
         bound_kind="points",
     )
+
+
+def _noisy_points(points: np.ndarray, notion: str, per_point: Fraction, sampler: str,
+                  rng: np.random.Generator) -> np.ndarray:
+    """The k points (k, n) with their noise: each point ε/k-GP or ρ/k-CGP (dist_∞)."""
+    if sampler == "discrete_gaussian":  # the k·n coordinates at ρ/k each: ρ/k per point
+        return cgp_lattice(points, rho=per_point, rng=rng)[0]
+    scale = noise_scale(notion, per_point)  # k/ε or 1/√(2ρ/k), never below the exact one
+    draw = slap if notion == "gp" else gaussian
+    return points + draw(points.shape[1], rng=rng, size=points.shape[0]) * scale

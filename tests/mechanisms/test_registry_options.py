@@ -49,7 +49,7 @@ VALID = {
     },
     "privfuncselect": {"max_terms": {"max_terms": 9}, "threshold1": {"threshold1": 0.5},
                        "noise": {"noise": "gaussian"}},
-    "baseline": {"k": {"k": 4}, "smooth": {"smooth": 2}},
+    "baseline": {"k": {"k": 4}, "smooth": {"smooth": 2}, "noise": {"noise": "gaussian"}},
 }
 
 

@@ -196,7 +196,7 @@ def test_lattice_variance_at_least_the_exact_one(amount):
 def test_baseline_per_point_scale(monkeypatch, amount, notion, k):
     spy = ScaleSpy(monkeypatch, baseline_module)
     t, v = _curve()
-    kw = {"epsilon": amount} if notion == "gp" else {"rho": amount}
+    kw = {"epsilon": amount} if notion == "gp" else {"rho": amount, "noise": "gaussian"}
     f = baseline_points(t, v, k, rng=np.random.default_rng(0), **kw)
     assert len(spy.calls) == 1
     assert _exact_scale_ok(notion, spy.scales[0], amount / k)
