@@ -13,12 +13,15 @@ more.
 
 from __future__ import annotations
 
+import logging
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow
 
 from files.outputs import ParquetAppender
+from files.release_lock import release_lock
 from files.staging_dir import StagingDir
 from flows import preflight
 from flows.outcome import release_state
@@ -33,6 +36,7 @@ from flows.release_kinds import CurveRelease, ReleaseKind, StreamRelease
 from flows.release_publish import publish
 from flows.release_stages import (
     ChunkOutputs,
+    ReleaseRun,
     answer_early,
     bind,
     default_release_id,
@@ -47,6 +51,8 @@ from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain
 from tasks.privatize import CurveFraming, CurveSpec, StreamSpec
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["default_release_id", "release_curves", "release_streams"]
 
@@ -100,20 +106,33 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
                    scheduled_date=scheduled_date, input_path=input_path,
                    ledger_path=ledger_path, out_root=out_root, staging=staging,
                    in_flight=in_flight, dry_run=dry_run)
-        early = answer_early(run)  # a dry run, or a release already published
-        if early is not None:
-            return early
-        admission = reserve(run)
-        appender = ParquetAppender(staging / "outputs")
-        outputs = ChunkOutputs(run, appender)
-        window = run_chunks(run, admission.admitted, outputs)
-        settle(run, window)
-        post = kind.post_process(run, window.results, appender)
-        return publish(run, appender, admission, post, outputs)
+        with _one_run_at_a_time(run):
+            early = answer_early(run)  # a dry run, or a release already published
+            if early is not None:
+                return early
+            admission = reserve(run)
+            appender = ParquetAppender(staging / "outputs")
+            outputs = ChunkOutputs(run, appender)
+            window = run_chunks(run, admission.admitted, outputs)
+            settle(run, window)
+            post = kind.post_process(run, window.results, appender)
+            return publish(run, appender, admission, post, outputs)
     finally:
         if appender is not None:
             appender.close()
         staging_dir.close()
+
+
+def _one_run_at_a_time(run: ReleaseRun) -> AbstractContextManager[None]:
+    """The release id's lock (`files.release_lock`); a dry run writes nothing and takes none.
+
+    A second run of the same release waits here, then replays what the first published.
+    """
+    if run.dry_run:
+        return nullcontext()
+    return release_lock(run.out_root, run.rid, on_wait=lambda: _log.warning(
+        "release %s: another run of it is in progress; waiting for it to end, then this "
+        "run replays what it published", run.rid))
 
 
 CurveMechanism = Literal[CURVE_MECHANISMS]  # type: ignore[valid-type]
