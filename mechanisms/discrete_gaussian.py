@@ -273,8 +273,10 @@ def discrete_gaussian(center: Fraction | float, sigma2: Fraction, rng: np.random
 def lattice_step(rho: Fraction) -> tuple[float, Fraction]:
     """The lattice step γ and the lattice variance σ_Z² of a ρ-CGP draw (exact, public).
 
-    γ is 2^-20 times the smallest power of two >= σ = √(κ/(2ρ)) (the release
-    task's snapping grid for this ρ), σ_Z² = κ/(2ργ²) in (2^38, 2^40].
+    γ is 2^-20 times the smallest power of two P with P² >= σ² = κ/(2ρ)
+    (compared exactly), σ_Z² = σ²/γ² in (2^38, 2^40]. The release task rounds
+    to a grid of 2^-20 times the power of two >= its float noise scale, which
+    is at most γ: rounding leaves the lattice points as they are.
 
     Raises:
         MechanismParameterError: ρ is not positive.
@@ -282,12 +284,14 @@ def lattice_step(rho: Fraction) -> tuple[float, Fraction]:
     r = Fraction(rho)
     if r <= 0:
         raise MechanismParameterError("rho must be > 0")
-    sigma = math.sqrt(float(LATTICE_EXCESS / (2 * r)))
-    gamma = Fraction(power_of_two_at_least(sigma)) / LATTICE_STEPS_PER_SIGMA
-    sigma2_z = LATTICE_EXCESS / (2 * r * gamma * gamma)
-    if sigma2_z < 4:  # the bound on K needs σ_Z >= 2
-        raise MechanismParameterError("rho is outside the range of the lattice rule")
-    return float(gamma), sigma2_z
+    sigma2 = LATTICE_EXCESS / (2 * r)
+    p = Fraction(power_of_two_at_least(math.sqrt(float(sigma2))))  # a first guess, then exact
+    while p * p < sigma2:
+        p *= 2
+    while (p / 2) ** 2 >= sigma2:
+        p /= 2
+    gamma = p / LATTICE_STEPS_PER_SIGMA
+    return float(gamma), sigma2 / (gamma * gamma)
 
 
 def cgp_lattice(w: np.ndarray, *, rho: Fraction, rng: np.random.Generator,

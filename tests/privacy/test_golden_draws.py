@@ -86,5 +86,5 @@ def test_discrete_gaussian_first_draws():
 def test_cgp_lattice_first_draws():
     w = np.array([0.1, -2.5, 3.75, 1e-300, 40.0])  # 1e-300: a centre with a huge denominator
     out, gamma = cgp_lattice(w, rho=Fraction(1, 2), rng=release_generator(SEED))
-    assert gamma == 2.0**-20
-    assert _digest(out) == "0a24b061d6bc1b79047eef4f1b676bb577ae4bc6e6f8c58a042006296e005d90"
+    assert gamma == 2.0**-19  # σ² = κ/(2ρ) = 1 + 2^-60 at ρ = 1/2: the power of two above is 2
+    assert _digest(out) == "40816028becd3f6402635a48c30766c92a2ea9aedaa93684037e7e895abcc2da"
