@@ -28,17 +28,21 @@ so files larger than memory can be validated; the same private directory
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
 
 from ingest.csv_dialect import csv_header, csv_problem, csv_relation
 from schemas.errors import Problem, ValidationError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 DUCKDB_SUFFIXES = (".duckdb", ".ddb", ".db")
@@ -123,9 +127,19 @@ def _file_error(label: str, rule: str, message: str, column: str | None = None) 
     return ValidationError(Problem(label, None, column, rule, message))
 
 
+def _is_dataframe(source: object) -> bool:
+    """Whether `source` is a pandas DataFrame (one can only exist once pandas is imported).
+
+    So opening a file does not import pandas (`flows.preflight` checks an input
+    within the CLI's first second).
+    """
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(source, pd.DataFrame)
+
+
 def source_label(source: object, table: str | None = None) -> str:
     """Human name of a source: its path, ``path::table``, or ``<DataFrame>``."""
-    if isinstance(source, pd.DataFrame):
+    if _is_dataframe(source):
         return "<DataFrame>"
     return f"{source}::{table}" if table else str(source)
 
@@ -192,7 +206,7 @@ def _first_line(err: BaseException) -> str:
 def _attach(con: duckdb.DuckDBPyConnection, source: object, table: str | None,
             label: str) -> tuple[str, bool]:
     """The source's relation, and whether it numbers its rows (``_row``)."""
-    if isinstance(source, pd.DataFrame):
+    if _is_dataframe(source):
         if table is not None:
             raise _file_error(label, "table", "table= only applies to DuckDB files")
         if "_row" in source.columns:
