@@ -162,3 +162,42 @@ def test_domain_missing_from_the_ledger_is_named(tmp_path, curves_csv, policy_fi
     assert res.returncode == 2
     assert "unknown domain 'tracks'" in res.stderr and "policy apply" in res.stderr, res.stderr
     assert not (h / "prefect").exists()
+
+
+@pytest.mark.prefect
+def test_a_stream_continued_at_another_epsilon_is_a_parameter_error(tmp_path, home,
+                                                                    streams_csv, policy_file):
+    """Issue #29: continuing a stream at another ε/w rejected every user as invalid input
+    (``stream_other_epsilon``) after Prefect started. Now: exit 2 before Prefect, naming
+    the streams' ε/w and the two fixes."""
+    import pandas as pd
+
+    from flows import preflight
+    from flows.release import release_streams
+
+    df = pd.read_csv(streams_csv)
+    day1, day2 = tmp_path / "day1.csv", tmp_path / "day2.csv"
+    df[df["t"] < 120].to_csv(day1, index=False)
+    df[df["t"] >= 120].to_csv(day2, index=False)
+    ledger = home / "ledger.duckdb"
+    release_streams(input_path=str(day1), domain="meters", epsilon="1", out_dir=str(tmp_path),
+                    ledger_path=str(ledger))  # in this process's harness: ε/w = 1/4
+    home_2 = tmp_path / "home2"  # a fresh home: Prefect would create home2/prefect
+    res = _run(["release", "streams", str(day2), "--domain", "meters", "--epsilon", "2",
+                "--ledger", str(ledger)], home_2, tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    text = " ".join(res.stderr.split())
+    # w = 4 (the policy): ε 2 per window is 1/2 per step; day 1 drew 1 / 4 = 1/4 per step,
+    # which ε = 1/4 * 4 = 1 per window continues
+    assert "--epsilon 2 is ε/w = 1/2 per step (w = 4)" in text, text
+    assert "3 stream(s) of this input" in text and "3 at ε/w = 1/4" in text
+    assert "steps 0-119" in text and "continue them with --epsilon 1" in text
+    assert "new stream ids" in text
+    assert "stream_other_epsilon" not in text and res.stdout == ""
+    assert not (home_2 / "prefect").exists(), "Prefect was started before the checks"
+    # the fixes pass the checks: the stream's ε, or the same data as new streams
+    kw = dict(domain="meters", out=tmp_path, ledger_path=ledger)
+    assert preflight.check_streams_release(input_path=day2, epsilon="1", **kw).amount == 1
+    renamed = tmp_path / "renamed.csv"
+    pd.read_csv(day2).assign(stream_id="s1").to_csv(renamed, index=False)
+    assert preflight.check_streams_release(input_path=renamed, epsilon="2", **kw).amount == 2
