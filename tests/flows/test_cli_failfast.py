@@ -201,3 +201,11 @@ def test_a_stream_continued_at_another_epsilon_is_a_parameter_error(tmp_path, ho
     renamed = tmp_path / "renamed.csv"
     pd.read_csv(day2).assign(stream_id="s1").to_csv(renamed, index=False)
     assert preflight.check_streams_release(input_path=renamed, epsilon="2", **kw).amount == 2
+
+
+def test_the_cli_checks_the_flows_amount_range():
+    """preflight.AMOUNT_RANGE (no Prefect import) is the range the flows' specs enforce."""
+    from flows import preflight
+    from tasks.privatize import AMOUNT_RANGE
+
+    assert preflight.AMOUNT_RANGE == AMOUNT_RANGE
