@@ -87,6 +87,32 @@ def fingerprint_row(content: str, tag: str | None) -> dict[str, Any]:
             "value": content}
 
 
+def continuation_row(ledger: Path | None, domain: Domain, file: Path,
+                     table: str | None) -> dict[str, Any] | None:
+    """For a stream domain of the ledger: which streams of the input it released before.
+
+    A stream keeps the ε/w it was first released at (`flows.preflight`
+    refuses a release at another one), so the row says which ``--epsilon``
+    continues them. None without a ledger, for curves, or when the ledger has
+    no such domain.
+    """
+    if ledger is None or domain.kind != "streams" or domain.w is None:
+        return None
+    from flows.preflight import released_streams
+    from ledger import Ledger
+
+    led = Ledger(ledger)
+    if domain.name not in {d["name"] for d in led.domains()}:
+        return None
+    found = released_streams(led, domain, file, table)
+    if not found:
+        return {"field": "continues released streams", "value": "none: every stream is new"}
+    parts = [f"{len(v)} stream(s) released at ε/w = {eps}"
+             + (f" (continue with --epsilon {eps * domain.w})" if eps > 0 else "")
+             for eps, v in sorted(found.items())]
+    return {"field": "continues released streams", "value": "; ".join(parts)}
+
+
 def _input_tag(ledger: Path | None, content: str) -> str | None:
     """The tag `release` would record for this content (None without --ledger)."""
     if ledger is None:
@@ -204,8 +230,9 @@ def validate(
         raise typer.Exit(EXIT_BAD_INPUT) from None
     tag = _input_tag(ledger, report.fingerprint)
     if report.valid:
-        print_rows(summary_rows(report, dom, note, tag), fmt, title=f"{file}: valid",
-                   columns=("field", "value"))
+        rows = summary_rows(report, dom, note, tag)
+        rows += [r for r in [continuation_row(ledger, dom, file, table)] if r is not None]
+        print_rows(rows, fmt, title=f"{file}: valid", columns=("field", "value"))
         return
     cols = (*PROBLEM_COLUMNS, "value") if show_values else PROBLEM_COLUMNS
     if fmt is OutputFormat.table:

@@ -374,6 +374,25 @@ def _files_ledger_domain(g: _Gather, params: dict[str, Any], cli: bool, kind: st
     return ledger, dom
 
 
+def released_streams(ledger: Ledger, dom: Domain, input_path: str | os.PathLike[str],
+                     table: str | None) -> dict[Fraction, list[tuple[str, str, Any]]]:
+    """The input's streams the ledger released before, by the ε/w they were released at.
+
+    Each value lists (user_id, stream_id, one of its released ranges); a stream
+    whose ranges disagree is listed under each ε/w it has. Cost: one read of the
+    input's id columns, one ledger read per 200,000 streams.
+    """
+    from ingest import stream_keys
+
+    out: dict[Fraction, list[tuple[str, str, Any]]] = {}
+    for keys in stream_keys(input_path, table=table):
+        for key, ranges in ledger.stream_ranges(dom.name, keys).items():
+            for eps in dict.fromkeys(r.epsilon_per_step for r in ranges):
+                first = next(r for r in ranges if r.epsilon_per_step == eps)
+                out.setdefault(eps, []).append((*key, first))
+    return out
+
+
 def continuation_problems(ledger: Ledger, dom: Domain, input_path: str | os.PathLike[str],
                           table: str | None, epsilon: Any, per_step: Fraction,
                           option: str = "--epsilon") -> None:
@@ -389,15 +408,8 @@ def continuation_problems(ledger: Ledger, dom: Domain, input_path: str | os.Path
         ParameterError: naming how many streams conflict, one of them, their ε/w,
             and the two fixes: the ε per window that continues them, or new stream ids.
     """
-    from ingest import stream_keys
-
-    other: dict[Fraction, list[tuple[str, str, Any]]] = {}
-    for keys in stream_keys(input_path, table=table):
-        for key, ranges in ledger.stream_ranges(dom.name, keys).items():
-            for r in ranges:
-                if r.epsilon_per_step != per_step:
-                    other.setdefault(r.epsilon_per_step, []).append((*key, r))
-                    break
+    other = {eps: found for eps, found in released_streams(ledger, dom, input_path, table).items()
+             if eps != per_step}
     if not other:
         return
     n = sum(len(v) for v in other.values())

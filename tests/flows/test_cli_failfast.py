@@ -8,6 +8,7 @@ server, which would create it, never started).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,13 @@ def test_a_stream_continued_at_another_epsilon_is_a_parameter_error(tmp_path, ho
     assert "new stream ids" in text
     assert "stream_other_epsilon" not in text and res.stdout == ""
     assert not (home_2 / "prefect").exists(), "Prefect was started before the checks"
+    # validate --ledger (which said "0 rejected") now says which ε continues the streams
+    res = _run(["validate", str(day2), "--ledger", str(ledger), "--domain", "meters",
+                "--format", "json"], home_2, tmp_path)
+    assert res.returncode == 0, res.stderr
+    fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    assert fields["continues released streams"] == (
+        "3 stream(s) released at ε/w = 1/4 (continue with --epsilon 1)")
     # the fixes pass the checks: the stream's ε, or the same data as new streams
     kw = dict(domain="meters", out=tmp_path, ledger_path=ledger)
     assert preflight.check_streams_release(input_path=day2, epsilon="1", **kw).amount == 1
