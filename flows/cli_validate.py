@@ -102,7 +102,7 @@ def continuation_row(ledger: Path | None, domain: Domain, file: Path,
     from ledger import Ledger
 
     led = Ledger(ledger)
-    if domain.name not in {d["name"] for d in led.domains()}:
+    if domain.name not in {d["domain"] for d in led.domains()}:
         return None
     found = released_streams(led, domain, file, table)
     if not found:
