@@ -60,7 +60,7 @@ def check_input(
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         _plan(src, domain, input_time_unit)
         if src.numbered:  # Parquet, DuckDB, DataFrame: is there a row?
-            rows = src.fetch(f"SELECT count(*) FROM (SELECT 1 FROM {src.relation} "  # noqa: S608
+            rows = src.query(f"SELECT count(*) FROM (SELECT 1 FROM {src.relation} "  # noqa: S608
                              "LIMIT 1)")[0][0]
         else:
             rows = check_csv_records(src)
@@ -82,9 +82,9 @@ def stream_keys(source: str | Path | pd.DataFrame, *, table: str | None = None,
     """
     q = quote_ident
     with open_source(source, table=table, memory_limit=_MEMORY_LIMIT) as src:
-        sql = (f"SELECT DISTINCT CAST({q('user_id')} AS VARCHAR), "  # noqa: S608
-               f"CAST({q('stream_id')} AS VARCHAR) FROM {src.relation} "
-               f"WHERE {q('user_id')} IS NOT NULL AND {q('stream_id')} IS NOT NULL")
-        cur = src.con.execute(sql)
+        cur = src.con.execute(
+            f"SELECT DISTINCT CAST({q('user_id')} AS VARCHAR), "  # noqa: S608
+            f"CAST({q('stream_id')} AS VARCHAR) FROM {src.relation} "
+            f"WHERE {q('user_id')} IS NOT NULL AND {q('stream_id')} IS NOT NULL")
         while rows := cur.fetchmany(batch):
             yield [(str(u), str(s)) for u, s in rows]

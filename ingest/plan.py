@@ -160,7 +160,7 @@ def _check_text_columns(src: OpenedSource, text_cols: list[str], t: str) -> bool
     numbers_only = " AND ".join(f"bool_and(TRY_CAST({q(c)} AS DOUBLE) IS NOT NULL)"
                                 for c in text_cols)
     aggs = [f"count(*) FILTER (WHERE {where}) > 0" for _, where in tests] + [numbers_only]
-    *found, head_numeric = src.fetch(f"SELECT {', '.join(aggs)} FROM {head}")[0]  # noqa: S608
+    *found, head_numeric = src.query(f"SELECT {', '.join(aggs)} FROM {head}")[0]  # noqa: S608
     counts = [hit or _any_row(src, where) for hit, (_, where) in zip(found, tests, strict=True)]
     problems: list[Problem] = []
     for i, c in enumerate(text_cols):
@@ -187,7 +187,7 @@ def _typed_sql(src: OpenedSource, text_cols: list[str], key: str, t: str,
 
 def _any_row(src: OpenedSource, where: str) -> bool:
     """Whether any row of the source satisfies `where` (stops at the first)."""
-    return bool(src.fetch(f"SELECT count(*) FROM (SELECT 1 FROM {src.relation} "  # noqa: S608
+    return bool(src.query(f"SELECT count(*) FROM (SELECT 1 FROM {src.relation} "  # noqa: S608
                           f"WHERE {where} LIMIT 1)")[0][0])
 
 

@@ -98,7 +98,7 @@ class OpenedSource:
     numbered: bool = True
     csv_path: Path | None = None
 
-    def fetch(self, sql: str) -> list[tuple]:
+    def query(self, sql: str) -> list[tuple]:
         """All rows of a query over the source; a CSV record it cannot parse is a problem.
 
         Raises:
@@ -275,4 +275,4 @@ def check_csv_records(src: OpenedSource) -> int:
     """
     if src.numbered:
         return 0
-    return int(src.fetch(f"SELECT count(*) FROM {src.relation}")[0][0])  # noqa: S608
+    return int(src.query(f"SELECT count(*) FROM {src.relation}")[0][0])  # noqa: S608
