@@ -383,10 +383,13 @@ def released_streams(ledger: Ledger, dom: Domain, input_path: str | os.PathLike[
     input's id columns, one ledger read per 200,000 streams.
     """
     from ingest import stream_keys
+    from ledger.checks import id_problem
 
     out: dict[Fraction, list[tuple[str, str, Any]]] = {}
     for keys in stream_keys(input_path, table=table):
-        for key, ranges in ledger.stream_ranges(dom.name, keys).items():
+        # an id the ledger refuses is never released: its user is rejected by the read
+        valid = [(u, s) for u, s in keys if not id_problem(u) and not id_problem(s, True)]
+        for key, ranges in ledger.stream_ranges(dom.name, valid).items():
             for eps in dict.fromkeys(r.epsilon_per_step for r in ranges):
                 first = next(r for r in ranges if r.epsilon_per_step == eps)
                 out.setdefault(eps, []).append((*key, first))

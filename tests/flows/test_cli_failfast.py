@@ -217,3 +217,19 @@ def test_the_cli_checks_the_flows_amount_range():
     from tasks.privatize import AMOUNT_RANGE
 
     assert preflight.AMOUNT_RANGE == AMOUNT_RANGE
+
+
+def test_an_id_the_ledger_refuses_is_left_to_the_read(tmp_path, home, streams_csv):
+    """The continuation check skips an id the ledger refuses (too long: the release's read
+    rejects that user alone); it must not refuse the whole release over it."""
+    import pandas as pd
+
+    from flows import preflight
+
+    f = tmp_path / "ids.csv"
+    df = pd.read_csv(streams_csv)
+    df.loc[df["user_id"] == "meter-1", "user_id"] = "m" * 70_000  # > ledger.checks.MAX_ID_CHARS
+    df.to_csv(f, index=False)
+    done = preflight.check_streams_release(input_path=f, domain="meters", epsilon="1",
+                                           out=tmp_path, ledger_path=home / "ledger.duckdb")
+    assert done.amount == 1
