@@ -393,14 +393,14 @@ def serve_cmd(
     otherwise starts a Prefect server (UI and scheduler) on 127.0.0.1:PORT that
     stops with this command. Every schedule is checked first. Runs until interrupted.
     """
-    from flows.serve import build_deployments, check_schedules, load_schedules
+    from flows.serve import build_deployments, check_schedules, read_schedules
     from flows.settings import configure_prefect
 
     configure_prefect()
     if verbose:
         os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
-    schedules = load_schedules(config)
-    check_schedules(schedules, config)
+    schedules, shape = read_schedules(config)
+    check_schedules(schedules, config, shape)  # every problem of the file, in one round
     if check:
         print_rows([{"deployment": s.name, "flow": s.flow, "cron": s.cron,
                      "timezone": s.timezone} for s in schedules], fmt,

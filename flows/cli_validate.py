@@ -87,6 +87,32 @@ def fingerprint_row(content: str, tag: str | None) -> dict[str, Any]:
             "value": content}
 
 
+def continuation_row(ledger: Path | None, domain: Domain, file: Path,
+                     table: str | None) -> dict[str, Any] | None:
+    """For a stream domain of the ledger: which streams of the input it released before.
+
+    A stream keeps the ε/w it was first released at (`flows.preflight`
+    refuses a release at another one), so the row says which ``--epsilon``
+    continues them. None without a ledger, for curves, or when the ledger has
+    no such domain.
+    """
+    if ledger is None or domain.kind != "streams" or domain.w is None:
+        return None
+    from flows.preflight import released_streams
+    from ledger import Ledger
+
+    led = Ledger(ledger)
+    if domain.name not in {d["domain"] for d in led.domains()}:
+        return None
+    found = released_streams(led, domain, file, table)
+    if not found:
+        return {"field": "continues released streams", "value": "none: every stream is new"}
+    parts = [f"{len(v)} stream(s) released at ε/w = {eps}"
+             + (f" (continue with --epsilon {eps * domain.w})" if eps > 0 else "")
+             for eps, v in sorted(found.items())]
+    return {"field": "continues released streams", "value": "; ".join(parts)}
+
+
 def _input_tag(ledger: Path | None, content: str) -> str | None:
     """The tag `release` would record for this content (None without --ledger)."""
     if ledger is None:
@@ -96,22 +122,19 @@ def _input_tag(ledger: Path | None, content: str) -> str | None:
     return Ledger(ledger).input_tag(content)  # refuses a missing ledger, a directory, no key
 
 
-def _pick_domain(policy_path: Path | None, name: str | None, kind: str, file: Path,
-                 table: str | None) -> tuple[Domain, str | None]:
-    if policy_path is None:
-        if name is not None:
-            raise ParameterError("--domain needs --policy")
-        from ingest import default_domain
+def _pick_domain(policy_path: Path | None, name: str | None, kind: str | None, file: Path,
+                 table: str | None, ledger: Path | None) -> tuple[Domain, str | None]:
+    """The domain to validate against: the policy's, the ledger's, or a default one.
 
-        dom = default_domain(kind, file, table=table)
-        if kind == "curves":
-            note = (f"no --policy: default curves domain (value columns "
-                    f"{', '.join(dom.value_columns)}; plain-number t as given, ISO 8601 t in "
-                    f"seconds from each curve's start)")
-        else:
-            note = ("no --policy: default streams domain (t = integer step; values checked "
-                    "for finiteness only, no declared range, not normalised)")
-        return dom, note
+    ``--domain`` without ``--policy`` reads the domain from the ledger (``--ledger``,
+    else the one a release uses: $PRIVPIPE_HOME/ledger.duckdb), as a release would.
+    """
+    if policy_path is None and name is not None:
+        return _ledger_domain(name, kind, ledger), None
+    if kind is None:
+        raise ParameterError("--kind curves|streams is needed unless --domain names the domain")
+    if policy_path is None:
+        return _default_domain(kind, file, table)
     policy = load_policy(policy_path)
     if name is not None:
         dom = policy.domain(name)
@@ -125,14 +148,55 @@ def _pick_domain(policy_path: Path | None, name: str | None, kind: str, file: Pa
     raise ParameterError(f"choose a {kind} domain with --domain; the policy has: {names}")
 
 
+def _default_ledger(ledger: Path | None, policy: Path | None, domain: str | None
+                    ) -> Path | None:
+    """`ledger`, else the release's default one when the domain comes from a ledger."""
+    if ledger is not None or policy is not None or domain is None:
+        return ledger
+    from flows.settings import privpipe_home
+
+    return privpipe_home() / "ledger.duckdb"
+
+
+def _ledger_domain(name: str, kind: str | None, path: Path | None) -> Domain:
+    from ledger import Ledger, LedgerOpenError
+
+    assert path is not None, "_default_ledger names the ledger of a --domain without --policy"
+    try:
+        dom = Ledger(path).domain(name)
+    except (ParameterError, LedgerOpenError) as err:
+        raise ParameterError(f"{err} (--domain without --policy reads the domain from the "
+                             "ledger: pass --ledger LEDGER, or --policy FILE)") from None
+    if kind is not None and dom.kind != kind:
+        raise ParameterError(f"the ledger's domain {name!r} holds {dom.kind}, but --kind is {kind}")
+    return dom
+
+
+def _default_domain(kind: str, file: Path, table: str | None) -> tuple[Domain, str | None]:
+    from ingest import default_domain
+
+    dom = default_domain(kind, file, table=table)
+    if kind == "curves":
+        note = (f"no --policy: default curves domain (value columns "
+                f"{', '.join(dom.value_columns)}; plain-number t as given, ISO 8601 t in "
+                f"seconds from each curve's start)")
+    else:
+        note = ("no --policy: default streams domain (t = integer step; values checked "
+                "for finiteness only, no declared range, not normalised)")
+    return dom, note
+
+
 @handle_errors
 def validate(
     file: Annotated[Path, typer.Argument(help="CSV, Parquet or DuckDB file to check.")],
-    kind: Annotated[Kind, typer.Option("--kind", help="What the file holds.")],
+    kind: Annotated[Kind | None, typer.Option(
+        "--kind", help="What the file holds (default: the domain's kind).")] = None,
     policy: Annotated[Path | None, typer.Option(
-        "--policy", help="Policy TOML; without it a permissive default domain is used.")] = None,
+        "--policy", help="Policy TOML; without it and --domain a permissive default domain "
+                         "is used.")] = None,
     domain: Annotated[str | None, typer.Option(
-        "--domain", help="Domain of the policy (needed when several have this kind).")] = None,
+        "--domain", help="Domain of the policy, or without --policy of the ledger (what a "
+                         "release charges).")] = None,
     table: Annotated[str | None, typer.Option(
         "--table", help="Table name inside a DuckDB file.")] = None,
     input_time_unit: Annotated[str | None, typer.Option(
@@ -141,7 +205,9 @@ def validate(
              "already in the domain's time unit.")] = None,
     ledger: Annotated[Path | None, typer.Option(
         "--ledger", help="Ledger whose key tags the fingerprint as `release` records it "
-                         "(without it: the local content hash only).")] = None,
+                         "(without it: the local content hash only); with --domain and no "
+                         "--policy, the ledger whose domain is used (default: "
+                         "$PRIVPIPE_HOME/ledger.duckdb).")] = None,
     show_values: Annotated[bool, typer.Option(
         "--show-values", help="Also print offending raw values (local terminal only).")] = False,
     fmt: Annotated[OutputFormat, typer.Option(
@@ -150,7 +216,9 @@ def validate(
     """Validate an input file; exit 0 when valid, 2 when anything is rejected."""
     from ingest import scan
 
-    dom, note = _pick_domain(policy, domain, kind.value, file, table)
+    ledger = _default_ledger(ledger, policy, domain)
+    dom, note = _pick_domain(policy, domain, None if kind is None else kind.value, file, table,
+                             ledger)
     try:
         report = scan(file, dom, table=table, input_time_unit=input_time_unit)
     except ValidationError as err:
@@ -162,8 +230,9 @@ def validate(
         raise typer.Exit(EXIT_BAD_INPUT) from None
     tag = _input_tag(ledger, report.fingerprint)
     if report.valid:
-        print_rows(summary_rows(report, dom, note, tag), fmt, title=f"{file}: valid",
-                   columns=("field", "value"))
+        rows = summary_rows(report, dom, note, tag)
+        rows += [r for r in [continuation_row(ledger, dom, file, table)] if r is not None]
+        print_rows(rows, fmt, title=f"{file}: valid", columns=("field", "value"))
         return
     cols = (*PROBLEM_COLUMNS, "value") if show_values else PROBLEM_COLUMNS
     if fmt is OutputFormat.table:

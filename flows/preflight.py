@@ -5,8 +5,13 @@ first, so every error in what the operator typed appears in about a second
 (no Prefect import, no server start) and nothing is charged. The flows check
 their parameters again when they run (a deployment calls them directly).
 
-Nothing here reads the input's rows: data errors are found by ingestion,
-still before any budget is reserved.
+The input itself is checked here too, without converting a row
+(`ingest.check_input`): its header and required columns, the types of its
+first block, every CSV record's field count and quoting, and for a stream
+release whether it continues streams the ledger released at another ε/w
+(`continuation_problems`). Row-level rules (finite values, t increasing,
+ranges) reject single users, and are found by the release's read, still
+before any budget is reserved.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ledger import Ledger
 from mechanisms import registry
 from mechanisms.cost import exact
 from mechanisms.errors import MechanismParameterError
-from schemas.errors import BadInputError, ParameterError
+from schemas.errors import BadInputError, ParameterError, ValidationError
 from schemas.policy import Domain, load_policy
 
 # Choices of the CLI and of the flows' parameters: the registry's releasable mechanisms.
@@ -33,6 +38,9 @@ EVALUATE_ON = ("grid", "input")
 RECONSTRUCT = ("cpr", "none")
 TASK_RUNNERS = "threads, dask, tcp://HOST:PORT or ray://HOST:PORT"
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb", ".db")
+#: ε or ρ a release accepts: `tasks.privatize.AMOUNT_RANGE` (which imports Prefect; a
+#: test checks the two agree)
+AMOUNT_RANGE = (Fraction(1, 10**9), Fraction(10**9))
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,9 @@ def amount(value: Any, option: str) -> Fraction:
                              f"got {value!r}") from None
     if x <= 0:
         raise ParameterError(f"{option} must be > 0; got {value!r}")
+    if not AMOUNT_RANGE[0] <= x <= AMOUNT_RANGE[1]:
+        raise ParameterError(f"{option} must be in [1e-9, 1e9] (the noise scales a mechanism "
+                             f"can draw); got {value!r}")
     return x
 
 
@@ -240,6 +251,9 @@ class _Gather:
     def run(self, param: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except ValidationError as err:  # every located problem, one line each
+            self.problems += [(param, p.describe()) for p in err.problems] or [(param, str(err))]
+            return None
         except BadInputError as err:
             self.problems.append((param, str(err)))
             return None
@@ -256,11 +270,13 @@ def _opt(name: str, cli: bool) -> str:
     return "--" + name.replace("_", "-") if cli else name
 
 
-def curves_release_problems(params: dict[str, Any], *, cli: bool = False
+def curves_release_problems(params: dict[str, Any], *, cli: bool = False,
+                            read_input: bool = False
                             ) -> tuple[list[tuple[str, str]], CheckedRelease | None]:
     """Every problem of a curve release's parameters (flow parameter names), and the result.
 
-    `params` are `release_curves`' parameters; `cli` names options as ``--epsilon``.
+    `params` are `release_curves`' parameters; `cli` names options as ``--epsilon``;
+    `read_input` also checks the input file's content (`ingest.check_input`).
     """
     g = _Gather()
     epsilon, rho = params.get("epsilon"), params.get("rho")
@@ -273,7 +289,7 @@ def curves_release_problems(params: dict[str, Any], *, cli: bool = False
         x = g.run(which, amount, params[which], _opt(which, cli))
     evaluate_on = params.get("evaluate_on", "grid")
     g.run("evaluate_on", choice, evaluate_on, EVALUATE_ON, _opt("evaluate_on", cli))
-    ledger, dom = _files_ledger_domain(g, params, cli, "curves")
+    ledger, dom = _files_ledger_domain(g, params, cli, "curves", read_input)
     if dom is not None and x is not None:
         notion = "gp" if rho is None else "cgp"
         before = len(g.problems)
@@ -286,20 +302,29 @@ def curves_release_problems(params: dict[str, Any], *, cli: bool = False
     return g.problems, done
 
 
-def streams_release_problems(params: dict[str, Any], *, cli: bool = False
+def streams_release_problems(params: dict[str, Any], *, cli: bool = False,
+                             read_input: bool = False
                              ) -> tuple[list[tuple[str, str]], CheckedRelease | None]:
-    """Every problem of a stream release's parameters (flow parameter names), and the result."""
+    """Every problem of a stream release's parameters (flow parameter names), and the result.
+
+    `read_input` also checks the input file's content (`ingest.check_input`) and,
+    once the rest holds, its continuation of released streams (`continuation_problems`).
+    """
     g = _Gather()
     x = g.run("epsilon", amount, params.get("epsilon"), _opt("epsilon", cli))
     g.run("reconstruct", choice, params.get("reconstruct", "cpr"), RECONSTRUCT,
           _opt("reconstruct", cli))
-    ledger, dom = _files_ledger_domain(g, params, cli, "streams")
+    ledger, dom = _files_ledger_domain(g, params, cli, "streams", read_input)
     if dom is not None and x is not None:
         g.run("epsilon", check_cap, dom, params["epsilon"], x, _opt("epsilon", cli))
         entry = g.run("mechanism", mechanism_for, dom, params.get("mechanism", "square_wave"),
                       "wevent")
         if entry is not None:
             g.run("reconstruct", _reconstruct_for, entry, params.get("reconstruct", "cpr"))
+        if read_input and entry is not None and not g.problems and ledger is not None:
+            g.run("epsilon", continuation_problems, ledger, dom, params["input_path"],
+                  params.get("table"), params["epsilon"], entry.reservation(x, w=dom.w),
+                  _opt("epsilon", cli))
     done = None if g.problems or ledger is None or dom is None or x is None else (
         CheckedRelease(dom, x, ledger))
     return g.problems, done
@@ -332,14 +357,77 @@ def _files(g: _Gather, params: dict[str, Any], cli: bool) -> None:
     g.run("out_dir", out_dir, params.get("out_dir", "out"))
 
 
-def _files_ledger_domain(g: _Gather, params: dict[str, Any], cli: bool,
-                         kind: str) -> tuple[Ledger | None, Domain | None]:
-    """Check the chunking, input and output, then open the ledger and read the `kind` domain."""
+def _files_ledger_domain(g: _Gather, params: dict[str, Any], cli: bool, kind: str,
+                         read_input: bool) -> tuple[Ledger | None, Domain | None]:
+    """Check the chunking, input and output, open the ledger, read the `kind` domain.
+
+    With `read_input`, the input's file-level checks follow (`ingest.check_input`).
+    """
     _files(g, params, cli)
     ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
     dom = None if ledger is None else g.run(
         "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"), kind)
+    if read_input and dom is not None and not any(p == "input_path" for p, _ in g.problems):
+        from ingest import check_input
+
+        g.run("input_path", check_input, params["input_path"], dom, table=params.get("table"))
     return ledger, dom
+
+
+def released_streams(ledger: Ledger, dom: Domain, input_path: str | os.PathLike[str],
+                     table: str | None) -> dict[Fraction, list[tuple[str, str, Any]]]:
+    """The input's streams the ledger released before, by the ε/w they were released at.
+
+    Each value lists (user_id, stream_id, one of its released ranges); a stream
+    whose ranges disagree is listed under each ε/w it has. Cost: one read of the
+    input's id columns, one ledger read per 200,000 streams.
+    """
+    from ingest import stream_keys
+    from ledger.checks import id_problem
+
+    out: dict[Fraction, list[tuple[str, str, Any]]] = {}
+    for keys in stream_keys(input_path, table=table):
+        # an id the ledger refuses is never released: its user is rejected by the read
+        valid = [(u, s) for u, s in keys if not id_problem(u) and not id_problem(s, True)]
+        for key, ranges in ledger.stream_ranges(dom.name, valid).items():
+            for eps in dict.fromkeys(r.epsilon_per_step for r in ranges):
+                first = next(r for r in ranges if r.epsilon_per_step == eps)
+                out.setdefault(eps, []).append((*key, first))
+    return out
+
+
+def continuation_problems(ledger: Ledger, dom: Domain, input_path: str | os.PathLike[str],
+                          table: str | None, epsilon: Any, per_step: Fraction,
+                          option: str = "--epsilon") -> None:
+    """Refuse a stream release that continues streams released at another ε/w.
+
+    A stream's released ranges fix its per-step ε (`tasks.continuation`): a
+    release asking another one would reject every such user as invalid input.
+    This finds them before anything starts, from the input's (user, stream)
+    pairs and the ledger's ranges. Cost: one read of the input's id columns and
+    one ledger read per 200,000 streams; nothing is charged.
+
+    Raises:
+        ParameterError: naming how many streams conflict, one of them, their ε/w,
+            and the two fixes: the ε per window that continues them, or new stream ids.
+    """
+    other = {eps: found for eps, found in released_streams(ledger, dom, input_path, table).items()
+             if eps != per_step}
+    if not other:
+        return
+    n = sum(len(v) for v in other.values())
+    lines = []
+    for eps, found in sorted(other.items()):
+        user, stream, r = found[0]
+        fix = f"{option} {eps * dom.w}" if eps > 0 else "new stream ids"
+        lines.append(f"{len(found)} at ε/w = {eps} (e.g. user {user!r} stream {stream!r}, "
+                     f"steps {r.first_step}-{r.last_step}, release {r.release_id!r}): continue "
+                     f"them with {fix}")
+    raise ParameterError(
+        f"{option} {epsilon} is ε/w = {per_step} per step (w = {dom.w}), but {n} stream(s) of "
+        f"this input continue streams of domain {dom.name!r} released at another ε/w, which a "
+        "stream keeps: " + "; ".join(lines) + ". Or give the new data new stream ids (a new "
+        "stream starts its own windows).")
 
 
 def _checked(problems: list[tuple[str, str]], done: CheckedRelease | None) -> CheckedRelease:
@@ -357,7 +445,9 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
                          table: str | None = None, chunk: int = 200,
                          evaluate_on: str = "grid", options: dict[str, Any] | None = None,
                          task_runner: str = "threads") -> CheckedRelease:
-    """Every check of a curve release that needs no Prefect and reads no row.
+    """Every check of a curve release that needs no Prefect: arguments, ledger, domain, input.
+
+    The input's file-level checks (`ingest.check_input`) read it but convert no row.
 
     Raises:
         ParameterError: listing every problem found, each naming the option or file.
@@ -366,7 +456,7 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
     return _checked(*curves_release_problems(dict(
         input_path=input_path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
         out_dir=out, ledger_path=ledger_path, policy_path=policy_path, table=table,
-        chunk_users=chunk, evaluate_on=evaluate_on, options=options), cli=True))
+        chunk_users=chunk, evaluate_on=evaluate_on, options=options), cli=True, read_input=True))
 
 
 def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, epsilon: Any,
@@ -375,7 +465,10 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
                           table: str | None = None, chunk: int = 200,
                           reconstruct: str = "cpr", mechanism: str = "square_wave",
                           task_runner: str = "threads") -> CheckedRelease:
-    """Every check of a stream release that needs no Prefect and reads no row.
+    """Every check of a stream release that needs no Prefect: arguments, ledger, domain, input.
+
+    The input's file-level checks (`ingest.check_input`) and its continuation of
+    released streams (`continuation_problems`) read it but convert no row.
 
     Raises:
         ParameterError: listing every problem found, each naming the option or file.
@@ -384,4 +477,4 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
     return _checked(*streams_release_problems(dict(
         input_path=input_path, domain=domain, epsilon=epsilon, out_dir=out,
         ledger_path=ledger_path, policy_path=policy_path, table=table, chunk_users=chunk,
-        reconstruct=reconstruct, mechanism=mechanism), cli=True))
+        reconstruct=reconstruct, mechanism=mechanism), cli=True, read_input=True))

@@ -80,6 +80,21 @@ def load_schedules(path: str | Path) -> list[ScheduledRelease]:
     Raises:
         PolicyError: naming each key (``release[I].KEY``) and its allowed values.
     """
+    schedules, problems = read_schedules(path)
+    _raise_all(problems)
+    return schedules
+
+
+def read_schedules(path: str | Path) -> tuple[list[ScheduledRelease], list[Problem]]:
+    """The schedules of a TOML file and every problem of its shape, without raising.
+
+    A schedule is returned whenever its flow and parameters table are usable, even
+    with a bad name or cron, so `check_schedules` can check its parameters in the
+    same round (``serve --check`` lists every problem at once).
+
+    Raises:
+        PolicyError: the file cannot be read, is not TOML, or has no [[release]].
+    """
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -95,7 +110,6 @@ def load_schedules(path: str | Path) -> list[ScheduledRelease]:
     names: set[str] = set()
     for i, e in enumerate(entries):
         k = f"release[{i}]"
-        before = len(problems)
         for extra in sorted(set(e) - _KEYS):
             problems.append(_problem(p, f"{k}.{extra}",
                                      f"unknown key; allowed: {', '.join(sorted(_KEYS))}"))
@@ -111,11 +125,11 @@ def load_schedules(path: str | Path) -> list[ScheduledRelease]:
         params = e.get("parameters", {})
         if not isinstance(params, dict):
             problems.append(_problem(p, f"{k}.parameters", "must be a table of flow parameters"))
-        if len(problems) == before:
-            out.append(ScheduledRelease(name, e["flow"], e["cron"], e.get("timezone", "UTC"),
+        elif e.get("flow") in FLOWS:  # its parameters can be checked (`check_schedules`)
+            out.append(ScheduledRelease(name if isinstance(name, str) else "", e["flow"],
+                                        str(e.get("cron", "")), str(e.get("timezone", "UTC")),
                                         params, i))
-    _raise_all(problems)
-    return out
+    return out, problems
 
 
 _CRON_HINTS = {"cron": 'e.g. "0 2 * * *"', "timezone": "an IANA time zone, e.g. UTC"}
@@ -145,20 +159,27 @@ def _flows() -> dict[str, Any]:
             "audit": audit}
 
 
-def _signature_problems(flow: Any, params: dict[str, Any]) -> list[tuple[str, str]]:
+def _signature_problems(flow: Any, params: dict[str, Any]
+                        ) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    """Problems of `params` against the flow's signature, and the known parameters.
+
+    The known parameters (unknown ones left out) are None when a required one is
+    missing or a type is wrong: the release's own checks need them whole.
+    """
     sig = inspect.signature(flow.fn)
     allowed = [n for n in sig.parameters if n != "scheduled_date"]
     out = [(n, f"unknown parameter of {flow.fn.__name__}; allowed: {', '.join(allowed)}")
            for n in params if n not in allowed]
-    out += [(n, f"is required by {flow.fn.__name__}") for n, prm in sig.parameters.items()
-            if prm.default is inspect.Parameter.empty and n not in params]
-    if out:
-        return out
+    missing = [(n, f"is required by {flow.fn.__name__}") for n, prm in sig.parameters.items()
+               if prm.default is inspect.Parameter.empty and n not in params]
+    if missing:
+        return out + missing, None
+    known = {n: v for n, v in params.items() if n in allowed}
     try:
-        flow.validate_parameters(params)
+        flow.validate_parameters(known)
     except Exception as err:  # noqa: BLE001 - Prefect's ParameterTypeError and pydantic's
-        return [("parameters", str(err).strip().replace("\n", "; "))]
-    return []
+        return out + [("parameters", str(err).strip().replace("\n", "; "))], None
+    return out, known
 
 
 def _audit_problems(params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -178,25 +199,29 @@ def _audit_problems(params: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def check_schedules(schedules: list[ScheduledRelease], source: str | Path) -> None:
+def check_schedules(schedules: list[ScheduledRelease], source: str | Path,
+                    problems: list[Problem] | None = None) -> None:
     """Validate every schedule as its runs would be, without running or charging anything.
 
+    `problems` (the file's shape problems, `read_schedules`) are listed first, with
+    every parameter problem of every schedule: one round.
+
     Raises:
-        PolicyError: one problem per bad parameter (``release[I].parameters.NAME``).
+        PolicyError: one problem per bad key or parameter (``release[I].parameters.NAME``).
     """
     from flows import preflight
 
     flows = _flows()
-    problems: list[Problem] = []
+    problems = list(problems or [])
     for s in schedules:
-        found = _signature_problems(flows[s.flow], s.parameters)
-        if not found:
+        found, known = _signature_problems(flows[s.flow], s.parameters)
+        if known is not None:
             if s.flow == "release_curves":
-                found = preflight.curves_release_problems(s.parameters)[0]
+                found += preflight.curves_release_problems(known)[0]
             elif s.flow == "release_streams":
-                found = preflight.streams_release_problems(s.parameters)[0]
+                found += preflight.streams_release_problems(known)[0]
             else:
-                found = _audit_problems(s.parameters)
+                found += _audit_problems(known)
         problems += [_problem(Path(source), f"{s.key}.parameters.{n}", m) for n, m in found]
     _raise_all(problems)
 

@@ -76,7 +76,7 @@ def _column_types(source: str | Path | pd.DataFrame, table: str | None) -> dict[
             aggs = ", ".join(
                 f"count({quote_ident(c)}), count(TRY_CAST({quote_ident(c)} AS DOUBLE))"
                 for c in text)
-            counts = src.con.execute(f"SELECT {aggs} FROM {src.relation}").fetchall()[0]  # noqa: S608
+            counts = src.query(f"SELECT {aggs} FROM {src.relation}")[0]  # noqa: S608
             for i, c in enumerate(text):
                 nonnull, numbers = counts[2 * i], counts[2 * i + 1]
                 if nonnull > 0 and 2 * numbers >= nonnull:

@@ -241,3 +241,4 @@ def _scan(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
                 summary.add(r)
         label = src.label
     return summary.report(label)
+

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import duckdb
-
 from ingest.source import OpenedSource, is_numeric_type, is_temporal_type, quote_ident
 from schemas.errors import ParameterError, Problem, ValidationError
 from schemas.policy import TIME_UNITS, Domain
@@ -162,8 +160,7 @@ def _check_text_columns(src: OpenedSource, text_cols: list[str], t: str) -> bool
     numbers_only = " AND ".join(f"bool_and(TRY_CAST({q(c)} AS DOUBLE) IS NOT NULL)"
                                 for c in text_cols)
     aggs = [f"count(*) FILTER (WHERE {where}) > 0" for _, where in tests] + [numbers_only]
-    *found, head_numeric = src.con.execute(
-        f"SELECT {', '.join(aggs)} FROM {head}").fetchall()[0]  # noqa: S608
+    *found, head_numeric = src.query(f"SELECT {', '.join(aggs)} FROM {head}")[0]  # noqa: S608
     counts = [hit or _any_row(src, where) for hit, (_, where) in zip(found, tests, strict=True)]
     problems: list[Problem] = []
     for i, c in enumerate(text_cols):
@@ -178,25 +175,20 @@ def _check_text_columns(src: OpenedSource, text_cols: list[str], t: str) -> bool
 
 
 def _typed_sql(src: OpenedSource, text_cols: list[str], key: str, t: str,
-               inputs: tuple[str, ...]) -> str | None:
-    """The converting SELECT over the CSV read with `text_cols` typed DOUBLE, or None.
+               inputs: tuple[str, ...]) -> str:
+    """The converting SELECT over the CSV read with `text_cols` typed DOUBLE.
 
-    None when DuckDB reads the typed file with other columns (another dialect).
+    The same strict dialect and header as the text read (`ingest.csv_dialect`),
+    so the same columns in the same order.
     """
     typed = {c: ("DOUBLE" if c in text_cols else "VARCHAR") for c in src.columns}
-    relation = src.typed_csv(typed)
-    try:  # the same dialect: the same columns (else the text read alone)
-        same = [r[0] for r in src.con.execute(
-            f"DESCRIBE SELECT * FROM {relation}").fetchall()] == list(src.columns)  # noqa: S608
-    except duckdb.Error:
-        same = False
-    return _select_sql(relation, typed, False, key, t, inputs) if same else None
+    return _select_sql(src.typed_csv(typed), typed, False, key, t, inputs)
 
 
 def _any_row(src: OpenedSource, where: str) -> bool:
     """Whether any row of the source satisfies `where` (stops at the first)."""
-    return bool(src.con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {src.relation} "  # noqa: S608
-                                f"WHERE {where} LIMIT 1)").fetchall()[0][0])
+    return bool(src.query(f"SELECT count(*) FROM (SELECT 1 FROM {src.relation} "  # noqa: S608
+                          f"WHERE {where} LIMIT 1)")[0][0])
 
 
 def _select_sql(relation: str, types: dict[str, str], numbered: bool, key: str, t: str,

@@ -243,6 +243,18 @@ class _Problems:
             self.items.extend(err.problems)
             return None
 
+    def flag(self, key: str, value: Any) -> bool | None:
+        """`value` if it is a boolean, else None with the problem recorded."""
+        if isinstance(value, bool):
+            return value
+        self.add(key, "must be true or false")
+        return None
+
+    def raise_if_any(self) -> None:
+        """Raise every problem recorded (a PolicyError), if any."""
+        if self.items:
+            raise PolicyError(self.items)
+
 
 def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
     """Validate a parsed TOML mapping and build a `Policy`.
@@ -254,14 +266,16 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
         PolicyError: one `Problem` per offending key (``domains.NAME.KEY``), each
             with the allowed values.
     """
-    if not isinstance(data, dict) or set(data) - {"domains", "schedules"}:
-        extra = sorted(set(data) - {"domains", "schedules"}) if isinstance(data, dict) else []
-        raise _fail(source, ", ".join(extra) or "<top>",
-                    "unknown top-level key; allowed: [domains], [schedules]")
+    if not isinstance(data, dict):
+        raise _fail(source, "<top>", "the policy must be a table with [domains] (and optionally "
+                                     "[schedules])")
+    problems = _Problems(source)
+    for key in sorted(set(data) - {"domains", "schedules"}):
+        problems.add(key, "unknown top-level key; allowed: [domains], [schedules]")
     domains_raw = data.get("domains")
     if not isinstance(domains_raw, dict) or not domains_raw:
-        raise _fail(source, "domains", "the policy needs at least one [domains.NAME] table")
-    problems = _Problems(source)
+        problems.add("domains", "the policy needs at least one [domains.NAME] table")
+        domains_raw = {}
     domains: dict[str, Domain] = {}
     for name, d in domains_raw.items():
         before = len(problems.items)
@@ -363,39 +377,40 @@ def _time(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def _columns_and_projection(source: str, k: str, d: dict[str, Any],
                             kind: str) -> dict[str, Any]:
+    p = _Problems(source)
     projection = d.get("projection")
-    if projection is not None and projection not in PROJECTIONS:
-        raise _fail(source, f"{k}.projection", f"must be one of {', '.join(PROJECTIONS)}")
-    if projection is not None and kind != "curves":
-        raise _fail(source, f"{k}.projection", "only applies to curves domains")
+    known = projection is None or projection in PROJECTIONS
+    if not known:
+        p.add(f"{k}.projection", f"must be one of {', '.join(PROJECTIONS)}")
+    elif projection is not None and kind != "curves":
+        p.add(f"{k}.projection", "only applies to curves domains")
     ref_lat = d.get("ref_lat")
     if projection == "equirectangular" and ref_lat is None:
-        raise _fail(source, f"{k}.ref_lat",
-                    "is required with projection = \"equirectangular\": a fixed, public "
-                    "standard parallel in degrees (a per-curve or per-data-set reference "
-                    "would make the metric, and so the guarantee, depend on the data)")
+        p.add(f"{k}.ref_lat",
+              "is required with projection = \"equirectangular\": a fixed, public "
+              "standard parallel in degrees (a per-curve or per-data-set reference "
+              "would make the metric, and so the guarantee, depend on the data)")
     if ref_lat is not None:
-        if projection != "equirectangular":
-            raise _fail(source, f"{k}.ref_lat",
-                        "only applies to projection = \"equirectangular\"")
-        if (isinstance(ref_lat, bool) or not isinstance(ref_lat, int | float)
+        if known and projection != "equirectangular":
+            p.add(f"{k}.ref_lat", "only applies to projection = \"equirectangular\"")
+        elif (isinstance(ref_lat, bool) or not isinstance(ref_lat, int | float)
                 or not -89.0 <= float(ref_lat) <= 89.0):
-            raise _fail(source, f"{k}.ref_lat", "must be a latitude in degrees in [-89, 89]")
-    default_cols = ["x", "y"] if projection else ["value"]
-    cols = d.get("value_columns", default_cols)
+            p.add(f"{k}.ref_lat", "must be a latitude in degrees in [-89, 89]")
+    projected = known and projection is not None and kind == "curves"
+    cols = d.get("value_columns", ["x", "y"] if projected else ["value"])
     if (not isinstance(cols, list) or not cols
             or not all(isinstance(c, str) and c for c in cols)
             or len(set(cols)) != len(cols)):
-        raise _fail(source, f"{k}.value_columns", "must be a non-empty list of distinct names")
-    if kind == "streams" and cols != ["value"]:
-        raise _fail(source, f"{k}.value_columns",
-                    "streams have exactly one column, [\"value\"]")
-    if set(cols) & {"user_id", "curve_id", "stream_id", "t"}:
-        raise _fail(source, f"{k}.value_columns",
-                    "must not reuse the key columns user_id, curve_id, stream_id, t")
-    if projection is not None and len(cols) != 2:
-        raise _fail(source, f"{k}.value_columns",
-                    "a projected domain has two value columns (east, north in metres)")
+        p.add(f"{k}.value_columns", "must be a non-empty list of distinct names")
+    elif kind == "streams" and cols != ["value"]:
+        p.add(f"{k}.value_columns", "streams have exactly one column, [\"value\"]")
+    elif set(cols) & {"user_id", "curve_id", "stream_id", "t"}:
+        p.add(f"{k}.value_columns",
+              "must not reuse the key columns user_id, curve_id, stream_id, t")
+    elif projected and len(cols) != 2:
+        p.add(f"{k}.value_columns",
+              "a projected domain has two value columns (east, north in metres)")
+    p.raise_if_any()
     return {"projection": projection, "value_columns": tuple(cols),
             "ref_lat": float(ref_lat) if ref_lat is not None else None}
 
@@ -433,12 +448,6 @@ def _common_keys(source: str, k: str, d: dict[str, Any]) -> dict[str, Any]:
             "description": d.get("description", "")}
 
 
-def _bool(source: str, key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(source, key, "must be true or false")
-    return value
-
-
 def _positive(source: str, key: str, value: Any, *, integer: bool = False) -> float:
     ok_type = int if integer else int | float
     if (isinstance(value, bool) or not isinstance(value, ok_type)
@@ -448,89 +457,116 @@ def _positive(source: str, key: str, value: Any, *, integer: bool = False) -> fl
     return value
 
 
-def _stream_public(source: str, k: str, raw: Any) -> Public | None:
+def _stream_public(p: _Problems, k: str, raw: Any) -> Public | None:
     """A streams domain's optional public table: ``rejections`` only (None when not true)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise _fail(source, f"{k}.public", "must be a table, e.g. [domains.NAME.public] "
-                    "rejections = false")
-    unknown = sorted(set(raw) - set(STREAM_PUBLIC_KEYS))
-    if unknown:
-        raise _fail(source, f"{k}.public.{unknown[0]}",
-                    "only applies to curves domains (a stream's user ids, stream ids and step "
-                    f"indices are always public); allowed: {', '.join(STREAM_PUBLIC_KEYS)}")
-    rejections = _bool(source, f"{k}.public.rejections", raw.get("rejections", False))
+        p.add(f"{k}.public", "must be a table, e.g. [domains.NAME.public] rejections = false")
+        return None
+    for key in sorted(set(raw) - set(STREAM_PUBLIC_KEYS)):
+        p.add(f"{k}.public.{key}",
+              "only applies to curves domains (a stream's user ids, stream ids and step "
+              f"indices are always public); allowed: {', '.join(STREAM_PUBLIC_KEYS)}")
+    rejections = p.flag(f"{k}.public.rejections", raw.get("rejections", False))
     return Public(rejections=True) if rejections else None
 
 
-def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The metric and the public-metadata declaration of domain table `d` (key prefix `k`)."""
-    metric = d.get("metric", METRICS_BY_KIND[kind][0])
-    if metric not in METRICS_BY_KIND[kind]:
-        raise _fail(source, f"{k}.metric",
-                    f"for kind {kind!r} must be one of {', '.join(METRICS_BY_KIND[kind])}")
-    if kind == "streams":
-        public = _stream_public(source, k, d.get("public"))
-        for key in ("window", "grid_points"):
-            if key in d:
-                raise _fail(source, f"{k}.{key}",
-                            "only applies to curves domains (a stream's user ids, stream ids "
-                            "and step indices are always public)")
-        budget = d.get("wevent_budget", "per_user")
-        if budget not in WEVENT_BUDGETS:
-            raise _fail(source, f"{k}.wevent_budget",
-                        "must be \"per_user\" (default: the windows of all of a user's "
-                        "streams add up) or \"per_stream\" (each stream has its own windows: "
-                        "a user with k streams has k·cap per window)")
-        return {"metric": metric, "wevent_budget": budget, "public": public}
-    if "wevent_budget" in d:
-        raise _fail(source, f"{k}.wevent_budget", "only applies to streams (wevent) domains")
-    raw = d.get("public")
+def _stream_release_keys(p: _Problems, k: str, d: dict[str, Any]) -> dict[str, Any]:
+    public = _stream_public(p, k, d.get("public"))
+    for key in ("window", "grid_points"):
+        if key in d:
+            p.add(f"{k}.{key}", "only applies to curves domains (a stream's user ids, stream "
+                                "ids and step indices are always public)")
+    budget = d.get("wevent_budget", "per_user")
+    if budget not in WEVENT_BUDGETS:
+        p.add(f"{k}.wevent_budget",
+              "must be \"per_user\" (default: the windows of all of a user's streams add "
+              "up) or \"per_stream\" (each stream has its own windows: a user with k streams "
+              "has k·cap per window)")
+    return {"wevent_budget": budget, "public": public}
+
+
+def _curve_public(p: _Problems, k: str, raw: Any) -> Public | None:
+    """A curves domain's required public table (None, with the problems, when invalid)."""
     if not isinstance(raw, dict):
-        raise _fail(source, f"{k}.public",
-                    "is required for curves domains: a table declaring what is released "
-                    "outside the noise, e.g. [domains.NAME.public] duration = true, "
-                    "points = true, sample_times = false")
-    unknown = sorted(set(raw) - set(PUBLIC_KEYS))
-    if unknown:
-        raise _fail(source, f"{k}.public.{unknown[0]}",
-                    f"unknown key; allowed: {', '.join(PUBLIC_KEYS)}")
+        p.add(f"{k}.public",
+              "is required for curves domains: a table declaring what is released "
+              "outside the noise, e.g. [domains.NAME.public] duration = true, "
+              "points = true, sample_times = false")
+        return None
+    before = len(p.items)
+    for key in sorted(set(raw) - set(PUBLIC_KEYS)):
+        p.add(f"{k}.public.{key}", f"unknown key; allowed: {', '.join(PUBLIC_KEYS)}")
     for key in ("duration", "points"):
         if key not in raw:
-            raise _fail(source, f"{k}.public.{key}", "is required: true or false")
-    public = Public(duration=_bool(source, f"{k}.public.duration", raw["duration"]),
-                    points=_bool(source, f"{k}.public.points", raw["points"]),
-                    sample_times=_bool(source, f"{k}.public.sample_times",
-                                       raw.get("sample_times", False)),
-                    rejections=_bool(source, f"{k}.public.rejections",
-                                     raw.get("rejections", False)))
+            p.add(f"{k}.public.{key}", "is required: true or false")
+    flags = {key: p.flag(f"{k}.public.{key}", raw[key] if key in raw else False)
+             for key in PUBLIC_KEYS}
+    if len(p.items) > before:
+        return None
+    public = Public(**flags)
     if public.sample_times and not (public.points and public.duration):
-        raise _fail(source, f"{k}.public.sample_times",
-                    "= true requires public.points = true and public.duration = true: the "
-                    "input sample times give away each curve's number of points and duration "
-                    "(evaluate_on = \"input\" releases values at them)")
-    window = d.get("window")
-    if public.duration and window is not None:
-        raise _fail(source, f"{k}.window", "only applies when public.duration = false")
-    if not public.duration:
+        p.add(f"{k}.public.sample_times",
+              "= true requires public.points = true and public.duration = true: the "
+              "input sample times give away each curve's number of points and duration "
+              "(evaluate_on = \"input\" releases values at them)")
+    return public
+
+
+def _window_and_grid(p: _Problems, k: str, d: dict[str, Any], duration: bool | None,
+                     points: bool | None) -> dict[str, Any]:
+    """``window`` and ``grid_points``, checked against the public flags that are valid."""
+    window, grid = d.get("window"), d.get("grid_points")
+    if duration is True and window is not None:
+        p.add(f"{k}.window", "only applies when public.duration = false")
+    elif duration is False:
         if window is None:
-            raise _fail(source, f"{k}.window",
-                        "is required when public.duration = false: the fixed length of "
-                        "every curve's time window, in the domain's time unit")
-        window = float(_positive(source, f"{k}.window", window))
-    grid = d.get("grid_points")
-    if public.points and grid is not None:
-        raise _fail(source, f"{k}.grid_points", "only applies when public.points = false")
-    if not public.points:
+            p.add(f"{k}.window", "is required when public.duration = false: the fixed length "
+                                 "of every curve's time window, in the domain's time unit")
+        else:
+            window = p.check(lambda src: float(_positive(src, f"{k}.window", window)))
+    if points is True and grid is not None:
+        p.add(f"{k}.grid_points", "only applies when public.points = false")
+    elif points is False:
         if grid is None:
-            raise _fail(source, f"{k}.grid_points",
-                        "is required when public.points = false: the number of evenly "
-                        "spaced times each released curve is evaluated at")
-        grid = int(_positive(source, f"{k}.grid_points", grid, integer=True))
-        if grid < 2:
-            raise _fail(source, f"{k}.grid_points", "must be >= 2")
-    return {"metric": metric, "public": public, "window": window, "grid_points": grid}
+            p.add(f"{k}.grid_points", "is required when public.points = false: the number of "
+                                      "evenly spaced times each released curve is evaluated at")
+        else:
+            grid = p.check(lambda src: int(_positive(src, f"{k}.grid_points", grid,
+                                                      integer=True)))
+            if grid is not None and grid < 2:
+                p.add(f"{k}.grid_points", "must be >= 2")
+    return {"window": window, "grid_points": grid}
+
+
+def _release_keys(source: str, k: str, d: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The metric and the public-metadata declaration of domain table `d` (key prefix `k`).
+
+    Every independent problem is recorded; ``window`` and ``grid_points`` are checked
+    against the ``public`` flags that are themselves valid.
+    """
+    p = _Problems(source)
+    metric = d.get("metric", METRICS_BY_KIND[kind][0])
+    if metric not in METRICS_BY_KIND[kind]:
+        p.add(f"{k}.metric",
+              f"for kind {kind!r} must be one of {', '.join(METRICS_BY_KIND[kind])}")
+    if kind == "streams":
+        out = _stream_release_keys(p, k, d)
+        p.raise_if_any()
+        return {"metric": metric, **out}
+    if "wevent_budget" in d:
+        p.add(f"{k}.wevent_budget", "only applies to streams (wevent) domains")
+    raw = d.get("public")
+    public = _curve_public(p, k, raw)
+    flags = raw if isinstance(raw, dict) else {}
+    duration = public.duration if public else (
+        flags.get("duration") if isinstance(flags.get("duration"), bool) else None)
+    points = public.points if public else (
+        flags.get("points") if isinstance(flags.get("points"), bool) else None)
+    sizes = _window_and_grid(p, k, d, duration, points)
+    p.raise_if_any()
+    return {"metric": metric, "public": public, **sizes}
 
 
 def load_policy(path: str | Path) -> Policy:

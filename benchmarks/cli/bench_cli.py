@@ -6,6 +6,10 @@ runs of the compared cases interleaved so they see the same machine load:
 1. **Fail fast**: the wall time until a bad release exits 2 (missing input, ε = 0,
    unknown domain, a ledger that is a directory / a CSV / without its key, bad
    mechanism options). Goal: every error under 3 s, Prefect never started.
+   Malformed inputs (issue #29: a wrong header, a truncated last row, a row with
+   an extra field, a text value column, ε = 1e400; and a truncated last row of a
+   2·10^6-row, 64 MB CSV, found by the structural pass over every record): goal
+   under 1 s, Prefect never started.
 2. **Fixed cost of a release** (one user, one 40-point curve, so the mechanism
    costs nothing): the whole command with a Prefect server already running
    (PREFECT_API_URL; goal <= 5 s) and with nothing configured, so the embedded
@@ -134,6 +138,7 @@ def fail_fast_table(work: Path, repeat: int) -> list[tuple[str, float, float]]:
         "unknown mechanism option": [*base, str(tiny), "--domain", "bench", "--epsilon", "1",
                                      "--options", '{"nope": 1}'],
     }
+    cases.update(_malformed_cases(work, tiny))
     times: dict[str, list[float]] = {c: [] for c in cases}
     for _ in range(repeat):
         for name, args in cases.items():
@@ -143,6 +148,35 @@ def fail_fast_table(work: Path, repeat: int) -> list[tuple[str, float, float]]:
                 raise SystemExit(f"{name}: exit {code} (expected 2, no Prefect): {err}")
             times[name].append(secs)
     return [(n, statistics.median(v), max(v)) for n, v in times.items()]
+
+
+def _malformed_cases(work: Path, tiny: Path) -> dict[str, list[str]]:
+    """Releases of malformed inputs (issue #29), each a file derived from `tiny`."""
+    lines = tiny.read_text().splitlines(keepends=True)
+    files = {
+        "malformed: wrong header": ["user,curve_id,t,x,y\n", *lines[1:]],
+        "malformed: truncated last row": [*lines, "u1,0"],
+        "malformed: row with an extra field": [lines[0], "u2,1,2020-01-01T00:00:00Z,9,3,7\n",
+                                               *lines[1:]],
+        "malformed: value column of text": [lines[0], *(",".join([*ln.split(",")[:3], "a",
+                                                                  "b\n"]) for ln in lines[1:])],
+    }
+    cases = {}
+    for i, (name, content) in enumerate(files.items()):
+        path = work / f"malformed-{i}.csv"
+        path.write_text("".join(content))
+        cases[name] = ["release", "curves", str(path), "--domain", "bench", "--epsilon", "1"]
+    big = work / "malformed-big.csv"
+    with big.open("w") as f:
+        f.write(lines[0])
+        for u in range(20_000):
+            f.writelines(f"u{u},c1,{t},{t * 0.37:.6f},{t * 0.11:.6f}\n" for t in range(100))
+        f.write("u1,0")
+    cases["malformed: truncated last row, 2e6 rows"] = [
+        "release", "curves", str(big), "--domain", "bench", "--epsilon", "1"]
+    cases["malformed: epsilon 1e400"] = ["release", "curves", str(tiny), "--domain", "bench",
+                                         "--epsilon", "1e400"]
+    return cases
 
 
 def _free_port() -> int:
@@ -223,13 +257,18 @@ def _c(label: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fail-fast-only", action="store_true",
+                    help="Only the fail-fast table (no Prefect server is started).")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="privpipe-bench-cli-"))
     ff = fail_fast_table(work, args.repeat)
-    print(f"\nFail fast: wall time to exit 2, median (max) of {args.repeat} runs; goal < 3 s\n")
+    print(f"\nFail fast: wall time to exit 2, median (max) of {args.repeat} runs; goal < 3 s "
+          "(malformed inputs: < 1 s)\n")
     print("| error | median s | max s | CPU s |\n|---|---|---|---|")
     for name, med, worst in ff:
         print(f"| {name} | {med:.2f} | {worst:.2f} | {_c(name)} |")
+    if args.fail_fast_only:
+        return
     totals, parts = fixed_cost_table(work, args.repeat)
     print(f"\nFixed cost of a CLI release (1 user, 40 points), median of {args.repeat}\n")
     print("| case | wall s | CPU s (the command and its children) | goal (wall) |")

@@ -92,7 +92,8 @@ def test_file_level_problem_exits_2(tmp_path):
     (["--policy", str(POLICY_FILE), "--domain", "nope"], "ais_tracks"),
     (["--domain", "ecg"], "--policy"),
 ])
-def test_domain_selection_errors(tmp_path, args, words):
+def test_domain_selection_errors(tmp_path, args, words, monkeypatch):
+    monkeypatch.setenv("PRIVPIPE_HOME", str(tmp_path / "home"))  # no ledger there
     f = _curve_csv(tmp_path / "in.csv")
     res = runner.invoke(app, ["validate", str(f), "--kind", "streams", *args])
     assert res.exit_code == 2
@@ -141,3 +142,56 @@ def test_dimensionless_values_are_labelled(tmp_path):
     fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
     ranges = [v for k, v in fields.items() if k.startswith("range of ")]
     assert ranges and all(v.endswith(" (dimensionless)") for v in ranges), fields
+
+
+@pytest.fixture()
+def bundled_ledger(tmp_path):
+    from ledger import Ledger
+
+    path = tmp_path / "home" / "ledger.duckdb"
+    Ledger.init(path).apply_policy(load_policy(POLICY_FILE))
+    return path
+
+
+def _taylor_csv(path):
+    pd.DataFrame({"user_id": "u", "stream_id": "s", "t": range(10),
+                  "value": np.linspace(20000, 30000, 10)}).to_csv(path, index=False)
+    return path
+
+
+def test_domain_from_the_ledger_without_policy(tmp_path, bundled_ledger):
+    """Issue #29: `validate FILE --ledger L --domain D` failed ("--domain needs --policy")."""
+    f = _taylor_csv(tmp_path / "s.csv")
+    res = runner.invoke(app, ["validate", str(f), "--ledger", str(bundled_ledger), "--domain",
+                              "power_taylor", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    fields = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    assert fields["domain"].startswith("power_taylor (streams, wevent")  # --kind from the domain
+    assert fields["range of value"] == "20000 .. 30000 MW"
+    assert "fingerprint (keyed by the ledger)" in fields
+
+
+def test_the_release_reports_hint_runs_as_written(tmp_path, bundled_ledger, monkeypatch):
+    """A release report says `privpipe validate FILE --domain D`: the ledger a release
+    uses ($PRIVPIPE_HOME/ledger.duckdb) gives the domain, no --policy, --kind or --ledger."""
+    monkeypatch.setenv("PRIVPIPE_HOME", str(bundled_ledger.parent))
+    f = tmp_path / "s2.csv"
+    pd.DataFrame({"user_id": "u", "stream_id": "s", "t": range(2),
+                  "value": [20000.0, 1e9]}).to_csv(f, index=False)
+    res = runner.invoke(app, ["validate", str(f), "--domain", "power_taylor", "--format",
+                              "json"])
+    assert res.exit_code == 2, res.output
+    (row,) = json.loads(res.stdout)
+    assert (row["row"], row["column"], row["rule"]) == (2, "value", "value range")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--kind", "curves", "--domain", "power_taylor"], "holds streams, but --kind is curves"),
+    (["--domain", "nope"], "nope"),
+    ([], "--kind curves|streams is needed"),
+])
+def test_ledger_domain_errors(tmp_path, bundled_ledger, args, words):
+    f = _taylor_csv(tmp_path / "s.csv")
+    res = runner.invoke(app, ["validate", str(f), "--ledger", str(bundled_ledger), *args])
+    assert res.exit_code == 2
+    assert words in " ".join(res.output.split())

@@ -117,7 +117,10 @@ def test_a_malformed_record_deep_in_a_csv_is_a_file_problem(tmp_path, curves_dom
     with pytest.raises(ValidationError) as exc:
         scan(f, curves_domain)
     (p,) = exc.value.problems
-    assert p.rule == "readable" and str(f) in p.file
+    # lines[40_001] is the file's line 40,002 and its data row 40,001
+    assert (p.rule, p.row, p.column) == ("csv field count", 40_001, None) and str(f) in p.file
+    assert "line 40002 has 3 fields, the header has 4" in p.message
+    assert "u40000" not in p.message  # the record's text is never repeated
 
 
 def test_a_csv_column_named_row_is_reserved(tmp_path, curves_domain):

@@ -45,6 +45,9 @@ REVIEWED = {
     ("ingest/plan.py", "head"): "OpenedSource.relation LIMIT a module constant",
     ("ingest/plan.py", "where"): "_check_text_columns: constant SQL around quote_ident(column)",
     ("ingest/plan.py", "relation"): "OpenedSource.typed_csv: quote_literal of path, types",
+    ("ingest/source.py", "sql"): "OpenedSource.query(sql): each caller's SQL is checked here",
+    ("ingest/source.py", "src.relation"): "OpenedSource.relation (built by _attach)",
+    ("ingest/check.py", "src.relation"): "OpenedSource.relation (see source.py)",
 }
 RNG_ALLOWED = {"default_rng", "Generator", "SeedSequence", "PCG64", "PCG64DXSM", "Philox",
                "SFC64", "MT19937", "BitGenerator"}

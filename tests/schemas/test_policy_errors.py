@@ -53,3 +53,31 @@ def test_a_valid_domain_beside_a_bad_one_is_not_enough():
     with pytest.raises(PolicyError) as err:
         parse_policy(data)
     assert [p.column for p in err.value.problems] == ["domains.bad.notion"]
+
+
+def test_a_new_policy_reports_every_independent_problem_in_one_round():
+    """Issue #29: a new policy's problems came in rounds (a top-level key hid every domain;
+    the first bad key of projection/ref_lat/value_columns, of public or of wevent_budget hid
+    the others). Each key below is wrong on its own, so each is listed at once."""
+    data = {
+        "extra": 1,
+        "domains": {
+            "s": {"kind": "streams", "notion": "wevent", "cap": "1", "w": 4,
+                  "value_range": [0, 1],
+                  "public": {"rejections": "yes", "nope": True},
+                  "wevent_budget": "x"},
+            "c": {"kind": "curves", "notion": "gp", "cap": "1",
+                  "value_columns": ["x", "x"], "projection": "bogus", "ref_lat": 100,
+                  "public": {"duration": True, "points": "no", "extra": True},
+                  "window": 5},
+        },
+    }
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(data, "p.toml")
+    assert sorted(p.column for p in exc.value.problems) == sorted([
+        "extra",
+        "domains.s.public.rejections", "domains.s.public.nope", "domains.s.wevent_budget",
+        "domains.c.value_columns", "domains.c.projection", "domains.c.ref_lat",
+        "domains.c.public.points", "domains.c.public.extra",
+        "domains.c.window",  # public.duration = true (valid) makes a window wrong
+    ])

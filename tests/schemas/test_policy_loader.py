@@ -291,7 +291,11 @@ def test_curves_domains_must_declare_what_they_release_outside_the_noise():
 
 def test_private_durations_need_a_window_and_private_counts_a_grid():
     hidden = {**BARE_CURVES, "public": {"duration": False, "points": False}}
-    _fails(_one(hidden), "domains.d.window", "required", "time window")
+    with pytest.raises(PolicyError) as exc:  # both missing: both named in one round
+        parse_policy(_one(hidden), source="p.toml")
+    assert [(p.column, "required" in p.message) for p in exc.value.problems] == [
+        ("domains.d.window", True), ("domains.d.grid_points", True)]
+    assert "time window" in exc.value.problems[0].message
     _fails(_one({**hidden, "window": 10.0}), "domains.d.grid_points", "required")
     _fails(_one({**hidden, "window": -1.0, "grid_points": 10}), "domains.d.window", "positive")
     _fails(_one({**hidden, "window": 10.0, "grid_points": 1}), "domains.d.grid_points", ">= 2")
