@@ -16,6 +16,8 @@ import signal
 import time
 from pathlib import Path
 
+from files.safe_files import write_file
+
 POINTS = ("after_ingest", "between_reserves", "after_reserve", "before_first_settle",
           "after_first_chunk", "after_settle", "between_merges", "after_outputs",
           "after_report", "after_manifest", "before_publish")
@@ -33,7 +35,7 @@ def fault_point(name: str) -> None:
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "pause":
-        Path(os.environ["PRIVPIPE_FAULT_PAUSED"]).touch()
+        write_file(os.environ["PRIVPIPE_FAULT_PAUSED"], b"")
         while not Path(os.environ["PRIVPIPE_FAULT_RESUME"]).exists():
             time.sleep(0.05)
         return
