@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from files.release_dir import check_published
 from flows.cli_common import OutputFormat, console, handle_errors, print_rows
 from ledger import (
     Ledger,
@@ -32,7 +33,9 @@ from ledger import (
     key_path_for,
 )
 from ledger.counter import counter_path
+from ledger.errors import LedgerIntegrityError
 from ledger.heads import manifest_heads, parse_expect_head
+from ledger.recompute import published_faults
 from ledger.signing import load_pin, pin_path, public_key_path, signing_key_path
 from mechanisms.cost import Cost, CostItem, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
@@ -325,7 +328,9 @@ def verify(
     expect_head: ExpectHeadOpt = None,
     manifests: Annotated[Path | None, typer.Option(
         "--manifests", help="A release output directory: every manifest's signed ledger "
-                            "head is checked like a checkpoint.")] = None,
+                            "head is checked like a checkpoint, every file is hashed against "
+                            "its manifest, and every user's charge is recomputed from the "
+                            "published files and compared with the ledger.")] = None,
     public_key: PublicKeyOpt = None,
     expect_fingerprint: ExpectFingerprintOpt = None,
 ) -> None:
@@ -336,13 +341,25 @@ def verify(
     as not checked, and a ledger whose signed head could only be checked with
     the key stored in the ledger itself is "NOT independently verified" (exit 4).
     A ledger that claims an older format than its keys, pin or head counter
-    show (a downgrade) fails in every mode.
+    show (a downgrade) fails in every mode. With --manifests, every published
+    file must match its manifest's SHA-256 and every user's charge must equal
+    the cost recomputed from the published files (exit 4 naming the first).
     """
     expected = [parse_expect_head(str(p)) for p in expect_head or []]
     if manifests is not None:
         expected += manifest_heads(manifests)
-    rep = _reader(ledger, public_key, expect_fingerprint).verify_or_raise(expected)
+    led = _reader(ledger, public_key, expect_fingerprint)
+    rep = led.verify_or_raise(expected)
     console.print(rep.message, highlight=False, markup=False)
+    if manifests is not None:
+        faults = published_faults(led, manifests, check_published)
+        if faults:
+            raise LedgerIntegrityError(
+                f"the published releases disagree with the ledger ({len(faults)} fault(s)); "
+                f"first: {faults[0]}")
+        console.print(f"published files under {manifests} match their manifests and every "
+                      "charge equals the cost recomputed from them", highlight=False,
+                      markup=False)
 
 
 @ledger_app.command("migrate")

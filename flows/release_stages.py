@@ -32,9 +32,10 @@ from files.release_dir import published_release
 from flows import faults
 from flows.chunk_window import ChunkWindow
 from flows.dry_run import dry_run_result
-from flows.release_kinds import ReleaseKind
+from flows.release_kinds import ReleaseKind, chunk_plans_path
 from flows.run_labels import label_run, release_tags
 from ledger import Ledger
+from ledger.recompute import chunk_claim_problem, curve_expected, stream_expected
 from schemas.policy import Domain
 from schemas.units import domain_record
 from tasks.ledger_ops import reserve_budget, settle_chunk
@@ -244,7 +245,14 @@ class ChunkOutputs:
         self.bounds, self.rms = Spread(), Spread()
 
     def add(self, res: ChunkResult) -> None:
-        """Write, stash and sum a finished chunk's outputs, then free them."""
+        """Check a finished chunk's claimed costs, then write, stash and sum its outputs.
+
+        Raises:
+            ChargeMismatchError: the costs the task claims are not those its
+                outputs cost (`check_claims`): nothing of the chunk is written
+                or settled.
+        """
+        check_claims(self._run, res)
         for name in self._run.kind.streamed:
             self._appender.add_table(name, res.tables[name])
         self._run.kind.stash(res, self._run)
@@ -252,6 +260,56 @@ class ChunkOutputs:
         self.rms.add(res.rms_bounds)
         # written and summed: memory must not grow with users
         res.tables, res.diagnostics, res.error_bounds, res.rms_bounds = {}, {}, [], []
+
+
+class ChargeMismatchError(MechanismRunError):
+    """A chunk task claimed costs other than those its published outputs cost."""
+
+    def __init__(self, index: int, problem: str) -> None:
+        Exception.__init__(self, (
+            f"chunk {index}: the mechanism task's claimed costs differ from the costs of its "
+            f"outputs ({problem}); nothing of the chunk is published or settled and its "
+            "reservation stays charged (a worker that is not the code it should run?)"))
+        self.user_id, self.item_id = f"chunk {index}", f"chunk {index}"
+
+
+def check_claims(run: ReleaseRun, res: ChunkResult) -> None:
+    """Recompute a chunk's costs from its output tables and the public parameters; compare.
+
+    The registry entry's cost-from-output function (`mechanisms.charges`) gives
+    the cost of every released item; a task that claims any other cost (less, or
+    for items it did not publish) fails its chunk, whose costs are then dropped
+    so the reservation is never settled from the claim.
+
+    Raises:
+        ChargeMismatchError: naming the chunk and the first item that differs.
+    """
+    spec = run.kind.spec
+    try:
+        if "curves" in res.tables:
+            expected = curve_expected(res.tables["curves"], spec.mechanism, spec.notion,
+                                      spec.amount)
+        else:
+            expected = stream_expected(res.tables["samples"], spec.mechanism, spec.amount,
+                                       spec.w, _repeated_ranges(run, res.index))
+        problem = chunk_claim_problem(res.costs, expected)
+    except (KeyError, ValueError, TypeError, AttributeError) as err:
+        problem = f"its outputs cannot be read ({type(err).__name__}: {err})"
+    if problem is not None:
+        res.costs = []
+        raise ChargeMismatchError(res.index, problem)
+
+
+def _repeated_ranges(run: ReleaseRun, index: int) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """The step ranges a stream chunk repeats from earlier releases, per (user, stream)."""
+    from tasks.continuation import read_chunk_plans
+    from tasks.stream_redraw import earlier_ranges
+
+    path = chunk_plans_path(run.staging, index)
+    out: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for user, sid, _, a, b in (earlier_ranges(read_chunk_plans(path)) if path.exists() else []):
+        out.setdefault((user, sid), []).append((a, b))
+    return out
 
 
 def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> ChunkWindow:
@@ -266,13 +324,28 @@ def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> Ch
                      input_fingerprint=run.fingerprint, parameters=run.parameters)
 
     window = ChunkWindow(settle, outputs.add, in_flight=run.in_flight)
-    for chunk in run.plan.chunks:
-        users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
-                 if u in admitted]
-        if not users:
-            continue
-        window.submit(run.kind.submit(run, chunk, users))
+    try:
+        for chunk in run.plan.chunks:
+            users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
+                     if u in admitted]
+            if users:
+                window.submit(run.kind.submit(run, chunk, users))
+    except MechanismRunError as err:
+        _fail(run, window, err)
+        raise
     return window
+
+
+def _fail(run: ReleaseRun, window: ChunkWindow, err: MechanismRunError) -> None:
+    """Record the release as failed after a chunk failed; settle the chunks taken before it.
+
+    Budget is reserved and some noise may have been drawn: the release is
+    recorded as failed (visible to `privpipe audit`, closable with `privpipe
+    ledger close`); what was settled stays settled, and a failed chunk's
+    reservation stays charged (its costs are never settled).
+    """
+    window.settle_unsettled()
+    run.ledger.record_release(run.rid, {**run.base_manifest, "error": str(err)}, "failed")
 
 
 def settle(run: ReleaseRun, window: ChunkWindow) -> None:
@@ -280,11 +353,7 @@ def settle(run: ReleaseRun, window: ChunkWindow) -> None:
     try:
         window.drain()
     except MechanismRunError as err:
-        # Budget is reserved and some noise may have been drawn: the release is
-        # recorded as failed (visible to `privpipe audit`, closable with
-        # `privpipe ledger close`); what was settled stays settled.
-        window.settle_unsettled()
-        run.ledger.record_release(run.rid, {**run.base_manifest, "error": str(err)}, "failed")
+        _fail(run, window, err)
         raise
     window.settle_unsettled()
     faults.fault_point("after_settle")

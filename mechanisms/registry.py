@@ -38,6 +38,8 @@ __all__ = ["MECHANISMS", "CurveMechanism", "Mechanism", "StreamMechanism", "get"
 
 CURVE_OUTPUTS = ("values", "segments", "curves")
 STREAM_OUTPUTS = ("samples",)
+#: The cost-from-output function of each kind (an entry's ``charge`` may name another).
+_CHARGES = {"curves": "mechanisms.charges:curve_cost", "streams": "mechanisms.charges:wevent_cost"}
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -59,6 +61,9 @@ class _Entry:
             keyword parameter of one of `option_targets` (a test checks it).
         outputs: the output tables a release of it writes.
         releasable: whether a release may charge it (False: evaluation only).
+        charge: ``"module:function"`` of its actual cost from public parameters and
+            what it published (`mechanisms.charges`); settle and `ledger verify
+            --manifests` both call it.
     """
 
     kind: ClassVar[str]
@@ -69,6 +74,12 @@ class _Entry:
     options: tuple[str, ...]
     outputs: tuple[str, ...]
     releasable: bool = True
+    charge: str = ""
+
+    @property
+    def charge_function(self) -> Callable[..., Any]:
+        """The cost-from-output function (imported on first use)."""
+        return _load(self.charge or _CHARGES[self.kind])
 
     def check_options(self, options: Mapping[str, Any]) -> None:
         """Refuse option names this mechanism does not take (before any data is read)."""
