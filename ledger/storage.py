@@ -115,6 +115,19 @@ def _is_write_failure(err: Exception) -> bool:
                                    "Input/output error", "Disk quota", "Failed to commit"))
 
 
+def _first_failure(err: duckdb.TransactionException) -> BaseException:
+    """The error that aborted a transaction: the failed statement's, not DuckDB's "aborted".
+
+    After a statement fails inside a transaction, DuckDB answers every later
+    one with "Current transaction is aborted"; that is no conflict to retry,
+    and the statement's own error (an overflow, say) is what the caller must see.
+    """
+    cause: BaseException | None = err.__context__
+    while cause is not None and isinstance(cause, duckdb.TransactionException):
+        cause = cause.__context__
+    return cause if isinstance(cause, duckdb.Error) else err
+
+
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute("ROLLBACK")
@@ -201,9 +214,13 @@ class Store:
                     return result
                 except duckdb.TransactionException as err:
                     _rollback(con)
-                    if _is_write_failure(err) and not _is_conflict(err):
+                    if _is_conflict(err):
+                        attempt = self._backoff(deadline, attempt,
+                                                "conflicting ledger transactions")
+                        continue
+                    if _is_write_failure(err):
                         raise self._storage_error(err) from None
-                    attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
+                    raise _first_failure(err) from None
                 except (duckdb.IOException, duckdb.SerializationException) as err:
                     _rollback(con)
                     if _is_write_failure(err):

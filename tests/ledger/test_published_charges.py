@@ -165,7 +165,7 @@ def test_a_worker_claiming_tiny_costs_fails_its_chunk(curves_csv, policy_file, t
 def test_the_auditor_finds_a_one_user_discrepancy(curves_csv, policy_file, tmp_path,
                                                   monkeypatch):
     # An operator's patched flow (check switched off) settles user-3's claimed 1e-9 per curve.
-    monkeypatch.setattr(release_stages, "check_claims", lambda run, res: None)
+    monkeypatch.setattr(release_stages, "check_claims", lambda run, res: None, raising=False)
     monkeypatch.setattr(release_kinds, "privatize_curves", _lying_curves({"user-3"}))
     _curves(curves_csv, policy_file, tmp_path)
     bal = {r["user_id"]: Fraction(r["spent"]) for r in
