@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ledger.amounts import format_fraction, from_units
 from ledger.pricing import price_cost
@@ -39,18 +40,25 @@ def curve_expected(curves: pa.Table, mechanism: str, notion: str, amount: Fracti
     return {(u, f"curve:{c}"): cost for u, c in zip(users, ids, strict=True)}
 
 
+def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes of a string column and the distinct values they index."""
+    enc = pc.dictionary_encode(col.combine_chunks())
+    return (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            enc.dictionary.to_pylist())
+
+
 def _groups(samples: pa.Table) -> Iterable[tuple[str, str, np.ndarray]]:
     """(user, stream, steps) of each run of equal (user, stream) rows, in table order."""
-    users = np.asarray(samples.column("user_id").to_pylist(), dtype=object)
-    streams = np.asarray(samples.column("stream_id").to_pylist(), dtype=object)
-    steps = samples.column("step").to_numpy()
-    if users.size == 0:
+    if samples.num_rows == 0:
         return
+    users, user_names = _codes(samples.column("user_id"))
+    streams, stream_names = _codes(samples.column("stream_id"))
+    steps = samples.column("step").to_numpy()
     change = np.flatnonzero((users[1:] != users[:-1]) | (streams[1:] != streams[:-1])) + 1
     starts = np.concatenate([[0], change]).tolist()
     stops = np.concatenate([change, [users.size]]).tolist()
     for a, b in zip(starts, stops, strict=True):
-        yield str(users[a]), str(streams[a]), steps[a:b]
+        yield str(user_names[users[a]]), str(stream_names[streams[a]]), steps[a:b]
 
 
 def stream_expected(samples: pa.Table, mechanism: str, epsilon: Fraction, w: int,

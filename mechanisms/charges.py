@@ -95,4 +95,10 @@ def wevent_cost(steps: np.ndarray, *, epsilon: Fraction, w: int,
         The stream's `WEventCost`, or None when it released no new step.
     """
     runs = new_step_runs(steps, repeated, epsilon_per_step(Fraction(epsilon), int(w)))
-    return WEventCost(Fraction(epsilon), int(w), runs) if runs else None
+    return _wevent(Fraction(epsilon), int(w), runs) if runs else None
+
+
+@lru_cache(maxsize=4096)
+def _wevent(epsilon: Fraction, w: int, runs: tuple[StepRun, ...]) -> WEventCost:
+    """One `WEventCost` per distinct (ε, w, runs): streams released over equal steps share it."""
+    return WEventCost(epsilon, w, runs)
