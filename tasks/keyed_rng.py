@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from randomgen import ChaCha
 
-__all__ = ["SEED_BITS", "release_generator"]
+__all__ = ["SEED_BITS", "rekey", "release_generator"]
 
 #: Bits of the HMAC-SHA256 noise seed, used whole as the ChaCha20 key.
 SEED_BITS = 256
@@ -48,6 +48,39 @@ def release_generator(seed: int) -> np.random.Generator:
     Raises:
         ValueError: `seed` is not an integer in [0, 2^256).
     """
+    _check_seed(seed)
+    return np.random.Generator(ChaCha(key=seed, counter=0, rounds=20))
+
+
+def rekey(generator: np.random.Generator, seed: int) -> np.random.Generator:
+    """Reset a `release_generator` in place to the start of key `seed`'s keystream.
+
+    Afterwards it draws exactly what ``release_generator(seed)`` draws (the
+    ChaCha20 key, block counter and buffered block are all replaced; nothing
+    of the previous key's keystream remains, checked in
+    tests/privacy/test_keyed_generator.py), without the cost of building a new
+    bit generator: a chunk of streams draws each stream's noise through one
+    object. Privacy: as `release_generator` for the new key. Costs nothing.
+
+    Args:
+        generator: a generator made by `release_generator`.
+        seed: the new 256-bit key (0 <= seed < 2^256).
+
+    Returns:
+        `generator`, re-keyed.
+
+    Raises:
+        ValueError: `seed` is not an integer in [0, 2^256), or `generator` is
+            not a ChaCha generator.
+    """
+    _check_seed(seed)
+    bits = generator.bit_generator
+    if not isinstance(bits, ChaCha):  # its rounds (20) stay as release_generator set them
+        raise ValueError("only a release_generator (ChaCha20) can be re-keyed")
+    bits.seed(key=seed, counter=0)
+    return generator
+
+
+def _check_seed(seed: int) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**SEED_BITS:
         raise ValueError("a noise seed must be an integer in [0, 2^256)")
-    return np.random.Generator(ChaCha(key=seed, counter=0, rounds=20))
