@@ -53,17 +53,20 @@ def release_generator(seed: int) -> np.random.Generator:
 
 
 def rekey(generator: np.random.Generator, seed: int) -> np.random.Generator:
-    """Reset a `release_generator` in place to the start of key `seed`'s keystream.
+    """Reset a ChaCha generator in place to the start of key `seed`'s 20-round keystream.
 
-    Afterwards it draws exactly what ``release_generator(seed)`` draws (the
-    ChaCha20 key, block counter and buffered block are all replaced; nothing
-    of the previous key's keystream remains, checked in
-    tests/privacy/test_keyed_generator.py), without the cost of building a new
-    bit generator: a chunk of streams draws each stream's noise through one
-    object. Privacy: as `release_generator` for the new key. Costs nothing.
+    Afterwards it draws exactly what ``release_generator(seed)`` draws: its
+    whole state is replaced (key, 20 rounds, block counter 0, and an empty
+    block, which the generator computes from the key at its first draw), so
+    nothing of the previous key's keystream remains (tests/tasks/test_stream_draw.py
+    compares every re-keyed state and draw with a fresh generator's, and
+    tests/privacy/test_golden_draws.py pins the draws). A chunk of streams
+    draws each stream's noise through one object this way, at a third of the
+    cost of building a bit generator. Privacy: as `release_generator` for the
+    new key. Costs nothing.
 
     Args:
-        generator: a generator made by `release_generator`.
+        generator: a generator over a `randomgen.ChaCha` bit generator.
         seed: the new 256-bit key (0 <= seed < 2^256).
 
     Returns:
@@ -71,14 +74,20 @@ def rekey(generator: np.random.Generator, seed: int) -> np.random.Generator:
 
     Raises:
         ValueError: `seed` is not an integer in [0, 2^256), or `generator` is
-            not a ChaCha generator.
+            not over a ChaCha bit generator.
     """
     _check_seed(seed)
     bits = generator.bit_generator
-    if not isinstance(bits, ChaCha):  # its rounds (20) stay as release_generator set them
-        raise ValueError("only a release_generator (ChaCha20) can be re-keyed")
-    bits.seed(key=seed, counter=0)
+    if not isinstance(bits, ChaCha):
+        raise ValueError("only a generator over ChaCha (release_generator) can be re-keyed")
+    words = np.frombuffer(seed.to_bytes(32, "little"), dtype="<u4").astype(np.uint32)
+    bits.state = {"bit_generator": _CHACHA, "state": {
+        "block": np.zeros(16, dtype=np.uint32), "keysetup": words,
+        "ctr": np.zeros(2, dtype=np.uint64), "rounds": 20}}
     return generator
+
+
+_CHACHA = "randomgen.chacha.ChaCha"
 
 
 def _check_seed(seed: int) -> None:

@@ -45,28 +45,37 @@ class StreamDrawError(Exception):
 def _segment_bounds(chunk: StreamChunk) -> tuple[np.ndarray, list[tuple[int, Any]]]:
     """Row bounds (G, 2) of every segment and (stream index, segment) of each, in order.
 
-    Steps are strictly increasing within a stream (the ingest rule "t strictly
-    increasing"); the segments of a stream must tile its rows in step order.
-    Raises AssertionError ("a bug") otherwise: a value drawn twice or not at all.
+    A segment's rows are its stream's rows whose steps lie in [first_step,
+    last_step]: all of them for a stream of one segment, found by bisection
+    for a continued stream. Steps are strictly increasing within a stream (the
+    ingest rule "t strictly increasing"), and the segments of a stream must
+    tile its rows in step order, none empty: AssertionError ("a bug")
+    otherwise, so no value is drawn twice or left undrawn.
     """
     flat = [(s, g) for s, segs in enumerate(chunk.segments) for g in segs]
     steps = np.asarray(chunk.steps, dtype=np.int64)
     offsets = np.asarray(chunk.offsets, dtype=np.int64)
-    bounds = np.empty((len(flat), 2), dtype=np.int64)
-    for i, (s, g) in enumerate(flat):
-        a, b = offsets[s], offsets[s + 1]
-        bounds[i] = a + np.searchsorted(steps[a:b], (g.first_step, g.last_step + 1))
     n_streams = offsets.size - 1
-    first = np.array([s for s, _ in flat], dtype=np.int64)
-    same = first[1:] == first[:-1]
-    starts_ok = np.all(np.where(same, bounds[1:, 0] == bounds[:-1, 1], True))
-    covered = np.zeros(n_streams, dtype=np.int64)
-    np.add.at(covered, first, bounds[:, 1] - bounds[:, 0])
-    ordered = steps[1:] > steps[:-1]
-    starts = offsets[1:-1]
-    ordered[starts[(starts > 0) & (starts < steps.size)] - 1] = True  # a new stream begins
-    if not (starts_ok and ordered.all() and np.array_equal(covered, np.diff(offsets))
-            and len(chunk.segments) == n_streams):
+    stream = np.array([s for s, _ in flat], dtype=np.int64)
+    firsts = np.array([g.first_step for _, g in flat], dtype=np.int64)
+    lasts = np.array([g.last_step for _, g in flat], dtype=np.int64)
+    single = np.bincount(stream, minlength=n_streams)[stream] == 1
+    bounds = np.stack([offsets[stream], offsets[stream + 1]], axis=1).reshape(-1, 2)
+    for i in np.flatnonzero(~single).tolist():
+        a, b = offsets[stream[i]], offsets[stream[i] + 1]
+        bounds[i] = a + np.searchsorted(steps[a:b], (firsts[i], lasts[i] + 1))
+    ok = len(chunk.segments) == n_streams and bool(np.all(bounds[:, 1] > bounds[:, 0]))
+    if ok and flat:
+        same = stream[1:] == stream[:-1]
+        covered = np.bincount(stream, weights=bounds[:, 1] - bounds[:, 0], minlength=n_streams)
+        ordered = steps[1:] > steps[:-1]
+        starts = offsets[1:-1]
+        ordered[starts[(starts > 0) & (starts < steps.size)] - 1] = True  # a new stream begins
+        ok = bool(np.all(np.where(same, bounds[1:, 0] == bounds[:-1, 1], True))
+                  and np.array_equal(covered, np.diff(offsets)) and ordered.all()
+                  and np.all(steps[bounds[:, 0]] >= firsts)
+                  and np.all(steps[bounds[:, 1] - 1] <= lasts))
+    if not ok or (not flat and steps.size):
         raise AssertionError(f"this is a bug: the plan of chunk {chunk.index} does not tile "
                              "its streams' steps")
     return bounds, flat
@@ -130,10 +139,34 @@ def draw_stream_chunk(chunk: StreamChunk, entry: Any, *, epsilon_per_step: Fract
     y -= 0.5
     y = snap_to_grid(y, grid=STREAM_GRID, bound=bound)
     y += 0.5
-    steps = np.asarray(chunk.steps, dtype=np.int64)
-    costs = [(s, WEventCost(amount, w, step_runs(steps[lo:hi], epsilon_per_step)))
-             for (lo, hi), (s, g) in zip(bounds.tolist(), flat, strict=True) if g.new]
-    return y, costs
+    new = [i for i, (_, g) in enumerate(flat) if g.new]
+    return y, _new_costs(np.asarray(chunk.steps, dtype=np.int64), bounds[new],
+                         [flat[i][0] for i in new], epsilon_per_step, amount, w)
+
+
+def _new_costs(steps: np.ndarray, new: np.ndarray, streams: list[int], per_step: Fraction,
+               amount: Fraction, w: int) -> list[tuple[int, WEventCost]]:
+    """(stream, cost) of each new segment (row bounds `new`, (N, 2)): its runs at ε₀ a step.
+
+    The breaks between runs of consecutive steps are found once for the chunk;
+    segments with the same runs (streams over the same steps) share one cost.
+    """
+    cut = np.flatnonzero(np.diff(steps) != 1) + 1  # rows that do not follow their previous step
+    inner = np.searchsorted(cut, new[:, 1]) - np.searchsorted(cut, new[:, 0], side="right")
+    ends = np.stack([steps[new[:, 0]], steps[new[:, 1] - 1] + 1], axis=1).tolist() if len(new) \
+        else []
+    made: dict[tuple[int, ...], WEventCost] = {}
+    out = []
+    for (lo, hi), n_inner, (first, stop), s in zip(new.tolist(), inner.tolist(), ends, streams,
+                                                   strict=True):
+        key = ((first, stop) if not n_inner
+               else tuple(x for r in step_runs(steps[lo:hi], per_step) for x in (r.start, r.stop)))
+        cost = made.get(key)
+        if cost is None:
+            cost = made[key] = WEventCost(amount, w, tuple(
+                StepRun(key[i], key[i + 1], per_step) for i in range(0, len(key), 2)))
+        out.append((s, cost))
+    return out
 
 
 def step_runs(steps: np.ndarray, per_step: Fraction) -> tuple[StepRun, ...]:

@@ -144,6 +144,8 @@ def _one_stream_chunk(segments: tuple[SeededSegment, ...], steps=None) -> Stream
     ((SeededSegment(0, 3, False, 1), SeededSegment(5, 9, True, 2)), None),  # step 4 undrawn
     ((SeededSegment(0, 8, True, 1),), None),                                # step 9 undrawn
     ((), None),                                                             # nothing drawn
+    ((SeededSegment(0, 9, True, 1), SeededSegment(20, 29, False, 2)), None),  # an empty one
+    ((SeededSegment(1, 9, True, 1),), None),                                # step 0 undrawn
     ((SeededSegment(0, 9, True, 1),), np.array([0, 1, 2, 3, 5, 4, 6, 7, 8, 9])),  # unsorted
 ])
 def test_a_plan_that_does_not_tile_the_steps_is_refused(segments, steps):
