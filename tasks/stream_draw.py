@@ -85,9 +85,10 @@ def _keyed_uniforms(chunk: StreamChunk, bounds: np.ndarray, flat: list[tuple[int
                     rows: int) -> np.ndarray:
     """(rows, P) uniforms: each segment's keystream at its rows, `rows` blocks in draw order."""
     u = np.empty((rows, np.asarray(chunk.values).size), dtype=np.float64)
-    gen = release_generator(0)
+    gen = None  # built from the first segment's key, re-keyed for each next one
     for (lo, hi), (s, g) in zip(bounds.tolist(), flat, strict=True):
-        rekey(gen, stream_key(g.seed, chunk.stream_ids[s]))
+        key = stream_key(g.seed, chunk.stream_ids[s])
+        gen = release_generator(key) if gen is None else rekey(gen, key)
         for r in range(rows):
             gen.random(out=u[r, lo:hi])
     return u
