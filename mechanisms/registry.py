@@ -151,6 +151,12 @@ class StreamMechanism(_Entry):
     Attributes:
         randomize: ``"module:function"`` of the randomizer
             ``f(x, *, epsilon_per_step: float, rng) -> reports`` (ε₀-LDP per value).
+        from_uniforms: ``"module:function"`` of the same randomizer with its
+            draws given, ``f(x, u, *, epsilon_per_step: float) -> reports``, u of
+            shape (uniforms, *x.shape): ``randomize(x, rng=g)`` equals
+            ``from_uniforms(x, g.random((uniforms, n)))`` value for value, so a
+            chunk of streams is randomized in one call (`run_uniforms`).
+        uniforms: the rows of `u`: uniforms the randomizer draws per value.
         estimate: ``"module:function"`` of the de-biasing
             ``f(y, *, epsilon_per_step: float) -> unbiased estimates of x``.
         output_bound: ``"module:function"`` of ``f(ε₀) -> B``: every report lies
@@ -164,6 +170,8 @@ class StreamMechanism(_Entry):
 
     kind: ClassVar[str] = "streams"
     randomize: str = ""
+    from_uniforms: str = ""
+    uniforms: int = 1
     estimate: str = ""
     output_bound: str = ""
     worst_variance: str = ""
@@ -180,6 +188,17 @@ class StreamMechanism(_Entry):
         """
         return _load(self.randomize)(values, epsilon_per_step=float_at_most(epsilon_per_step),
                                      rng=rng)
+
+    def run_uniforms(self, values: Any, u: Any, *, epsilon_per_step: Fraction) -> Any:
+        """Randomize samples from given uniforms `u` (`uniforms` rows) at the exact ε₀ = ε/w.
+
+        The randomizer of `run` with its draws made by the caller (each
+        stream's from its own keyed generator, `tasks.stream_draw`). Privacy:
+        ε₀-LDP per report (ε₀ rounded down, `float_at_most`) as long as the
+        uniforms are fresh keyed draws; cost ε₀ per sample.
+        """
+        return _load(self.from_uniforms)(values, u,
+                                         epsilon_per_step=float_at_most(epsilon_per_step))
 
     def estimator(self, y: Any, *, epsilon_per_step: float) -> Any:
         """Unbiased estimates of the inputs of reports `y` (post-processing, free)."""
@@ -248,14 +267,17 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     StreamMechanism(
         "square_wave", ("wevent",), "wevent",
         "Square Wave randomizer at ε/w per step (w-event LDP)", (), STREAM_OUTPUTS,
-        randomize=f"{_SW}:square_wave", estimate=f"{_SW}:square_wave_estimate",
+        randomize=f"{_SW}:square_wave", from_uniforms=f"{_SW}:square_wave_from_uniforms",
+        uniforms=1, estimate=f"{_SW}:square_wave_estimate",
         output_bound=f"{_SW}:square_wave_output_bound",
         worst_variance=f"{_SW}:square_wave_worst_variance", reconstructions=("cpr", "none"),
         label="SW", title="Square Wave"),
     StreamMechanism(
         "piecewise", ("wevent",), "wevent",
         "Piecewise Mechanism (Wang et al. ICDE'19) at ε/w per step (w-event LDP)", (),
-        STREAM_OUTPUTS, randomize=f"{_PM}:piecewise", estimate=f"{_PM}:piecewise_estimate",
+        STREAM_OUTPUTS, randomize=f"{_PM}:piecewise",
+        from_uniforms=f"{_PM}:piecewise_from_uniforms", uniforms=2,
+        estimate=f"{_PM}:piecewise_estimate",
         output_bound=f"{_PM}:piecewise_output_bound",
         worst_variance=f"{_PM}:piecewise_worst_variance", reconstructions=("none",), label="PM",
         title="Piecewise Mechanism"),

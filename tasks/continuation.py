@@ -184,9 +184,17 @@ def stream_rng(seed: int, stream_id: str) -> np.random.Generator:
     fresh generator, so an earlier range is redrawn exactly by the seed of the
     release that drew it.
     """
+    return release_generator(stream_key(seed, stream_id))
+
+
+def stream_key(seed: int, stream_id: str) -> int:
+    """The ChaCha20 key of a (segment seed, stream): HMAC-SHA256(seed, stream id).
+
+    See `stream_rng`; `tasks.stream_draw` re-keys one generator with it per segment.
+    """
     mac = hmac.new(seed.to_bytes(32, "big"), b"privpipe stream v1\x00" + stream_id.encode(),
                    hashlib.sha256)
-    return release_generator(int.from_bytes(mac.digest(), "big"))
+    return int.from_bytes(mac.digest(), "big")
 
 
 @dataclass
@@ -227,7 +235,7 @@ def _requests(user: Any, domain: str, plans: dict[str, StreamPlan], per_step: Fr
               ) -> list[Any]:
     """The w-event requests of one user's new ranges (new steps only), with their claims."""
     from ledger import Request, StreamClaim
-    from tasks.privatize import step_runs
+    from tasks.stream_draw import step_runs
 
     out = []
     for sid, p in sorted(plans.items()):

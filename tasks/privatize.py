@@ -27,7 +27,7 @@ from prefect.cache_policies import NO_CACHE
 
 from files.staging import repeat_ids, repeat_ids_encoded
 from mechanisms import registry
-from mechanisms.cost import Cost, StepRun, WEventCost, exact, float_at_most
+from mechanisms.cost import Cost, WEventCost, exact, float_at_most
 from mechanisms.curves import CurveBatch, PrivateFunction, PrivateFunctionBatch, noise_scale
 from mechanisms.curves.release import (
     PublicFrame,
@@ -41,7 +41,8 @@ from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
-from tasks.stage import CurveChunk, StreamChunk, TaskPayload, contiguous_ranges
+from tasks.stage import CurveChunk, StreamChunk, TaskPayload
+from tasks.stream_draw import StreamDrawError, draw_stream_chunk
 
 CURVE_MECHANISMS = registry.names("curves")
 STREAM_MECHANISMS = registry.names("streams")
@@ -280,7 +281,6 @@ def _culprit(chunk: CurveChunk, err: BaseException) -> tuple[str, str]:
 # output, which precision attacks read (Mironov 2012), are not released.
 # See SECURITY.md, "Sampling safety".
 _GRID_BELOW_NOISE = 2.0**-20
-_STREAM_GRID = 2.0**-24
 _HUGE_BOUND = 2.0**900
 
 
@@ -403,43 +403,6 @@ def _curve_tables(users: list[str], curves: list[str], fn: PrivateFunctionBatch,
     return {"values": values, "segments": segments, "curves": table}
 
 
-def step_runs(steps: np.ndarray, per_step: Fraction) -> tuple[StepRun, ...]:
-    """Runs of consecutive absolute steps, each step costing `per_step`."""
-    return tuple(StepRun(a, b, per_step) for a, b in contiguous_ranges(steps))
-
-
-def _draw_stream(user: str, stream: str, steps: np.ndarray, values: np.ndarray,
-                 segments: tuple[Any, ...], spec: StreamSpec
-                 ) -> tuple[np.ndarray, WEventCost | None]:
-    """One stream's released reports, segment by segment, and the cost of its new segment.
-
-    Each segment is drawn by its own seed's per-stream generator
-    (`tasks.continuation.stream_rng`): an earlier segment with the seed of the
-    release that drew it (same seed, same validated values, same ε/w: the same
-    bytes), the new one with this release's; only the new one is charged.
-    """
-    from tasks.continuation import stream_rng
-
-    eps_step = spec.epsilon_per_step
-    entry = spec.entry
-    bound = entry.bound(float_at_most(eps_step)) + _STREAM_GRID
-    parts, cost, drawn = [], None, 0
-    for g in segments:
-        sel = (steps >= g.first_step) & (steps <= g.last_step)
-        try:
-            y = entry.run(values[sel], epsilon_per_step=eps_step, rng=stream_rng(g.seed, stream))
-        except Exception as err:
-            raise MechanismRunError(user, stream, err) from err
-        parts.append(snap_to_grid(y - 0.5, grid=_STREAM_GRID, bound=bound) + 0.5)
-        drawn += int(sel.sum())
-        if g.new:
-            cost = WEventCost(spec.amount, spec.w, step_runs(steps[sel], eps_step))
-    if drawn != steps.size:
-        raise AssertionError(f"this is a bug: the plan of stream {stream!r} does not cover "
-                             "its steps")
-    return (np.concatenate(parts) if parts else np.empty(0)), cost
-
-
 def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
     """Randomize the admitted users' new stream steps with the spec's randomizer; repeat the rest.
 
@@ -450,23 +413,28 @@ def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
     settlement. Earlier segments are redrawn with their own release's seed
     (`tasks.continuation.seeded_segments`), so they are the bytes already
     released, not a second draw. Noise comes only from the segments' seeds.
+    Cost: one pass over the chunk (`tasks.stream_draw.draw_stream_chunk`:
+    each segment's keystream filled in bulk, one randomizer call).
     """
-    costs: list[tuple[str, str, Cost | WEventCost, str]] = []
-    ys = []
-    for s, (user, stream) in enumerate(zip(chunk.user_ids, chunk.stream_ids, strict=True)):
-        a, b = int(chunk.offsets[s]), int(chunk.offsets[s + 1])
-        y, cost = _draw_stream(user, stream, chunk.steps[a:b], chunk.values[a:b],
-                               chunk.segments[s], spec)
-        ys.append(y)
-        if cost is not None:
-            costs.append((user, f"stream:{stream}", cost, stream))
-    bounds = [float(np.sqrt(spec.entry.variance(float(spec.epsilon_per_step))))] if ys else [0.0]
+    entry = spec.entry
+    try:
+        y, new = draw_stream_chunk(chunk, entry, epsilon_per_step=spec.epsilon_per_step,
+                                   amount=spec.amount, w=spec.w)
+    except StreamDrawError as err:
+        s = err.stream
+        raise MechanismRunError(chunk.user_ids[s], chunk.stream_ids[s], err.cause) from err.cause
+    costs: list[tuple[str, str, Cost | WEventCost, str]] = [
+        (chunk.user_ids[s], f"stream:{chunk.stream_ids[s]}", cost, chunk.stream_ids[s])
+        for s, cost in new]
+    n_streams = len(chunk.user_ids)
+    bounds = ([float(np.sqrt(entry.variance(float(spec.epsilon_per_step))))] if n_streams
+              else [0.0])
     counts = np.diff(chunk.offsets)
     table = pa.table({
         "user_id": repeat_ids(list(chunk.user_ids), counts),
         "stream_id": repeat_ids(list(chunk.stream_ids), counts),
         "step": pa.array(np.asarray(chunk.steps, dtype=np.int64)),
-        "y": pa.array(np.concatenate(ys) if ys else np.empty(0)),
+        "y": pa.array(y),
     })
     return ChunkResult(chunk.index, {"samples": table}, costs, bounds, {}, [])
 

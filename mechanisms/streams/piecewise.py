@@ -27,10 +27,12 @@ import math
 import numpy as np
 
 from mechanisms.errors import MechanismParameterError
-from mechanisms.streams.square_wave import _check_epsilon, _check_unit_interval
+from mechanisms.streams.square_wave import _check_epsilon, _check_uniforms, _check_unit_interval
 
 __all__ = [
+    "PIECEWISE_UNIFORMS",
     "piecewise",
+    "piecewise_from_uniforms",
     "piecewise_cdf",
     "piecewise_estimate",
     "piecewise_output_bound",
@@ -88,13 +90,48 @@ def piecewise(x: object, *, epsilon_per_step: float, rng: np.random.Generator) -
         MechanismParameterError: bad ε₀ or generator (checked first), then
             non-finite values or values outside [0, 1] (before any draw).
     """
-    c, _, em1 = piecewise_params(epsilon_per_step)
+    piecewise_params(epsilon_per_step)
     if not isinstance(rng, np.random.Generator):
         raise MechanismParameterError("rng must be a numpy.random.Generator")
     arr = _check_unit_interval(x)
+    return piecewise_from_uniforms(arr, rng.random((PIECEWISE_UNIFORMS, *arr.shape)),
+                                   epsilon_per_step=epsilon_per_step)
+
+
+#: Uniforms `piecewise` draws per value: a block of n for the bands, then a block of n.
+PIECEWISE_UNIFORMS = 2
+
+
+def piecewise_from_uniforms(x: object, u: np.ndarray, *, epsilon_per_step: float
+                            ) -> np.ndarray:
+    """The Piecewise Mechanism's reports of `x` from its uniforms `u` (two rows), at ε₀.
+
+    The randomizer of `piecewise` with its draws made by the caller:
+    ``piecewise(x, rng=g)`` is ``piecewise_from_uniforms(x, g.random((2, n)))``,
+    value for value (`u[0]` picks the band, `u[1]` places the report in it),
+    so a batch of streams, each with its own generator, is randomized in one
+    call. Privacy: ε₀-LDP per value provided the uniforms are independent of
+    the data and of other values' (the caller's duty); cost ε₀ per value.
+    Reference: Wang et al. ICDE'19, Algorithm 2.
+
+    Args:
+        x: values in [0, 1] (any shape).
+        u: (2, *x.shape) uniforms in [0, 1) (`PIECEWISE_UNIFORMS` rows).
+        epsilon_per_step: ε₀ > 0 spent on each value.
+
+    Returns:
+        Array shaped like `x`, in [(1 − C)/2, (1 + C)/2]; E[output | x] = x.
+
+    Raises:
+        MechanismParameterError: bad ε₀ (checked first), `u` of the wrong
+            shape, then non-finite values or values outside [0, 1].
+    """
+    c, _, em1 = piecewise_params(epsilon_per_step)
+    arr = _check_unit_interval(x)
+    draws = _check_uniforms(u, arr.shape, PIECEWISE_UNIFORMS)
     t = 2.0 * arr - 1.0
-    high = rng.random(arr.shape) < (em1 + 1.0) / (em1 + 2.0)
-    u = rng.random(arr.shape)
+    high = draws[0] < (em1 + 1.0) / (em1 + 2.0)
+    u = draws[1]
     left = (c + 1.0) / 2.0 * t - (c - 1.0) / 2.0
     outside = u * (c + 1.0) - c  # uniform on [−C, 1), then the band [l, r) is skipped
     outside = np.where(outside >= left, outside + (c - 1.0), outside)

@@ -22,7 +22,9 @@ import numpy as np
 from mechanisms.errors import MechanismParameterError
 
 __all__ = [
+    "SQUARE_WAVE_UNIFORMS",
     "square_wave",
+    "square_wave_from_uniforms",
     "square_wave_params",
     "square_wave_pdf",
     "square_wave_cdf",
@@ -141,12 +143,57 @@ def square_wave(x: object, *, epsilon_per_step: float, rng: np.random.Generator)
         MechanismParameterError: bad ε₀ or generator (checked first), then
             non-finite values or values outside [0, 1] (before any draw).
     """
-    b, p, q = square_wave_params(epsilon_per_step)
+    square_wave_params(epsilon_per_step)
     if not isinstance(rng, np.random.Generator):
         raise MechanismParameterError("rng must be a numpy.random.Generator")
     arr = _check_unit_interval(x)
-    u = rng.random(arr.shape)
-    return _inverse_cdf(arr, u, b, p, q)
+    return square_wave_from_uniforms(arr, rng.random((1, *arr.shape)),
+                                     epsilon_per_step=epsilon_per_step)
+
+
+def square_wave_from_uniforms(x: object, u: np.ndarray, *, epsilon_per_step: float
+                              ) -> np.ndarray:
+    """The Square Wave reports of `x` from its uniforms `u[0]` (one per value), at ε₀.
+
+    The randomizer of `square_wave` with its draws made by the caller:
+    ``square_wave(x, rng=g)`` is ``square_wave_from_uniforms(x, g.random((1, n)))``,
+    value for value, and a batch of streams, each with its own generator,
+    is randomized in one call once ``u[0]`` holds each stream's draws at its
+    values' positions. Privacy: each output is ε₀-LDP for its input provided
+    its uniform is independent of the data and of every other value's uniform
+    (the caller's duty: a fresh keyed draw per value); cost ε₀ per value.
+    Reference: as `square_wave`.
+
+    Args:
+        x: values in [0, 1] (any shape).
+        u: (1, *x.shape) uniforms in [0, 1), one per value
+            (`SQUARE_WAVE_UNIFORMS` rows).
+        epsilon_per_step: ε₀ > 0 spent on each value.
+
+    Returns:
+        Array shaped like `x` with values in [−b, 1 + b].
+
+    Raises:
+        MechanismParameterError: bad ε₀ (checked first), `u` of the wrong
+            shape, then non-finite values or values outside [0, 1].
+    """
+    b, p, q = square_wave_params(epsilon_per_step)
+    arr = _check_unit_interval(x)
+    draws = _check_uniforms(u, arr.shape, SQUARE_WAVE_UNIFORMS)
+    return _inverse_cdf(arr, draws[0], b, p, q)
+
+
+#: Uniforms `square_wave` draws per value (one block of n, in value order).
+SQUARE_WAVE_UNIFORMS = 1
+
+
+def _check_uniforms(u: object, shape: tuple[int, ...], rows: int) -> np.ndarray:
+    """`u` as a float64 array of shape (rows, *shape), else MechanismParameterError."""
+    arr = np.asarray(u, dtype=np.float64)
+    if arr.shape != (rows, *shape):
+        raise MechanismParameterError(
+            f"the uniforms must have shape {(rows, *shape)}, got {arr.shape}")
+    return arr
 
 
 def square_wave_pdf(y: object, x: object, *, epsilon_per_step: float) -> np.ndarray:

@@ -71,17 +71,18 @@ def test_day_two_re_emits_day_one_as_published(day1):
 
 
 def test_a_redraw_that_drifted_is_never_published(day1, monkeypatch):
-    import tasks.continuation as continuation
+    import tasks.stream_draw as draw
 
     tmp, ledger = day1
-    real = continuation.stream_rng
+    new, rekey = draw.release_generator, draw.rekey
 
-    def drifted(seed, stream_id):  # "numpy changed one draw": every stream shifted by one
-        rng = real(seed, stream_id)
+    def shifted(rng):  # "numpy changed one draw": every segment's keystream shifted by one
         rng.random()
         return rng
 
-    monkeypatch.setattr(continuation, "stream_rng", drifted)
+    # the chunk task keys one generator per chunk and re-keys it for each next segment
+    monkeypatch.setattr(draw, "release_generator", lambda key: shifted(new(key)))
+    monkeypatch.setattr(draw, "rekey", lambda rng, key: shifted(rekey(rng, key)))
     with pytest.raises(Exception, match="differs from what release 'day1' published"):
         _day(tmp, ledger, range(0, 20), "day2")
     assert not (tmp / "out" / "day2").exists(), "nothing of the drifted release is published"
