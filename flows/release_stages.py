@@ -271,6 +271,8 @@ def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> Ch
                  if u in admitted]
         if not users:
             continue
+        if window.failed is not None:  # a failed chunk: send no more work (settle records it)
+            break
         window.submit(run.kind.submit(run, chunk, users))
     return window
 
