@@ -158,3 +158,27 @@ def test_an_honest_remote_runner_publishes_the_threads_bytes(curves_csv, policy_
                      "same")
     assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
     assert len(_digest(Path(remote["out"]))) == 3
+
+
+def test_only_prefects_own_pools_and_a_started_local_cluster_are_trusted():
+    from prefect.task_runners import ProcessPoolTaskRunner
+    from prefect_dask import DaskTaskRunner
+
+    from flows.runners import is_remote
+
+    assert not is_remote(ThreadPoolTaskRunner(max_workers=1))
+    assert not is_remote(ProcessPoolTaskRunner(max_workers=1))
+    assert is_remote(_runner(None))  # a derived class may send work anywhere
+    assert is_remote(DaskTaskRunner(address="tcp://127.0.0.1:8786"))
+    assert is_remote(DaskTaskRunner(address="tls://127.0.0.1:8786"))
+    assert is_remote(DaskTaskRunner())  # not started: its cluster is not known to be local
+
+
+@pytest.mark.parametrize("bad", ["-1", "2", "abc", "nan"])
+def test_a_bad_rate_fails_before_a_remote_runner_is_made(bad, monkeypatch):
+    from schemas.errors import ParameterError
+
+    monkeypatch.setenv("PRIVPIPE_RECHECK_RATE", bad)
+    with pytest.raises(ParameterError, match="PRIVPIPE_RECHECK_RATE must be a number in"):
+        make_task_runner("tcp://127.0.0.1:8786")
+    make_task_runner("threads")  # a local runner re-executes nothing: the rate is not read
