@@ -52,6 +52,8 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
             return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "processes": True,
                                                   "threads_per_worker": 1,
                                                   "dashboard_address": None})
+        if spec.startswith("tls://"):
+            _check_tls_config(spec)
         return DaskTaskRunner(address=spec)
     if spec.startswith("ray://"):
         try:
@@ -117,3 +119,26 @@ def worker_of(future: Any) -> str:
         if where:
             return ", ".join(sorted(where))
     return f"{type(future).__name__} of task run {getattr(future, 'task_run_id', '?')}"
+
+
+_TLS_KEYS = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert")
+
+
+def _check_tls_config(spec: str) -> None:
+    """Refuse a ``tls://`` runner when Dask's configuration gives the client no TLS credentials.
+
+    The Dask client takes its certificates from the Dask configuration (a YAML
+    file under ``~/.config/dask/`` or ``DASK_DISTRIBUTED__COMM__TLS__...``
+    environment variables): the CA that signed the scheduler's certificate and
+    the client's own certificate (and key, unless the certificate file holds it).
+    """
+    import dask.config
+
+    missing = [k for k in _TLS_KEYS if not dask.config.get(k, None)]
+    if missing:
+        raise ParameterError(
+            f"task runner {spec!r} needs Dask's TLS configuration: set {', '.join(missing)} "
+            "(and distributed.comm.tls.client.key) in the Dask configuration, e.g. "
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE=ca.pem "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=client.pem "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=client.key (docs/scale.md)")

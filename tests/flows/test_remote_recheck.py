@@ -182,3 +182,21 @@ def test_a_bad_rate_fails_before_a_remote_runner_is_made(bad, monkeypatch):
     with pytest.raises(ParameterError, match="PRIVPIPE_RECHECK_RATE must be a number in"):
         make_task_runner("tcp://127.0.0.1:8786")
     make_task_runner("threads")  # a local runner re-executes nothing: the rate is not read
+
+
+def test_a_worker_gets_the_seeds_of_its_chunks_users_only(curves_csv, policy_file, ledger_path,
+                                                          tmp_path):
+    seen: list[Any] = []
+
+    class Recording(ThreadPoolTaskRunner):
+        def submit(self, task, parameters, wait_for=None, dependencies=None):  # type: ignore[override]
+            if task.name.startswith("privatize"):
+                seen.append(parameters["chunk"])
+            return super().submit(task, parameters, wait_for, dependencies)
+
+    _curves(Recording(max_workers=2), curves_csv, policy_file, ledger_path, tmp_path / "o", "s")
+    assert len(seen) == 3  # six users, two a chunk
+    users = [set(c.user_ids) for c in seen]
+    assert all(set(c.seeds) == u and len(u) == 2 for c, u in zip(seen, users, strict=True))
+    assert set().union(*users) == {f"user-{i}" for i in range(6)}
+    assert len({s for c in seen for s in c.seeds.values()}) == 6  # no seed twice
