@@ -269,8 +269,11 @@ class CheckedFuture:
         local = self._local(self._subchunk)
         picked = set(self._sample)
         per_item = [u in picked for u in self._users] if self._per_item else None
-        problems = compare(remote, local, index=self._index, chunk_users=self._users,
-                           sample=self._sample, per_item=per_item)
+        try:
+            problems = compare(remote, local, index=self._index, chunk_users=self._users,
+                               sample=self._sample, per_item=per_item)
+        except Exception as err:  # noqa: BLE001 - any malformed result is a mismatch
+            problems = [f"a malformed result ({type(err).__name__})"]
         self._subchunk = None  # checked: the sampled raw data is not kept
         if problems:
             raise RemoteResultMismatch(self._worker_of(self._future), self._index, problems)

@@ -120,3 +120,17 @@ def test_a_preloaded_hostile_dask_worker_fails_the_release(hostile_cluster, curv
     assert record is not None and record["state"] == "failed"
     assert f"from worker {worker}" in record["manifest"]["error"]
     assert not (out / "preloaded").exists()
+
+    # the same through the CLI: exit 4, one line naming the worker, nothing published
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    r = CliRunner().invoke(app, [
+        "release", "curves", str(curves_csv), "--domain", "tracks", "--epsilon", "0.5",
+        "--policy", str(policy_file), "--ledger", str(ledger_path), "--out", str(out),
+        "--chunk-users", "3", "--release-id", "preloaded-cli", "--task-runner", address])
+    assert r.exit_code == 4, r.output
+    assert f"from worker {worker}" in r.output and "Traceback" not in r.output
+    assert Ledger(ledger_path).release("preloaded-cli")["state"] == "failed"
+    assert not (out / "preloaded-cli").exists()

@@ -128,6 +128,19 @@ def test_a_tls_runner_releases_the_threads_bytes(tls_cluster, curves_csv, policy
     assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
     assert len(_digest(Path(remote["out"]))) == 3
 
+    # the CLI, which refused tls://, runs it too
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    r = CliRunner().invoke(app, [
+        "release", "curves", str(curves_csv), "--domain", "tracks", "--epsilon", "0.5",
+        "--policy", str(policy_file), "--ledger", str(ledger_path),
+        "--out", str(tmp_path / "cli"), "--chunk-users", "2", "--release-id", "over-tls",
+        "--task-runner", tls_cluster])
+    assert r.exit_code == 0, r.output
+    assert _digest(tmp_path / "cli" / "over-tls") == _digest(Path(threads["out"]))
+
 
 def test_a_tls_runner_without_dask_tls_configuration_is_refused():
     import dask.config

@@ -230,3 +230,7 @@ def test_checked_future_returns_an_honest_result_and_names_the_worker_of_a_bad_o
                        ) as exc:
         checked(_shift_user(_remote(), "u0")).result()
     assert exc.value.exit_code == 4 and exc.value.worker == "tcp://10.0.0.9:4000"
+    odd = _remote()
+    odd.costs = None  # type: ignore[assignment]
+    with pytest.raises(RemoteResultMismatch, match=r"a malformed result \(TypeError\)"):
+        checked(odd).result()
