@@ -160,11 +160,25 @@ def _plain(table: pa.Table) -> pa.Table:
     return pa.table(cols, names=table.column_names)
 
 
+def _id_chunks(table: pa.Table) -> list[pa.Array]:
+    col = table.column("user_id")
+    return list(col.chunks) if isinstance(col, pa.ChunkedArray) else [col]
+
+
+def _user_mask(table: pa.Table, users: pa.Array) -> pa.ChunkedArray:
+    """Whether each row's ``user_id`` is one of `users` (a dictionary's values tested once)."""
+    parts = []
+    for arr in _id_chunks(table):
+        if pa.types.is_dictionary(arr.type):
+            parts.append(pc.take(pc.is_in(arr.dictionary, value_set=users), arr.indices))
+        else:
+            parts.append(pc.is_in(arr, value_set=users))
+    return pa.chunked_array(parts, pa.bool_())
+
+
 def user_rows(table: pa.Table, users: Sequence[str]) -> pa.Table:
     """The rows of `table` whose ``user_id`` is one of `users`, in table order (plain columns)."""
-    plain = _plain(table)
-    mask = pc.is_in(plain.column("user_id"), value_set=pa.array(list(users), pa.string()))
-    return _plain(plain.filter(mask))
+    return _plain(table.filter(_user_mask(table, pa.array(list(users), pa.string()))))
 
 
 def _table_bytes(table: pa.Table) -> bytes:
@@ -175,9 +189,16 @@ def _table_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _users_in(table: pa.Table) -> set[str]:
-    col = _plain(table.select(["user_id"])).column("user_id")
-    return set(pc.unique(col).to_pylist())
+def _users_in(table: pa.Table) -> set[str | None]:
+    """The distinct user ids of `table` (a dictionary's used values, not one per row)."""
+    found: set[str | None] = set()
+    for arr in _id_chunks(table):
+        if pa.types.is_dictionary(arr.type):
+            if arr.null_count:
+                found.add(None)
+            arr = arr.dictionary.take(pc.unique(arr.indices.drop_null()))
+        found.update(pc.unique(arr).to_pylist())
+    return found
 
 
 def _structure(remote: Any, local: ChunkResult, index: int, users: set[str]) -> list[str]:

@@ -170,6 +170,18 @@ def test_rows_of_a_user_not_in_the_chunk_are_refused():
         "table 'curves' has rows of 1 user(s) not in the chunk"]
 
 
+def test_rows_without_a_user_are_refused_also_in_a_dictionary_column():
+    res = _remote()
+    values = res.tables["values"]
+    ids = values.column("user_id").combine_chunks()
+    assert pa.types.is_dictionary(ids.type)  # as the task writes it
+    nulled = pa.DictionaryArray.from_arrays(
+        pa.array(ids.indices.to_pylist()[:-1] + [None], pa.int32()), ids.dictionary)
+    res.tables["values"] = values.set_column(0, "user_id", nulled)
+    assert _curve_compare(res, ["u0"]) == [
+        "table 'values' has rows of 1 user(s) not in the chunk"]
+
+
 def test_changed_costs_and_bounds_of_sampled_users_are_found():
     res = _remote()
     res.costs = [(u, s, c if u != "u1" else None, x) for u, s, c, x in res.costs]
