@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flows import faults
+from tasks.privatize import MechanismRunError
 
 SETTLE_BATCH = 2000
 """The settlements of a release's first ledger transaction."""
@@ -44,6 +45,10 @@ class ChunkWindow:
 
     Every result is kept in `results` (in chunk order) for the post-processing;
     its `costs` are emptied once settled, so memory does not grow with users.
+    A chunk that fails while `submit` takes it (`MechanismRunError`, e.g. a
+    remote result that its local re-execution contradicts) is kept in `failed`:
+    the caller submits nothing more, and `drain` raises it, so the release
+    records the failure where it settles.
     """
 
     def __init__(self, settle: Callable[[list[Any]], None], collect: Callable[[Any], None], *,
@@ -56,15 +61,22 @@ class ChunkWindow:
         """Settle transactions made so far."""
         self.settled = 0
         """Settlements (cost records) made so far."""
+        self.failed: MechanismRunError | None = None
+        """The chunk failure met by `submit` (None: none); `drain` raises it."""
 
     def submit(self, future: Any) -> None:
         """Queue a chunk's future; take the oldest one if `in_flight` are now pending."""
         self._pending.append(future)
-        if len(self._pending) >= self._in_flight:
-            self._take_oldest()
+        if len(self._pending) >= self._in_flight and self.failed is None:
+            try:
+                self._take_oldest()
+            except MechanismRunError as err:
+                self.failed = err
 
     def drain(self) -> None:
         """Take every pending chunk, in order (a failing chunk's error propagates)."""
+        if self.failed is not None:
+            raise self.failed
         while self._pending:
             self._take_oldest()
 

@@ -45,8 +45,10 @@ CrossCheckPolicyOpt = typer.Option(
 OutOpt = typer.Option(Path("out"), "--out", help="Output directory; each release writes "
                       "OUT/<release_id>/.")
 RunnerOpt = typer.Option("threads", "--task-runner",
-                         help="threads | dask (local cluster) | tcp://HOST:PORT (Dask "
-                              "scheduler) | ray://HOST:PORT (needs prefect-ray).")
+                         help="threads | processes | dask (local cluster) | tcp://HOST:PORT "
+                              "or tls://HOST:PORT (Dask scheduler; TLS from the Dask "
+                              "configuration) | ray://HOST:PORT (needs prefect-ray). Remote "
+                              "results are re-executed on a sample: PRIVPIPE_RECHECK_RATE.")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Show Prefect's logs.")
 TableOpt = typer.Option(None, "--table", help="Table name for a DuckDB input.")
 ChunkUsersOpt = typer.Option(

@@ -36,7 +36,7 @@ CURVE_MECHANISMS = registry.names("curves")
 STREAM_MECHANISMS = registry.names("streams")
 EVALUATE_ON = ("grid", "input")
 RECONSTRUCT = ("cpr", "none")
-TASK_RUNNERS = "threads, dask, tcp://HOST:PORT or ray://HOST:PORT"
+TASK_RUNNERS = "threads, processes, dask, tcp://HOST:PORT, tls://HOST:PORT or ray://HOST:PORT"
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb", ".db")
 #: ε or ρ a release accepts: `tasks.privatize.AMOUNT_RANGE` (which imports Prefect; a
 #: test checks the two agree)
@@ -93,7 +93,8 @@ def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
 
 def task_runner_spec(spec: str) -> str:
     """Check the form of ``--task-runner`` (the runner itself is built once Prefect runs)."""
-    if spec in ("threads", "dask") or spec.startswith(("tcp://", "ray://")):
+    if spec in ("threads", "processes", "dask") or spec.startswith(("tcp://", "tls://",
+                                                                     "ray://")):
         return spec
     raise ParameterError(f"unknown task runner {spec!r}: use {TASK_RUNNERS}")
 

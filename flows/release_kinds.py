@@ -35,10 +35,20 @@ from prefect.utilities.annotations import quote
 
 from files.outputs import ParquetAppender
 from files.staging import read_arrow, write_arrow
+from ledger.keys import load_key
 from mechanisms.cost import float_at_most
 from schemas.policy import Domain
 from tasks.ledger_ops import by_user, plan_requests
-from tasks.privatize import ChunkResult, CurveSpec, StreamSpec, privatize_curves, privatize_streams
+from tasks.privatize import (
+    ChunkResult,
+    CurveSpec,
+    StreamSpec,
+    privatize_curve_chunk,
+    privatize_curves,
+    privatize_stream_chunk,
+    privatize_streams,
+)
+from tasks.recheck import CheckedFuture, curve_subchunk, sample_key, sample_users, stream_subchunk
 from tasks.stage import load_curve_chunk, load_stream_chunk
 
 if TYPE_CHECKING:
@@ -125,8 +135,11 @@ class CurveRelease:
         """Submit `privatize_curves` with the users' samples and ledger noise seeds."""
         seeds = run.ledger.noise_seeds(run.rid, [u for u, _ in users], [fp for _, fp in users],
                                        run.parameters)
-        return privatize_curves.submit(load_curve_chunk(chunk, run.dom.value_columns, seeds),
-                                       run.dom.value_columns, self.spec)
+        cols, spec = run.dom.value_columns, self.spec
+        payload = load_curve_chunk(chunk, cols, seeds)
+        return _checked(self, run, privatize_curves.submit(payload, cols, spec), payload,
+                        curve_subchunk, lambda sub: privatize_curve_chunk(sub, cols, spec),
+                        per_item=True)
 
     def stash(self, res: ChunkResult, run: ReleaseRun) -> None:
         """Nothing: curves repeat nothing and are not post-processed."""
@@ -219,7 +232,10 @@ class StreamRelease:
         segments = seeded_segments(run.ledger, run.rid, run.parameters,
                                    read_chunk_plans(chunk_plans_path(run.staging, chunk.index)),
                                    [u for u, _ in users])
-        return privatize_streams.submit(load_stream_chunk(chunk, segments), self.spec)
+        payload, spec = load_stream_chunk(chunk, segments), self.spec
+        return _checked(self, run, privatize_streams.submit(payload, spec), payload,
+                        stream_subchunk, lambda sub: privatize_stream_chunk(sub, spec),
+                        per_item=False)
 
     def stash(self, res: ChunkResult, run: ReleaseRun) -> None:
         """Check the chunk's repeated ranges against what was published; keep its samples.
@@ -311,6 +327,31 @@ class StreamRelease:
             value_range=run.dom.value_range, value_unit=run.dom.value_unit,
             population_period=self.population_period, users_released=users_released,
             mechanism=self.spec.mechanism)
+
+
+def _checked(kind: Any, run: ReleaseRun, future: Any, payload: Any, subchunk: Any, local: Any,
+             *, per_item: bool) -> Any:
+    """`future`, or on a remote runner a `CheckedFuture` re-executing a secret sample locally.
+
+    The sample (`tasks.recheck.sample_users`, at the rate of `flows.runners.recheck_rate`)
+    is keyed by the ledger's noise key, release id and chunk index, so a worker
+    cannot predict it and a rerun checks the same users.
+    """
+    from flows.runners import is_remote, recheck_rate, worker_of
+
+    if "_recheck" not in vars(kind):
+        from prefect.context import FlowRunContext
+
+        ctx = FlowRunContext.get()
+        remote = ctx is not None and is_remote(ctx.task_runner)
+        kind._recheck = (recheck_rate(), load_key(run.ledger.key_path)) if remote else None
+    if kind._recheck is None:
+        return future
+    rate, key = kind._recheck
+    sample = sample_users(sample_key(key, run.rid, payload.index), payload.user_ids, rate)
+    return CheckedFuture(future, index=payload.index, chunk_users=payload.user_ids,
+                         sample=sample, subchunk=subchunk(payload, sample), local=local,
+                         per_item=per_item, worker_of=worker_of)
 
 
 def _chunk_groups(chunks: list[Any], max_users: int) -> list[list[Any]]:

@@ -328,8 +328,11 @@ def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> Ch
         for chunk in run.plan.chunks:
             users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
                      if u in admitted]
-            if users:
-                window.submit(run.kind.submit(run, chunk, users))
+            if not users:
+                continue
+            if window.failed is not None:  # a failed chunk: send no more work (settle records it)
+                break
+            window.submit(run.kind.submit(run, chunk, users))
     except MechanismRunError as err:
         _fail(run, window, err)
         raise

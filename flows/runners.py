@@ -10,9 +10,14 @@ the network and how to run on an existing Dask cluster or on Ray.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from schemas.errors import ParameterError
+
+RECHECK_RATE_ENV = "PRIVPIPE_RECHECK_RATE"
+"""The environment variable that sets the share of each remote chunk's users re-executed
+locally (`tasks.recheck`; default `tasks.recheck.DEFAULT_RATE`, at least one user a chunk)."""
 
 
 def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
@@ -26,6 +31,8 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
             ``ray://HOST:PORT`` (needs prefect-ray).
         workers: worker threads or processes for the local runners.
     """
+    if spec not in ("threads", "processes", "dask"):
+        recheck_rate()  # a remote runner's check: a bad rate fails before anything runs
     if spec == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -45,6 +52,8 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
             return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "processes": True,
                                                   "threads_per_worker": 1,
                                                   "dashboard_address": None})
+        if spec.startswith("tls://"):
+            _check_tls_config(spec)
         return DaskTaskRunner(address=spec)
     if spec.startswith("ray://"):
         try:
@@ -56,3 +65,80 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
     raise ParameterError(
         f"unknown task runner {spec!r}: use threads, processes, dask, tcp://HOST:PORT, "
         "tls://HOST:PORT or ray://HOST:PORT")
+
+
+def recheck_rate() -> float:
+    """The local re-execution rate of remote chunks (`PRIVPIPE_RECHECK_RATE`, default 0.01).
+
+    Raises:
+        ParameterError: the variable is set to anything but a number in [0, 1].
+    """
+    from tasks.recheck import DEFAULT_RATE, check_rate
+
+    value = os.environ.get(RECHECK_RATE_ENV)
+    return DEFAULT_RATE if value is None or value == "" else check_rate(value, RECHECK_RATE_ENV)
+
+
+def is_remote(runner: Any) -> bool:
+    """Whether `runner` may run tasks on workers this process did not start (checked work).
+
+    Local, and trusted as this process is: exactly Prefect's thread or process
+    pool, or a `DaskTaskRunner` on a `LocalCluster` it started itself (no
+    scheduler address). Anything else, a scheduler address (``tcp://``,
+    ``tls://``), Ray, any other or derived runner class, is remote: its chunk
+    results are re-executed on a sample before use (`tasks.recheck`).
+    """
+    from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+
+    if type(runner) in (ThreadPoolTaskRunner, ProcessPoolTaskRunner):
+        return False
+    try:
+        from distributed import LocalCluster
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        return True
+    return not (type(runner) is DaskTaskRunner and runner.address is None
+                and runner.cluster_class is None
+                and isinstance(getattr(runner, "_cluster", None), LocalCluster))
+
+
+def worker_of(future: Any) -> str:
+    """The worker that holds a finished remote task's result, as its scheduler knows it.
+
+    A Dask future: the address(es) the scheduler records as holding the result
+    (not what the worker says of itself); any other future: its runner's
+    future type and task run id.
+    """
+    wrapped = getattr(future, "wrapped_future", None)
+    client = getattr(wrapped, "client", None)
+    if client is not None:
+        try:
+            where = client.who_has([wrapped]).get(wrapped.key, ())
+        except Exception:  # noqa: BLE001 - a closed client or a lost result: say so
+            where = ()
+        if where:
+            return ", ".join(sorted(where))
+    return f"{type(future).__name__} of task run {getattr(future, 'task_run_id', '?')}"
+
+
+_TLS_KEYS = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert")
+
+
+def _check_tls_config(spec: str) -> None:
+    """Refuse a ``tls://`` runner when Dask's configuration gives the client no TLS credentials.
+
+    The Dask client takes its certificates from the Dask configuration (a YAML
+    file under ``~/.config/dask/`` or ``DASK_DISTRIBUTED__COMM__TLS__...``
+    environment variables): the CA that signed the scheduler's certificate and
+    the client's own certificate (and key, unless the certificate file holds it).
+    """
+    import dask.config
+
+    missing = [k for k in _TLS_KEYS if not dask.config.get(k, None)]
+    if missing:
+        raise ParameterError(
+            f"task runner {spec!r} needs Dask's TLS configuration: set {', '.join(missing)} "
+            "(and distributed.comm.tls.client.key) in the Dask configuration, e.g. "
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE=ca.pem "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=client.pem "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=client.key (docs/scale.md)")

@@ -1,0 +1,161 @@
+"""`--task-runner tls://...` works with Dask's TLS configuration (issue 26).
+
+docs/scale.md recommended ``tls://`` and the CLI refused it. The test makes a
+self-signed CA and a certificate with openssl, starts a TLS-only scheduler and
+worker with them, and releases through ``tls://`` with the client's
+credentials in the Dask configuration: the outputs are the threads runner's
+bytes. Without the configuration the runner is refused with exit 2 naming the
+keys to set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.release import release_curves
+from flows.runners import make_task_runner
+
+pytestmark = [pytest.mark.prefect, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture()
+def certificates(tmp_path) -> dict[str, str]:
+    """A self-signed CA and one certificate it signed (for 127.0.0.1), made here."""
+    if shutil.which("openssl") is None:
+        pytest.fail("this test needs the openssl command to make its certificates")
+    d = tmp_path / "tls"
+    d.mkdir(mode=0o700)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+             "ca.pem", "-days", "2", "-subj", "/CN=privpipe test CA", cwd=d)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr",
+             "-subj", "/CN=127.0.0.1", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "node.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
+    return {"ca": str(d / "ca.pem"), "cert": str(d / "node.pem"), "key": str(d / "node.key")}
+
+
+@pytest.fixture()
+def tls_cluster(tmp_path, certificates):
+    """A TLS-only scheduler and one worker, both with the test's certificates."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    tls = ["--tls-ca-file", certificates["ca"], "--tls-cert", certificates["cert"],
+           "--tls-key", certificates["key"]]
+    port = _free_port()
+    address = f"tls://127.0.0.1:{port}"
+    logs = [open(tmp_path / f"{n}.log", "wb") for n in ("scheduler", "worker")]  # noqa: SIM115
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                               "--protocol", "tls", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard", *tls],
+                              env=env, cwd=tmp_path, stdout=logs[0], stderr=subprocess.STDOUT)]
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+         "--no-dashboard", "--local-directory", str(tmp_path / "space"), *tls],
+        env=env, cwd=tmp_path, stdout=logs[1], stderr=subprocess.STDOUT))
+    import dask.config
+    from distributed import Client
+    from distributed.security import Security
+
+    security = Security(tls_ca_file=certificates["ca"], tls_client_cert=certificates["cert"],
+                        tls_client_key=certificates["key"], require_encryption=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with Client(address, timeout=5, security=security) as client:
+                    if client.scheduler_info()["workers"]:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                text = "\n".join((tmp_path / f"{n}.log").read_text(errors="replace")[-2000:]
+                                 for n in ("scheduler", "worker"))
+                pytest.fail(f"the TLS Dask cluster did not start:\n{text}")
+            time.sleep(0.5)
+        config = {"distributed.comm.tls.ca-file": certificates["ca"],
+                  "distributed.comm.tls.client.cert": certificates["cert"],
+                  "distributed.comm.tls.client.key": certificates["key"],
+                  "distributed.comm.require-encryption": True}
+        with dask.config.set(config):
+            yield address
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()
+
+
+def _digest(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.glob("*.parquet"))}
+
+
+def test_a_tls_runner_releases_the_threads_bytes(tls_cluster, curves_csv, policy_file,
+                                                 ledger_path, tmp_path):
+    kw = dict(input_path=str(curves_csv), domain="tracks", epsilon="0.5",
+              ledger_path=str(ledger_path), policy_path=str(policy_file), chunk_users=2,
+              release_id="over-tls")
+    threads = release_curves.with_options(task_runner=make_task_runner("threads"))(
+        out_dir=str(tmp_path / "threads"), **kw)
+    remote = release_curves.with_options(task_runner=make_task_runner(tls_cluster))(
+        out_dir=str(tmp_path / "tls"), **kw)
+    assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
+    assert len(_digest(Path(remote["out"]))) == 3
+
+    # the CLI, which refused tls://, runs it too
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    r = CliRunner().invoke(app, [
+        "release", "curves", str(curves_csv), "--domain", "tracks", "--epsilon", "0.5",
+        "--policy", str(policy_file), "--ledger", str(ledger_path),
+        "--out", str(tmp_path / "cli"), "--chunk-users", "2", "--release-id", "over-tls",
+        "--task-runner", tls_cluster])
+    assert r.exit_code == 0, r.output
+    assert _digest(tmp_path / "cli" / "over-tls") == _digest(Path(threads["out"]))
+
+
+def test_a_tls_runner_without_dask_tls_configuration_is_refused():
+    import dask.config
+
+    from schemas.errors import ParameterError
+
+    with dask.config.set({"distributed.comm.tls.ca-file": None,
+                          "distributed.comm.tls.client.cert": None}), \
+            pytest.raises(ParameterError, match="distributed.comm.tls.ca-file") as exc:
+        make_task_runner("tls://127.0.0.1:8786")
+    assert exc.value.exit_code == 2
+
+
+def test_the_cli_accepts_tls_and_processes_runners():
+    from flows.preflight import task_runner_spec
+
+    assert task_runner_spec("tls://scheduler:8786") == "tls://scheduler:8786"
+    assert task_runner_spec("processes") == "processes"
