@@ -53,10 +53,14 @@ def test_failed_release_prints_one_line_not_a_traceback(tmp_path, policy_file):
     assert res.stdout == "", both  # errors never go to stdout
 
 
-def test_verbose_release_shows_prefect_logs(tmp_path, policy_file):
+def test_verbose_release_shows_prefect_logs(tmp_path, policy_file, curves_csv):
+    # an error raised inside the flow (a missing column is now refused before Prefect
+    # starts): the release id is bound to other parameters by a first run
     home = _home_with_ledger(tmp_path / "home", policy_file)
-    res = _run(["release", "curves", str(_missing_column_csv(tmp_path)), "--domain", "tracks",
-                "--epsilon", "1", "--policy", str(policy_file), "--out", str(tmp_path / "out"),
-                "--verbose"], home)
+    args = ["release", "curves", str(curves_csv), "--domain", "tracks", "--policy",
+            str(policy_file), "--out", str(tmp_path / "out"), "--release-id", "bound"]
+    first = _run([*args, "--epsilon", "1/16"], home)
+    assert first.returncode == 0, first.stdout + first.stderr
+    res = _run([*args, "--epsilon", "1/8", "--verbose"], home)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Encountered exception" in res.stdout + res.stderr
