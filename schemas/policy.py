@@ -42,6 +42,7 @@ Errors name the key and its allowed values (`PolicyError`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -271,7 +272,7 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
                                      "[schedules])")
     problems = _Problems(source)
     for key in sorted(set(data) - {"domains", "schedules"}):
-        problems.add(key, "unknown top-level key; allowed: [domains], [schedules]")
+        problems.add(_toml_key(key), "unknown top-level key; allowed: [domains], [schedules]")
     domains_raw = data.get("domains")
     if not isinstance(domains_raw, dict) or not domains_raw:
         problems.add("domains", "the policy needs at least one [domains.NAME] table")
@@ -291,9 +292,15 @@ def parse_policy(data: dict[str, Any], source: str = "<memory>") -> Policy:
     return Policy(domains=domains, source=source, raw=data)
 
 
+def _toml_key(key: str) -> str:
+    """`key` as TOML writes it: bare when it can be, else quoted (so an empty key shows)."""
+    bare = key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
+    return key if bare else json.dumps(key)
+
+
 def _domain_fields(problems: _Problems, name: str, d: Any) -> dict[str, Any] | None:
     """The `Domain` fields of table `domains.NAME`, recording every problem found."""
-    k = f"domains.{name}"
+    k = f"domains.{_toml_key(name)}"
     if not isinstance(d, dict):
         problems.add(k, "must be a table")
         return None
@@ -301,7 +308,8 @@ def _domain_fields(problems: _Problems, name: str, d: Any) -> dict[str, Any] | N
         problems.add(k, "domain names use ASCII letters, digits, '_' and '-' only, "
                      "starting with a letter or a digit (they become file names)")
     for key in sorted(set(d) - _DOMAIN_KEYS):
-        problems.add(f"{k}.{key}", f"unknown key; allowed: {', '.join(sorted(_DOMAIN_KEYS))}")
+        problems.add(f"{k}.{_toml_key(key)}",
+                     f"unknown key; allowed: {', '.join(sorted(_DOMAIN_KEYS))}")
     cap = problems.check(_required_cap, k, d)
     common = problems.check(_common_keys, k, d) or {}
     kind = problems.check(_kind, k, d)

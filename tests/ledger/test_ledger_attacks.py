@@ -239,7 +239,10 @@ def test_manifests_carrying_signed_heads_are_checked(charged, ledger_path, tmp_p
     (out / "r1" / "manifest.json").write_text(json.dumps(
         {"release_id": "r1", "ledger_head": charged.head().to_dict()}))
     code, text = _cli("verify", "--manifests", out, "--ledger", ledger_path)
-    assert code == 0 and "1 kept signed head" in text
+    # The kept head is consistent with the ledger; the manifest itself names no release the
+    # ledger published (verify --manifests also checks the files and charges), so exit 4.
+    assert "consistent with 1 kept signed head" in text
+    assert code == EXIT_INTEGRITY and "not a release this ledger published" in text
     forged = charged.head().to_dict()
     forged["seq"] += 5
     (out / "r1" / "manifest.json").write_text(json.dumps({"ledger_head": forged}))

@@ -63,9 +63,15 @@ def test_domain_must_be_table():
     _fails({"domains": {"d": 3}}, "domains.d", "table")
 
 
-@pytest.mark.parametrize("name", ["a b", "a.b", "x'y", ""])
-def test_domain_name_characters(name):
-    _fails(_one(CURVES, name), f"domains.{name}", "letters, digits")
+@pytest.mark.parametrize(("name", "shown"), [("a b", 'domains."a b"'), ("a.b", 'domains."a.b"'),
+                                             ("x'y", 'domains."x\'y"'), ("", 'domains.""')])
+def test_domain_name_characters(name, shown):
+    # the key is named as TOML writes it: quoted unless bare, so "" and "a.b" are unambiguous
+    _fails(_one(CURVES, name), shown, "letters, digits")
+
+
+def test_empty_top_level_key_is_named():
+    _fails({"": None, "domains": {"d": CURVES}}, '""', "unknown top-level key")
 
 
 def test_unknown_domain_key_lists_allowed():
