@@ -12,19 +12,18 @@ Needs root (to create the user and start processes as it), as CI runs.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from dask_cluster import ROOT, dask_cluster, digest
 
 from flows.release import release_curves
 
@@ -34,14 +33,7 @@ pytestmark = [pytest.mark.prefect, pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning")]
 
 USER = "privpipe-dask-test"
-ROOT = Path(__file__).resolve().parents[2]
 PROBE = "import sys, numpy, distributed, prefect, tasks.privatize; print(sys.version_info[:2])"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -103,56 +95,14 @@ def cluster(other_user):
            "DASK_DISTRIBUTED__WORKER__DAEMON": "false"}
     python, more = _worker_python(other_user, env)
     env.update(more)
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = [python, "-m", "distributed.cli.dask_scheduler"]
-    logs = []
-
-    def start(argv: list[str], name: str) -> subprocess.Popen:
-        log = open(home / f"{name}.log", "wb")  # noqa: SIM115 - closed below
-        logs.append(log)
-        return subprocess.Popen(argv, env=env, cwd=home, user=other_user.pw_uid,
-                                group=other_user.pw_gid, extra_groups=[], stdout=log,
-                                stderr=subprocess.STDOUT)
-
-    procs = [start(dask + ["--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                   "scheduler")]
-    procs.append(start([python, "-m", "distributed.cli.dask_worker", address,
-                        "--nworkers", "2", "--nthreads", "1", "--no-dashboard",
-                        "--local-directory", str(home / "space")], "workers"))
-    from distributed import Client
-
+    popen = functools.partial(subprocess.Popen, user=other_user.pw_uid,
+                              group=other_user.pw_gid, extra_groups=[])
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with Client(address, timeout=5) as client:
-                    if len(client.scheduler_info()["workers"]) >= 2:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                text = "\n".join((home / f"{n}.log").read_text(errors="replace")[-2000:]
-                                 for n in ("scheduler", "workers"))
-                pytest.fail(f"the Dask cluster of user {USER} did not start:\n{text}")
-            time.sleep(0.5)
-        yield address
+        with dask_cluster(home, env=env, python=python, worker=["--nworkers", "2"], workers=2,
+                          popen=popen, what=f"the Dask cluster of user {USER}") as (address, _):
+            yield address
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for log in logs:
-            log.close()
         shutil.rmtree(home, ignore_errors=True)
-
-
-def _digest(out: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.glob("*.parquet"))}
 
 
 def test_remote_workers_of_another_user_give_the_threads_bytes(
@@ -177,8 +127,8 @@ def test_remote_workers_of_another_user_give_the_threads_bytes(
         out_dir=str(tmp_path / "threads"), **kw)
     remote = release_curves.with_options(task_runner=make_task_runner(cluster))(
         out_dir=str(tmp_path / "remote"), **kw)
-    assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
-    assert len(_digest(Path(remote["out"]))) == 3
+    assert digest(Path(remote["out"])) == digest(Path(threads["out"]))
+    assert len(digest(Path(remote["out"]))) == 3
 
     # the mechanism tasks ran on those workers (one per chunk of 2 users: 3 chunks)
     with Client(cluster) as client:

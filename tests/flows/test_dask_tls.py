@@ -10,29 +10,18 @@ keys to set.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from dask_cluster import ROOT, dask_cluster, digest
 
 from flows.release import release_curves
 from flows.runners import make_task_runner
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -59,61 +48,22 @@ def certificates(tmp_path) -> dict[str, str]:
 @pytest.fixture()
 def tls_cluster(tmp_path, certificates):
     """A TLS-only scheduler and one worker, both with the test's certificates."""
+    import dask.config
+    from distributed.security import Security
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
     tls = ["--tls-ca-file", certificates["ca"], "--tls-cert", certificates["cert"],
            "--tls-key", certificates["key"]]
-    port = _free_port()
-    address = f"tls://127.0.0.1:{port}"
-    logs = [open(tmp_path / f"{n}.log", "wb") for n in ("scheduler", "worker")]  # noqa: SIM115
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
-                               "--protocol", "tls", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard", *tls],
-                              env=env, cwd=tmp_path, stdout=logs[0], stderr=subprocess.STDOUT)]
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-         "--no-dashboard", "--local-directory", str(tmp_path / "space"), *tls],
-        env=env, cwd=tmp_path, stdout=logs[1], stderr=subprocess.STDOUT))
-    import dask.config
-    from distributed import Client
-    from distributed.security import Security
-
     security = Security(tls_ca_file=certificates["ca"], tls_client_cert=certificates["cert"],
                         tls_client_key=certificates["key"], require_encryption=True)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with Client(address, timeout=5, security=security) as client:
-                    if client.scheduler_info()["workers"]:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                text = "\n".join((tmp_path / f"{n}.log").read_text(errors="replace")[-2000:]
-                                 for n in ("scheduler", "worker"))
-                pytest.fail(f"the TLS Dask cluster did not start:\n{text}")
-            time.sleep(0.5)
-        config = {"distributed.comm.tls.ca-file": certificates["ca"],
-                  "distributed.comm.tls.client.cert": certificates["cert"],
-                  "distributed.comm.tls.client.key": certificates["key"],
-                  "distributed.comm.require-encryption": True}
-        with dask.config.set(config):
-            yield address
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for log in logs:
-            log.close()
-
-
-def _digest(out: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.glob("*.parquet"))}
+    config = {"distributed.comm.tls.ca-file": certificates["ca"],
+              "distributed.comm.tls.client.cert": certificates["cert"],
+              "distributed.comm.tls.client.key": certificates["key"],
+              "distributed.comm.require-encryption": True}
+    with dask_cluster(tmp_path, env=env, scheduler=tls, worker=tls, protocol="tls",
+                      client={"security": security}, what="the TLS Dask cluster") as (address, _), \
+            dask.config.set(config):
+        yield address
 
 
 def test_a_tls_runner_releases_the_threads_bytes(tls_cluster, curves_csv, policy_file,
@@ -125,8 +75,8 @@ def test_a_tls_runner_releases_the_threads_bytes(tls_cluster, curves_csv, policy
         out_dir=str(tmp_path / "threads"), **kw)
     remote = release_curves.with_options(task_runner=make_task_runner(tls_cluster))(
         out_dir=str(tmp_path / "tls"), **kw)
-    assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
-    assert len(_digest(Path(remote["out"]))) == 3
+    assert digest(Path(remote["out"])) == digest(Path(threads["out"]))
+    assert len(digest(Path(remote["out"]))) == 3
 
     # the CLI, which refused tls://, runs it too
     from typer.testing import CliRunner
@@ -139,7 +89,7 @@ def test_a_tls_runner_releases_the_threads_bytes(tls_cluster, curves_csv, policy
         "--out", str(tmp_path / "cli"), "--chunk-users", "2", "--release-id", "over-tls",
         "--task-runner", tls_cluster])
     assert r.exit_code == 0, r.output
-    assert _digest(tmp_path / "cli" / "over-tls") == _digest(Path(threads["out"]))
+    assert digest(tmp_path / "cli" / "over-tls") == digest(Path(threads["out"]))
 
 
 def test_a_tls_runner_without_dask_tls_configuration_is_refused():
