@@ -15,7 +15,13 @@ Runs `release_curves` once in this process on the CSV of `bench_flows.py`
   functions' modules before the flow runs; nothing of the release changes.
 
     PYTHONPATH= .venv/bin/python benchmarks/flows/stage_costs.py [--users 10000] [--points 500]
-        [--runner threads|processes|dask --workers N]
+        [--runner threads|processes|dask|tcp://HOST:PORT --workers N] [--cluster N]
+
+``--cluster N`` starts a Dask scheduler and N single-threaded worker processes on
+this machine and releases through ``tcp://`` to them: a remote runner, so each
+chunk's secret sample is re-executed in this process (`tasks.recheck`; rate
+``PRIVPIPE_RECHECK_RATE``). The mechanism rows then count only those local
+re-executions; the workers' CPU is in none of the rows.
 
 Use it beside `bench_flows.py`: that script gives the flow/loop ratio, this
 one says which part of the flow to work on.
@@ -27,11 +33,15 @@ import argparse
 import importlib
 import os
 import resource
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,20 +52,25 @@ from bench_flows import POLICY, write_csv  # noqa: E402
 
 #: (module, attribute or Class.method, label, other modules that imported the name)
 COMPONENTS = [
-    ("ingest.pipeline", "_Batch.__init__", "ingest: convert + validate a batch", ()),
-    ("ingest.pipeline", "_spill", "ingest: CSV scan + spill (this thread; DuckDB's not)", ()),
-    ("ingest.pipeline", "user_fingerprint", "ingest: user fingerprints", ()),
+    ("ingest.batch", "_Batch.__init__", "ingest: convert + validate a batch", ()),
+    ("ingest.spill", "_spill", "ingest: CSV scan + spill (this thread; DuckDB's not)", ()),
+    ("ingest.fingerprint", "user_fingerprint", "ingest: user fingerprints", ("ingest.batch",)),
     ("files.staging", "stage_curve_chunk", "staging: write chunk files", ("tasks.stage",)),
     ("tasks.stage", "load_curve_chunk", "staging: load chunk for its task",
      ("flows.release_kinds",)),
     ("ledger.ledger", "Ledger.reserve", "ledger: reserve", ()),
     ("ledger.ledger", "Ledger.noise_seeds", "ledger: noise seeds", ()),
     ("ledger.ledger", "Ledger.settle", "ledger: settle", ()),
-    ("tasks.privatize", "release_generator", "mechanism: ChaCha20 generators", ()),
+    ("tasks.keyed_rng", "release_generator", "mechanism: ChaCha20 generators",
+     ("tasks.privatize",)),
     ("tasks.privatize", "_run_curves", "mechanism: privfuncseg_batch", ()),
     ("mechanisms.curves.result", "evaluate_local", "outputs: evaluate on the grid", ()),
     ("tasks.privatize", "_curve_tables", "outputs: chunk tables", ()),
     ("files.outputs", "ParquetAppender.add_table", "outputs: Parquet encode + write", ()),
+    ("flows.release_stages", "check_claims", "settle: charges recomputed from the outputs", ()),
+    ("tasks.recheck", "curve_subchunk", "recheck: cut the sampled sub-chunk",
+     ("flows.release_kinds",)),
+    ("tasks.recheck", "compare", "recheck: compare the sample's bytes", ()),
 ]
 
 
@@ -107,7 +122,53 @@ def main() -> None:
     ap.add_argument("--runner", default="default",
                     help="threads, processes or dask (default: the flow's own task runner)")
     ap.add_argument("--workers", type=int, default=2, help="workers of --runner")
+    ap.add_argument("--cluster", type=int, default=0,
+                    help="start a local Dask scheduler and N workers; release over tcp://")
     args = ap.parse_args()
+    if args.cluster:
+        with _local_cluster(args.cluster) as address:
+            args.runner = address
+            _run(args)
+    else:
+        _run(args)
+
+
+@contextmanager
+def _local_cluster(workers: int) -> Iterator[str]:
+    """A Dask scheduler and `workers` single-threaded workers in subprocesses."""
+    from distributed import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                               "127.0.0.1", "--port", str(port), "--no-dashboard"], **quiet),
+             subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
+                               "--nworkers", str(workers), "--nthreads", "1", "--no-dashboard"],
+                              **quiet)]
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with Client(address, timeout=5) as client:
+                    if len(client.scheduler_info()["workers"]) >= workers:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the local Dask cluster did not start in 120 s")
+            time.sleep(0.5)
+        yield address
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+
+
+def _run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="privpipe-stages-") as tmp:
         work = Path(tmp)
         csv = work / "in.csv"
