@@ -21,8 +21,13 @@ $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/
 run: $(STAMP)
 	$(VENV)/bin/privpipe demo
 
+# Test processes (pytest-xdist): each has its own Prefect harness and PREFECT_HOME;
+# a test file runs whole in one process (module fixtures such as a Dask cluster
+# are started once). TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -3,6 +3,8 @@
 import os
 import tempfile
 
+import pytest
+
 # One BLAS thread per process: the mechanisms' small solves are many and short, and
 # on a loaded 2-core machine OpenBLAS's thread pool made them ~25x slower.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -14,3 +16,23 @@ os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "90"
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ["PREFECT_RESULTS_PERSIST_BY_DEFAULT"] = "false"
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session")
+def prefect_api(request) -> str:
+    """Prefect's test harness, started once per test process by the first test that needs it.
+
+    Every flow test shares it (tests/flows through an autouse fixture; the
+    reliability, privacy and ledger modules that run a flow ask for it): a
+    harness is a Prefect server in a subprocess, about 10-30 s to start on these
+    machines. Returns its API URL, which CLI subprocesses are given.
+    """
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    cm = prefect_test_harness(server_startup_timeout=120)
+    cm.__enter__()
+    request.addfinalizer(lambda: cm.__exit__(None, None, None))
+    url = PREFECT_API_URL.value()
+    assert url, "the Prefect test harness did not set an API URL"
+    return str(url)

@@ -11,11 +11,9 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+def prefect_harness(prefect_api):
+    """Every flow test runs against the session's one Prefect harness (tests/conftest.py)."""
+    return prefect_api
 
 
 @pytest.fixture(scope="session")

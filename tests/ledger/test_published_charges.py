@@ -43,11 +43,8 @@ TINY = Fraction(1, 10**9)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+def prefect_harness(prefect_api):
+    return prefect_api
 
 
 @pytest.fixture

@@ -50,11 +50,8 @@ ROWS_PER_GROUP = 500  # small, so the 24 x 64 value rows span several row groups
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+def prefect_harness(prefect_api):
+    return prefect_api
 
 
 def _track(user: str, times: np.ndarray, phase: float) -> pd.DataFrame:

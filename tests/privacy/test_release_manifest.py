@@ -35,11 +35,8 @@ MECHANISMS_COVERED = ("privfuncseg",)
 
 
 @pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+def harness(prefect_api):
+    return prefect_api
 
 
 def _release(tmp: Path, window: float | None) -> tuple[dict, Path]:

@@ -28,11 +28,8 @@ MECHANISMS_COVERED = ("square_wave",)
 
 
 @pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+def harness(prefect_api):
+    return prefect_api
 
 
 def _input(path: Path, steps: range) -> str:

@@ -1,4 +1,4 @@
-"""Reliability tests: one Prefect harness for the session, a template ledger and inputs."""
+"""Reliability tests: a template ledger and inputs (the Prefect harness is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,6 @@ from pathlib import Path
 
 import harness
 import pytest
-
-
-@pytest.fixture(scope="session")
-def prefect_api(request) -> str:
-    """Start Prefect's test harness once; return its API URL (CLI subprocesses share it)."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    cm = prefect_test_harness(server_startup_timeout=120)
-    cm.__enter__()
-    request.addfinalizer(lambda: cm.__exit__(None, None, None))
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness did not set an API URL"
-    return str(url)
 
 
 @pytest.fixture(scope="session")
