@@ -27,6 +27,8 @@ from scipy import stats
 
 from mechanisms.discrete_gaussian import (
     _bernoulli_ratio,
+    _centre_parts,
+    _offsets,
     bernoulli_exp,
     cgp_lattice,
     discrete_gaussian,
@@ -75,6 +77,24 @@ def test_real_centred_discrete_gaussian_pmf(center, sigma2):
     support = np.arange(math.floor(c - 40 * math.sqrt(s2)), math.ceil(c + 40 * math.sqrt(s2)))
     probs = _pmf(support, lambda y: -((y - c) ** 2) / (2 * s2))
     counts = np.array([np.sum(draws == y) for y in support])
+    assert chi2_gof_pvalue(counts, probs) > ALPHA
+
+
+@pytest.mark.parametrize("centre", [0.7, -0.6, 3.5, 0.25, -2.875])
+@pytest.mark.parametrize("sigma2", [Fraction(9, 4), Fraction(50)])
+def test_lattice_core_draws_around_real_centres(centre, sigma2):
+    # the vector path of cgp_lattice (centre split into m + f, |f| <= 1/2, then the
+    # shifted offsets) at small σ², where one lattice step is visible: m + y must follow
+    # N_Z(c, σ²) whichever side of 1/2 the fractional part lies (cgp_lattice itself
+    # always has σ_Z > 2^19, where a one-step error or a too-small proposal scale is
+    # invisible statistically)
+    m, num, den = _centre_parts(np.full(20_000, centre))
+    draws = m + _offsets(num, den, sigma2, release_generator(5))
+    s = math.sqrt(float(sigma2))
+    support = np.arange(math.floor(centre - 40 * s), math.ceil(centre + 40 * s))
+    probs = _pmf(support, lambda y: -((y - centre) ** 2) / (2 * float(sigma2)))
+    counts = np.array([np.sum(draws == y) for y in support])
+    assert counts.sum() == draws.size
     assert chi2_gof_pvalue(counts, probs) > ALPHA
 
 
