@@ -22,6 +22,7 @@ from prefect import flow, task
 
 from flows import signals
 from flows.run_labels import audit_run_name, tag_run
+from flows.run_logging import route_run_logs
 from ledger.audit_data import collect
 from ledger.errors import LedgerIntegrityError
 from reports.audit_report import write_audit_report
@@ -65,6 +66,7 @@ def audit(ledger_path: str = ".privpipe/ledger.duckdb", out_dir: str = "out",
     """Compliance report: chain verification, budgets over time, near-cap users, denials."""
     from prefect.states import Completed
 
+    route_run_logs()  # INFO lines reach the API (flows.run_logging)
     tag_run("audit")
     try:
         res = audit_report(ledger_path, out_dir, near_cap_fraction, public_key, expect_heads)

@@ -18,6 +18,7 @@ from prefect import flow, task
 from data import loaders
 from flows.demo import DEMO_RELEASES
 from flows.run_labels import evaluate_run_name, tag_run
+from flows.run_logging import route_run_logs
 from flows.settings import BUNDLED_POLICY
 from mechanisms import registry
 from reports.evaluation_report import Suite, write_evaluation_report
@@ -91,6 +92,7 @@ def evaluate(out_dir: str = "out", input_path: str | None = None, domain: str | 
     With `input_path`, `domain` names its policy domain; without, the bundled
     data sets are evaluated under the bundled policy.
     """
+    route_run_logs()  # INFO lines reach the API (flows.run_logging)
     tag_run("evaluate", *([f"domain:{domain}"] if domain else []))
     if input_path is not None and not domain:
         raise ParameterError("evaluate FILE needs --domain (the policy domain of its data)")

@@ -78,18 +78,26 @@ def _console_handlers() -> list[logging.Handler]:
     return [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
 
 
-def route_run_logs(mode: Verbosity) -> None:
+def route_run_logs(mode: Verbosity | None = None) -> None:
     """Send INFO run records to the API; show on the console what `mode` asks (idempotent).
 
-    Call after Prefect configured its logging (``import prefect.main``).
+    Call after Prefect configured its logging (``import prefect.main``). The
+    flows call it with no mode as they start (a served or deployed run, a
+    direct call): the console then keeps the filter the CLI or the API chose,
+    else gets the ``library`` one.
     """
     for name in RUN_LOGGERS:
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
     for handler in _console_handlers():
-        for old in [f for f in handler.filters if isinstance(f, ConsoleFilter)]:
-            handler.removeFilter(old)
-        handler.addFilter(ConsoleFilter(mode))
+        old = [f for f in handler.filters if isinstance(f, ConsoleFilter)]
+        if mode is None and old:
+            continue
+        for f in old:
+            handler.removeFilter(f)
+        handler.addFilter(ConsoleFilter(mode or Verbosity.library))
+    if mode is None:
+        return
     if mode is not Verbosity.verbose:
         logging.getLogger("distributed").setLevel(logging.CRITICAL)

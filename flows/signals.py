@@ -154,7 +154,9 @@ def reported_release(domain: str, release_id: str | None) -> Iterator[None]:
     Failed state); telling Prefect about it never hides it.
     """
     from flows.run_labels import current_release_id, name_failed_run, start_release
+    from flows.run_logging import route_run_logs
 
+    route_run_logs()  # this run's INFO lines reach the API, whoever started it
     start_release(domain, release_id)
     try:
         yield
