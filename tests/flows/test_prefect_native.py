@@ -239,3 +239,24 @@ def test_verbose_and_quiet_together_are_refused(tmp_path, curves_csv):
     r = CliRunner().invoke(app, ["release", "curves", str(curves_csv), "--domain", "tracks",
                                  "--epsilon", "1", "-v", "-q"])
     assert r.exit_code == 2 and "--verbose and --quiet" in r.output
+
+
+def test_documented_events_and_automation_example():
+    import re
+
+    import yaml
+    from prefect.client.orchestration import get_client
+    from prefect.events.schemas.automations import AutomationCore
+
+    from flows.signals import EVENTS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    table = doc[doc.index("### Prefect events"):doc.index("## Environment variables")]
+    assert set(re.findall(r"^\| `(privpipe\.[a-z.-]+)` \|", table, re.M)) == set(EVENTS)
+    block = re.findall(r"```yaml\n(.*?)```", table, re.S)[0]
+    automation = AutomationCore.model_validate(yaml.safe_load(block))
+    assert automation.trigger.expect == {"privpipe.release.denied"}
+    with get_client(sync_client=True) as client:  # the server takes it as written
+        created = client.read_automation(client.create_automation(automation))
+        client.delete_automation(created.id)
+    assert created.name == "privpipe release denied"
