@@ -40,7 +40,6 @@ def _prefect() -> None:
     global _url
     if _url is None:
         from flows.prefect_server import prefect_session
-
         from flows.run_logging import Verbosity, route_run_logs
 
         _url = _session.enter_context(prefect_session(preload=("prefect.main", "flows.release")))
