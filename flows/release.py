@@ -112,7 +112,7 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
             if early is not None:
                 if not dry_run:
                     signals.say(f"release {run.rid}: already published; replayed")
-                    signals.release_finished(early)
+                    signals.published(early)
                 return early
             admission = reserve(run)
             signals.log_admission(run.rid, len(admission.admitted), len(admission.denied))
@@ -122,8 +122,7 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
             settle(run, window)
             post = kind.post_process(run, window.results, appender)
             res = publish(run, appender, admission, post, outputs)
-            signals.release_finished(res)
-            signals.near_cap(run.rid, dom.name, run.ledger.near_cap_users(run.rid, dom.name))
+            signals.published(res, lambda: run.ledger.near_cap_users(run.rid, dom.name))
             return res
     finally:
         if appender is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _log = logging.getLogger(__name__)
@@ -52,9 +52,8 @@ def say(message: str) -> None:
 
 def release_resource(release_id: str | None, domain: str | None) -> dict[str, str]:
     """The event resource of a release (``privpipe.release.<id>``; ``unknown``: not yet named)."""
-    res = {"prefect.resource.id": f"privpipe.release.{release_id or 'unknown'}",
-           "prefect.resource.name": release_id or "unknown", "privpipe.domain": domain or ""}
-    return res
+    return {"prefect.resource.id": f"privpipe.release.{release_id or 'unknown'}",
+            "prefect.resource.name": release_id or "unknown", "privpipe.domain": domain or ""}
 
 
 def _related(domain: str | None) -> list[dict[str, str]]:
@@ -124,6 +123,25 @@ def release_finished(res: dict[str, Any]) -> None:
     emit(outcome_event(counts), release_id=rid, domain=domain,
          payload={"counts": counts, "flow": manifest.get("flow"),
                   "mechanism": manifest.get("mechanism")})
+
+
+def published(res: dict[str, Any], near_cap_users: Callable[[], int] | None = None) -> None:
+    """Tell Prefect a release is published (or replayed); never fails the release.
+
+    The outputs are written and the ledger records the release by now: a
+    failure to log, emit or count the near-cap users is a warning, not an error.
+
+    Args:
+        res: the release's result.
+        near_cap_users: counts its users now near the cap (None: a replay, not counted).
+    """
+    try:
+        release_finished(res)
+        if near_cap_users is not None:
+            near_cap(res["release_id"], res["manifest"]["domain"], near_cap_users())
+    except Exception as err:  # noqa: BLE001 - published already; say so, do not fail it
+        run_logger().warning("release %s: could not report it to Prefect (%s)",
+                             res["release_id"], type(err).__name__)
 
 
 def release_failed(err: BaseException, *, release_id: str | None, domain: str | None) -> None:
