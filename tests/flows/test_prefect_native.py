@@ -208,31 +208,65 @@ def test_rejections_are_logged_only_when_the_policy_publishes_them(tmp_path, cap
     assert any("not published" in m for m in private)
 
 
-def test_cli_parameters_are_absolute_paths(tmp_path, curves_csv, policy_file, ledger_path,
-                                           monkeypatch):
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
-
+def _workdir(tmp_path: Path, curves_csv: Path, ledger_path: Path, monkeypatch) -> Path:
+    """A working directory holding the input and the ledger (with its key files)."""
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(curves_csv, work / "curves.csv")
-    for path in Path(ledger_path).parent.glob("ledger.duckdb*"):  # with its key files
+    for path in Path(ledger_path).parent.glob("ledger.duckdb*"):
         shutil.copy(path, work / path.name)
     monkeypatch.chdir(work)
+    return work
+
+
+def _parameters(name: str) -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=[name])))
+    assert len(runs) == 1
+    return runs[0].parameters
+
+
+def test_cli_parameters_are_absolute_paths(tmp_path, curves_csv, policy_file, ledger_path,
+                                           monkeypatch):
+    work = _workdir(tmp_path, curves_csv, ledger_path, monkeypatch)
     r = CliRunner().invoke(app, ["release", "curves", "curves.csv", "--domain", "tracks",
                                  "--epsilon", "1/8", "--ledger", "ledger.duckdb", "--out", "out",
                                  "--release-id", "native-abs", "--format", "json", "--quiet"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)[0]["output"] == str(work / "out" / "native-abs")
     assert r.stderr == ""  # --quiet: the result on stdout, nothing else
-    with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            name=FlowRunFilterName(any_=["native-abs"])))
-    assert len(runs) == 1
-    params = runs[0].parameters
+    params = _parameters("native-abs")
     assert params["input_path"] == str(work / "curves.csv")
     assert params["ledger_path"] == str(work / "ledger.duckdb")
     assert params["out_dir"] == str(work / "out")
+
+
+def test_python_api_parameters_are_absolute_paths(tmp_path, curves_csv, ledger_path,
+                                                  monkeypatch):
+    from flows.api import release_curves as api_release
+
+    work = _workdir(tmp_path, curves_csv, ledger_path, monkeypatch)
+    res = api_release("curves.csv", domain="tracks", epsilon="1/8", ledger_path="ledger.duckdb",
+                      out_dir="out", release_id="native-api-abs")
+    assert res["out"] == str(work / "out" / "native-api-abs")
+    params = _parameters("native-api-abs")
+    assert (params["input_path"], params["ledger_path"], params["out_dir"]) == (
+        str(work / "curves.csv"), str(work / "ledger.duckdb"), str(work / "out"))
+
+
+def test_evaluate_run_is_named_and_tagged_from_its_parameters(tmp_path, curves_csv):
+    from flows.evaluate import evaluate
+
+    state = evaluate(out_dir=str(tmp_path), input_path=str(curves_csv), domain="tracks",
+                     n_curves=0, return_state=True)  # refused inside the run: n_curves < 1
+    assert state.is_failed()
+    run = _run(state.state_details.flow_run_id)
+    assert run.name == "evaluate-tracks"
+    assert {"privpipe", "evaluate", "domain:tracks"} <= set(run.tags)
 
 
 def test_verbose_and_quiet_together_are_refused(tmp_path, curves_csv):
