@@ -119,7 +119,7 @@ def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, mode: Verb
                    columns=RESULT_COLUMNS)
         raise
     if res.get("dry_run"):
-        _show_plan(res, fmt)
+        _show_plan(res, fmt, mode)
         return
     print_rows([_result_row(res)], fmt, title="Release", columns=RESULT_COLUMNS)
     if mode is not Verbosity.quiet:
@@ -127,16 +127,17 @@ def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, mode: Verb
         console.print(f"release {res['release_id']}: {counts_line(counts)}", highlight=False)
 
 
-def _show_plan(res: dict[str, Any], fmt: OutputFormat) -> None:
+def _show_plan(res: dict[str, Any], fmt: OutputFormat, mode: Verbosity) -> None:
     """A dry run's table; exit 3 if nobody would be admitted (2 if nobody is valid)."""
     from flows.dry_run import PLAN_COLUMNS
 
     counts = res["counts"]
     print_rows(res["users"], fmt, title=f"Dry run of {res['release_id']} (nothing charged)",
                columns=PLAN_COLUMNS)
-    console.print(f"dry run of {res['release_id']}: "
-                  f"{counts_line(counts).replace(' released;', ' would be released;')}; "
-                  "nothing charged, no noise drawn", highlight=False)
+    if mode is not Verbosity.quiet:
+        console.print(f"dry run of {res['release_id']}: "
+                      f"{counts_line(counts).replace(' released;', ' would be released;')}; "
+                      "nothing charged, no noise drawn", highlight=False)
     if counts["users_released"] == 0:
         raise typer.Exit(EXIT_DENIED if counts["users_denied"] else EXIT_BAD_INPUT)
 
