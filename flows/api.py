@@ -40,12 +40,19 @@ def _prefect() -> None:
     global _url
     if _url is None:
         from flows.prefect_server import prefect_session
+        from flows.run_logging import Verbosity, route_run_logs
 
-        _url = _session.enter_context(prefect_session(preload=("flows.release",)))
+        _url = _session.enter_context(prefect_session(preload=("prefect.main", "flows.release")))
+        route_run_logs(Verbosity.library)  # run logs reach the API; the console as configured
 
 
 def _ledger(path: str | os.PathLike[str] | None) -> str:
     return str(Path(path) if path is not None else privpipe_home() / "ledger.duckdb")
+
+
+def _abs(path: str | os.PathLike[str] | None) -> str | None:
+    """An absolute path for a flow parameter (a rerun from the UI finds the same file)."""
+    return None if path is None else str(Path(path).absolute())
 
 
 def _amount_text(value: Any) -> str | None:
@@ -87,10 +94,10 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
     from flows.runners import make_task_runner
 
     return flow.with_options(task_runner=make_task_runner(task_runner))(
-        input_path=str(input_path), domain=domain, mechanism=mechanism,
+        input_path=_abs(input_path), domain=domain, mechanism=mechanism,
         epsilon=_amount_text(epsilon), rho=_amount_text(rho), options=dict(options or {}),
-        release_id=release_id, out_dir=str(out_dir), ledger_path=ledger,
-        policy_path=None if policy_path is None else str(policy_path),
+        release_id=release_id, out_dir=_abs(out_dir), ledger_path=_abs(ledger),
+        policy_path=_abs(policy_path),
         chunk_users=chunk_users, table=table,
         evaluate_on=evaluate_on)
 
@@ -127,9 +134,9 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
     from flows.runners import make_task_runner
 
     return flow.with_options(task_runner=make_task_runner(task_runner))(
-        input_path=str(input_path), domain=domain, epsilon=_amount_text(epsilon),
-        mechanism=mechanism, reconstruct=reconstruct, release_id=release_id, out_dir=str(out_dir),
-        ledger_path=ledger, policy_path=None if policy_path is None else str(policy_path),
+        input_path=_abs(input_path), domain=domain, epsilon=_amount_text(epsilon),
+        mechanism=mechanism, reconstruct=reconstruct, release_id=release_id,
+        out_dir=_abs(out_dir), ledger_path=_abs(ledger), policy_path=_abs(policy_path),
         chunk_users=chunk_users, table=table)
 
 
@@ -151,4 +158,5 @@ def audit(*, ledger_path: str | os.PathLike[str] | None = None,
     _prefect()
     from flows.audit_flow import audit as flow
 
-    return flow(ledger_path=ledger, out_dir=str(out_dir), near_cap_fraction=near_cap_fraction)
+    return flow(ledger_path=_abs(ledger), out_dir=_abs(out_dir),
+                near_cap_fraction=near_cap_fraction)

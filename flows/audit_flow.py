@@ -6,15 +6,25 @@ ledger's path and head, the audit's time, per domain the budget spent over
 time, spend per account against the cap, accounts near or above the cap,
 denials per user over time; the releases and the policy in force. Reads the
 ledger only; charges nothing.
+
+The run is named ``audit-<ledger file name>`` and tagged ``privpipe`` and
+``audit``; its state's message says whether the ledger verified, and a ledger
+that does not verify (or cannot be opened as itself) emits
+``privpipe.ledger.integrity-failed`` (docs/operations.md#prefect-events).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
 
+from flows import signals
+from flows.run_labels import audit_run_name, tag_run
+from flows.run_logging import route_run_logs
 from ledger.audit_data import collect
+from ledger.errors import LedgerIntegrityError
 from reports.audit_report import write_audit_report
 from schemas.errors import ParameterError
 
@@ -37,9 +47,39 @@ def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0
 audit_report = task(audit_report_fn, name="audit-report", persist_result=False)
 
 
-@flow(name="audit", persist_result=False)
+def _integrity_failed(ledger_path: str, payload: dict[str, Any]) -> None:
+    """Log and emit ``privpipe.ledger.integrity-failed`` (the ledger file's name, counts)."""
+    from prefect.events import emit_event
+
+    name = Path(ledger_path).name
+    signals.say(f"ledger {name}: integrity check FAILED")
+    emit_event("privpipe.ledger.integrity-failed",
+               resource={"prefect.resource.id": f"privpipe.ledger.{name}",
+                         "prefect.resource.name": name},
+               payload=payload)
+
+
+@flow(name="audit", flow_run_name=audit_run_name, persist_result=False)
 def audit(ledger_path: str = ".privpipe/ledger.duckdb", out_dir: str = "out",
           near_cap_fraction: float = 0.1, public_key: str | None = None,
-          expect_heads: list[str] | None = None) -> dict[str, Any]:
+          expect_heads: list[str] | None = None) -> Any:
     """Compliance report: chain verification, budgets over time, near-cap users, denials."""
-    return audit_report(ledger_path, out_dir, near_cap_fraction, public_key, expect_heads)
+    from prefect.states import Completed
+
+    route_run_logs()  # INFO lines reach the API (flows.run_logging)
+    tag_run("audit")
+    try:
+        res = audit_report(ledger_path, out_dir, near_cap_fraction, public_key, expect_heads)
+    except LedgerIntegrityError as err:
+        _integrity_failed(ledger_path, {"error": type(err).__name__, "entries_checked": None})
+        raise
+    if not res["ok"]:
+        _integrity_failed(ledger_path, {"error": "verification failed",
+                                        "entries_checked": res["entries"]})
+        message = (f"ledger does NOT verify ({res['entries']} entries checked); "
+                   f"report: {res['report']}")
+    else:
+        message = (f"ledger verifies ({res['entries']} entries); {res['near_cap']} account(s) "
+                   f"near the cap; {res['users_denied']} user(s) ever denied")
+    signals.say(message)
+    return Completed(message=message, data=res)

@@ -20,7 +20,6 @@ import contextlib
 import csv
 import io
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -32,7 +31,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from schemas.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, PrivpipeError
+from flows.run_logging import Verbosity
+from schemas.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ParameterError, PrivpipeError
 
 # Messages, progress and errors: stderr. Results: `print_rows` (stdout).
 console = Console(stderr=True, soft_wrap=True)
@@ -53,28 +53,36 @@ class OutputFormat(StrEnum):
 
 
 FORMAT_HELP = "Output format of the results on stdout: table, csv or json."
+VERBOSE_HELP = ("Show the run's log lines (stages, counts, final state) on stderr; they always "
+                "go to the Prefect API.")
+QUIET_HELP = "Print only errors and the result (no progress, no counts line)."
 
 
-def open_prefect(verbose: bool, preload: Sequence[str] = ()) -> str:
+def verbosity(verbose: bool, quiet: bool) -> Verbosity:
+    """The terminal's verbosity from ``-v/--verbose`` and ``-q/--quiet`` (not both).
+
+    Raises:
+        ParameterError: both were given (exit code 2).
+    """
+    if verbose and quiet:
+        raise ParameterError("--verbose and --quiet cannot be used together")
+    return Verbosity.verbose if verbose else Verbosity.quiet if quiet else Verbosity.normal
+
+
+def open_prefect(mode: Verbosity, preload: Sequence[str] = ()) -> str:
     """Reach Prefect for the rest of the command (configured API, else a temporary server).
 
-    The session is closed by `handle_errors` when the command returns or fails.
-    Returns the API URL.
+    The run's log lines go to the Prefect API at INFO whatever `mode` says; the
+    terminal shows what `mode` asks (`flows.run_logging`). The session is
+    closed by `handle_errors` when the command returns or fails. Returns the
+    API URL.
     """
     from flows.prefect_server import prefect_session
-    from flows.settings import configure_prefect
+    from flows.run_logging import route_run_logs
 
-    configure_prefect()
-    if not verbose:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
     url = _prefect.enter_context(prefect_session(preload=("prefect.main", *preload)))
-    if not verbose:
-        import logging
-
-        # prefect.main ran Prefect's logging dictConfig (a plain `import prefect` is lazy):
-        # quiet it now, so a failed run prints our one-line error, not Prefect's traceback.
-        for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
+    # prefect.main ran Prefect's logging dictConfig (a plain `import prefect` is lazy)
+    route_run_logs(mode)
     return url
 
 

@@ -10,6 +10,7 @@ dies with the command.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,17 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from flows import preflight
 from flows.cli_common import (
     FORMAT_HELP,
+    QUIET_HELP,
+    VERBOSE_HELP,
     OutputFormat,
     console,
     handle_errors,
     open_prefect,
     print_rows,
+    verbosity,
 )
 from flows.outcome import ReleaseNotMadeError, counts_line
+from flows.run_logging import Verbosity
 from flows.settings import privpipe_home
 from reports.release_sections import WITHHELD
 from schemas.errors import EXIT_BAD_INPUT, EXIT_DENIED, ParameterError
@@ -49,7 +54,8 @@ RunnerOpt = typer.Option("threads", "--task-runner",
                               "or tls://HOST:PORT (Dask scheduler; TLS from the Dask "
                               "configuration) | ray://HOST:PORT (needs prefect-ray). Remote "
                               "results are re-executed on a sample: PRIVPIPE_RECHECK_RATE.")
-VerboseOpt = typer.Option(False, "--verbose", "-v", help="Show Prefect's logs.")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP)
+QuietOpt = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)
 TableOpt = typer.Option(None, "--table", help="Table name for a DuckDB input.")
 ChunkUsersOpt = typer.Option(
     None, "--chunk-users", help="Users per mechanism task (default: 1,000; a "
@@ -67,8 +73,20 @@ def _ledger_path(ledger: Path | None) -> Path:
     return ledger if ledger is not None else privpipe_home() / "ledger.duckdb"
 
 
-def _prepare(verbose: bool, preload: tuple[str, ...] = ()) -> None:
-    open_prefect(verbose, preload)
+def _prepare(mode: Verbosity, preload: tuple[str, ...] = ()) -> None:
+    open_prefect(mode, preload)
+
+
+def _abs(path: Path | None) -> str | None:
+    """A path as an absolute string (flow parameters: a rerun elsewhere finds the same file)."""
+    return None if path is None else str(Path(path).absolute())
+
+
+def _abs_head(text: str) -> str:
+    """An ``--expect-head``: ``SEQ:HASH`` as given, a checkpoint file's path made absolute."""
+    if re.fullmatch(r"\d+:[0-9a-fA-F]{64}", text.strip()):
+        return text
+    return str(Path(text).absolute())
 
 
 def _result_row(res: dict[str, Any]) -> dict[str, Any]:
@@ -83,40 +101,43 @@ def _result_row(res: dict[str, Any]) -> dict[str, Any]:
             "output": res["out"], "report": res["report"]}
 
 
-def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, verbose: bool,
+def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, mode: Verbosity,
                  **params: Any) -> None:
     """Start Prefect, run the flow, print the result; exit 3/2 when nobody was released."""
-    _prepare(verbose, ("flows.release", "flows.runners"))
+    _prepare(mode, ("flows.release", "flows.runners"))
     import flows.release
     from flows.runners import make_task_runner
 
     flow = getattr(flows.release, flow_name)
     runner = make_task_runner(task_runner)
     try:
-        with _spinner(f"{flow_name.replace('_', ' ')} (Prefect: {os.environ['PREFECT_API_URL']})"):
+        with _spinner(f"{flow_name.replace('_', ' ')} (Prefect: {os.environ['PREFECT_API_URL']})",
+                      mode):
             res = flow.with_options(task_runner=runner)(**params)
     except ReleaseNotMadeError as err:
         print_rows([_result_row(err.result)], fmt, title="Release (nobody released)",
                    columns=RESULT_COLUMNS)
         raise
     if res.get("dry_run"):
-        _show_plan(res, fmt)
+        _show_plan(res, fmt, mode)
         return
     print_rows([_result_row(res)], fmt, title="Release", columns=RESULT_COLUMNS)
-    counts = res["manifest"]["counts"]
-    console.print(f"release {res['release_id']}: {counts_line(counts)}", highlight=False)
+    if mode is not Verbosity.quiet:
+        counts = res["manifest"]["counts"]
+        console.print(f"release {res['release_id']}: {counts_line(counts)}", highlight=False)
 
 
-def _show_plan(res: dict[str, Any], fmt: OutputFormat) -> None:
+def _show_plan(res: dict[str, Any], fmt: OutputFormat, mode: Verbosity) -> None:
     """A dry run's table; exit 3 if nobody would be admitted (2 if nobody is valid)."""
     from flows.dry_run import PLAN_COLUMNS
 
     counts = res["counts"]
     print_rows(res["users"], fmt, title=f"Dry run of {res['release_id']} (nothing charged)",
                columns=PLAN_COLUMNS)
-    console.print(f"dry run of {res['release_id']}: "
-                  f"{counts_line(counts).replace(' released;', ' would be released;')}; "
-                  "nothing charged, no noise drawn", highlight=False)
+    if mode is not Verbosity.quiet:
+        console.print(f"dry run of {res['release_id']}: "
+                      f"{counts_line(counts).replace(' released;', ' would be released;')}; "
+                      "nothing charged, no noise drawn", highlight=False)
     if counts["users_released"] == 0:
         raise typer.Exit(EXIT_DENIED if counts["users_denied"] else EXIT_BAD_INPUT)
 
@@ -145,13 +166,14 @@ def release_curves_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     policy: Path | None = CrossCheckPolicyOpt,
     task_runner: str = RunnerOpt, dry_run: bool = DryRunOpt, fmt: OutputFormat = FormatOpt,
-    verbose: bool = VerboseOpt,
+    verbose: bool = VerboseOpt, quiet: bool = QuietOpt,
 ) -> None:
     """Privatize every user's curves (ε-GP or ρ-CGP w.r.t. L2) and write OUT/<release_id>/.
 
     Exit 0 when some user was released (denied and rejected users are counted),
     3 when no user was released because of budget, 2 on bad input.
     """
+    mode = verbosity(verbose, quiet)
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
     opts = preflight.parse_options(options)
@@ -161,10 +183,9 @@ def release_curves_cmd(
         out=out, ledger_path=ledger_path, policy_path=policy, table=table, chunk=chunk_users,
         evaluate_on=evaluate_on, options=opts, task_runner=task_runner)
     _run_release(
-        "release_curves", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
+        "release_curves", task_runner, fmt, mode, input_path=_abs(input_path), domain=domain,
         mechanism=mechanism, epsilon=epsilon, rho=rho, options=opts, release_id=release_id,
-        out_dir=str(out), ledger_path=str(ledger_path),
-        policy_path=None if policy is None else str(policy),
+        out_dir=_abs(out), ledger_path=_abs(ledger_path), policy_path=_abs(policy),
         chunk_users=chunk_users, table=table, evaluate_on=evaluate_on, dry_run=dry_run)
 
 
@@ -188,13 +209,14 @@ def release_streams_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     policy: Path | None = CrossCheckPolicyOpt,
     task_runner: str = RunnerOpt, dry_run: bool = DryRunOpt, fmt: OutputFormat = FormatOpt,
-    verbose: bool = VerboseOpt,
+    verbose: bool = VerboseOpt, quiet: bool = QuietOpt,
 ) -> None:
     """Randomize every stream sample at ε/w (ε-w-event LDP; Square Wave by default), CPR after.
 
     Exit 0 when some user was released (denied and rejected users are counted),
     3 when no user was released because of budget, 2 on bad input.
     """
+    mode = verbosity(verbose, quiet)
     if release_id is not None:
         check_name(release_id, "--release-id")  # it names OUT/<release_id>/
     ledger_path = _ledger_path(ledger)
@@ -204,27 +226,31 @@ def release_streams_cmd(
         policy_path=policy, table=table, chunk=chunk_users, reconstruct=reconstruct,
         mechanism=mechanism, task_runner=task_runner)
     _run_release(
-        "release_streams", task_runner, fmt, verbose, input_path=str(input_path), domain=domain,
+        "release_streams", task_runner, fmt, mode, input_path=_abs(input_path), domain=domain,
         epsilon=epsilon, mechanism=mechanism, reconstruct=reconstruct, release_id=release_id,
-        out_dir=str(out),
-        ledger_path=str(ledger_path), policy_path=None if policy is None else str(policy),
+        out_dir=_abs(out), ledger_path=_abs(ledger_path), policy_path=_abs(policy),
         chunk_users=chunk_users, table=table, population_period=population_period,
         dry_run=dry_run)
 
 
 class _spinner:
-    def __init__(self, text: str):
+    """A transient spinner on stderr, only at the default verbosity (log lines or quiet: none)."""
+
+    def __init__(self, text: str, mode: Verbosity = Verbosity.normal):
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
                                  TimeElapsedColumn(), console=console, transient=True)
         self.text = text
+        self.shown = mode is Verbosity.normal
 
     def __enter__(self) -> Progress:
-        self.progress.start()
-        self.task = self.progress.add_task(self.text)
+        if self.shown:
+            self.progress.start()
+            self.task = self.progress.add_task(self.text)
         return self.progress
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.shown:
+            self.progress.stop()
 
 
 @handle_errors
@@ -232,7 +258,7 @@ def audit_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
     near_cap: float = typer.Option(0.1, "--near-cap", help="Fraction of the cap that counts as "
                                    "near."),
-    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt, quiet: bool = QuietOpt,
     public_key: Path | None = typer.Option(
         None, "--public-key", help="Audit as an auditor: check the signed head with this "
                                    "public key file you kept (no secret key needed)."),
@@ -250,19 +276,20 @@ def audit_cmd(
     """
     from ledger.heads import parse_expect_head
 
+    mode = verbosity(verbose, quiet)
     for text in expect_head or []:  # bad input before Prefect starts
         parse_expect_head(text)
-    _prepare(verbose)
+    _prepare(mode)
     from flows.audit_flow import audit
 
-    with _spinner("auditing the ledger"):
-        res = audit(ledger_path=str(_ledger_path(ledger)), out_dir=str(out),
-                    near_cap_fraction=near_cap,
-                    public_key=None if public_key is None else str(public_key),
-                    expect_heads=list(expect_head or []))
+    with _spinner("auditing the ledger", mode):
+        res = audit(ledger_path=_abs(_ledger_path(ledger)), out_dir=_abs(out),
+                    near_cap_fraction=near_cap, public_key=_abs(public_key),
+                    expect_heads=[_abs_head(h) for h in expect_head or []])
     print_rows(res["domains"], fmt, title="Domains")
-    console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
-                  f"({res['entries']} entries); report: {res['report']}")
+    if mode is not Verbosity.quiet or not res["ok"]:
+            console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
+                      f"({res['entries']} entries); report: {res['report']}")
     if not res["ok"]:
         raise typer.Exit(4)
 
@@ -289,6 +316,7 @@ def evaluate_cmd(
     n_curves: int = typer.Option(5, "--n-curves", help="Curves or streams evaluated."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's noise."),
     out: Path = OutOpt, fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Raw against private on public or synthetic data: error tables, labelled plots.
 
@@ -303,17 +331,18 @@ def evaluate_cmd(
             raise ParameterError("--epsilons must be comma-separated numbers") from None
         if not eps or any(not e > 0 or e == float("inf") for e in eps):
             raise ParameterError("--epsilons must be positive finite numbers")
+    mode = verbosity(verbose, quiet)
     opts = preflight.parse_options(options)
-    _prepare(verbose)
+    _prepare(mode)
     from flows.evaluate import evaluate
 
-    with _spinner("evaluating (no ledger, nothing charged)"):
-        res = evaluate(out_dir=str(out), input_path=None if input_path is None
-                       else str(input_path), domain=domain,
-                       policy_path=None if policy is None else str(policy), mechanism=mechanism,
+    with _spinner("evaluating (no ledger, nothing charged)", mode):
+        res = evaluate(out_dir=_abs(out), input_path=_abs(input_path), domain=domain,
+                       policy_path=_abs(policy), mechanism=mechanism,
                        options=opts, epsilons=eps, seed=seed, n_curves=n_curves)
     print_rows(res["rows"], fmt, title="Mean errors in the domain's units (lower is better)")
-    console.print(f"nothing charged, no ledger opened; report: {res['report']}")
+    if mode is not Verbosity.quiet:
+        console.print(f"nothing charged, no ledger opened; report: {res['report']}")
 
 
 @handle_errors
@@ -323,9 +352,10 @@ def demo_cmd(
     prepare_only: bool = typer.Option(False, "--prepare-only",
                                       help="Only initialise the ledger with the bundled policy "
                                            "and write the inputs to OUT/inputs (no release)."),
-    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt,
+    fmt: OutputFormat = FormatOpt, verbose: bool = VerboseOpt, quiet: bool = QuietOpt,
 ) -> None:
     """Demo release on the bundled data into an embedded ledger, then an audit."""
+    mode = verbosity(verbose, quiet)
     ledger_path = _ledger_path(ledger)
     if prepare_only:
         from flows.demo import prepare_demo
@@ -335,10 +365,12 @@ def demo_cmd(
                    title=f"demo inputs (ledger: {ledger_path})")
         return
     preflight.task_runner_spec(task_runner)
-    _prepare(verbose)
+    _prepare(mode)
     from flows.demo import run_demo
 
-    if console.is_terminal:
+    if mode is not Verbosity.normal:  # log lines, or nothing: no progress display
+        rows = run_demo(out, ledger_path, task_runner=task_runner)
+    elif console.is_terminal:
         progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
                             TimeElapsedColumn(), console=console)
         with progress:
@@ -358,8 +390,10 @@ def demo_cmd(
         lines(None)  # the last step's line
     print_rows(rows, fmt, title=f"privpipe demo (ledger: {ledger_path})",
                columns=["step", "release_id", "released", "denied", "rejected", "report"])
-    console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
-                  "it reproduces the same outputs and charges nothing more.", highlight=False)
+    if mode is not Verbosity.quiet:
+        console.print("Open the reports above in a browser; rerun `privpipe demo` to check that "
+                      "it reproduces the same outputs and charges nothing more.",
+                      highlight=False)
 
 
 class _StepLines:

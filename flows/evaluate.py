@@ -17,6 +17,8 @@ from prefect import flow, task
 
 from data import loaders
 from flows.demo import DEMO_RELEASES
+from flows.run_labels import evaluate_run_name, tag_run
+from flows.run_logging import route_run_logs
 from flows.settings import BUNDLED_POLICY
 from mechanisms import registry
 from reports.evaluation_report import Suite, write_evaluation_report
@@ -80,7 +82,7 @@ def evaluate_suite(label: str, source: str, domain: str, policy_path: str,
 evaluate_suite_task = task(evaluate_suite, name="evaluate-suite", persist_result=False)
 
 
-@flow(name="evaluate", persist_result=False)
+@flow(name="evaluate", flow_run_name=evaluate_run_name, persist_result=False)
 def evaluate(out_dir: str = "out", input_path: str | None = None, domain: str | None = None,
              policy_path: str | None = None, mechanism: str | None = None,
              options: dict[str, Any] | None = None, epsilons: list[float] | None = None,
@@ -90,6 +92,8 @@ def evaluate(out_dir: str = "out", input_path: str | None = None, domain: str | 
     With `input_path`, `domain` names its policy domain; without, the bundled
     data sets are evaluated under the bundled policy.
     """
+    route_run_logs()  # INFO lines reach the API (flows.run_logging)
+    tag_run("evaluate", *([f"domain:{domain}"] if domain else []))
     if input_path is not None and not domain:
         raise ParameterError("evaluate FILE needs --domain (the policy domain of its data)")
     if n_curves < 1:

@@ -1,7 +1,9 @@
 """What a finished release means to a scheduler: its Prefect state and exit code.
 
 - Some user released: the run is Completed and the CLI exits 0, printing the
-  counts (a partial denial is a success with a count, not an error).
+  counts (a partial denial is a success with a count, not an error); the
+  state's message gives the counts (`counts_line`), and a release with denied
+  users is a Completed state named ``Partial``.
 - No user released, and some were denied because of budget: the run ends in a
   Failed state named ``Denied`` whose message gives the counts; the CLI exits 3.
 - No user released and none denied (every user rejected by validation, or an
@@ -65,7 +67,12 @@ def release_state(result: dict[str, Any]) -> Any:
         return result  # a forecast: the caller reads its counts (flows/dry_run.py)
     counts = result["manifest"]["counts"]
     if counts["users_released"] > 0:
-        return result
+        from prefect.states import Completed
+
+        # a partial denial is a success, told apart by the state's name
+        name = "Partial" if counts["users_denied"] > 0 else "Completed"
+        return Completed(name=name, data=result,
+                         message=f"release {result['release_id']}: {counts_line(counts)}")
     from prefect.states import Failed
 
     line = f"release {result['release_id']}: {counts_line(counts)}"

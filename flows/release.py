@@ -23,7 +23,7 @@ from prefect import flow
 from files.outputs import ParquetAppender
 from files.release_lock import release_lock
 from files.staging_dir import StagingDir
-from flows import preflight
+from flows import preflight, signals
 from flows.outcome import release_state
 from flows.preflight import (
     CURVE_MECHANISMS,
@@ -102,6 +102,7 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
     appender: ParquetAppender | None = None
     try:
         plan = stage(input_path, dom, staging, chunk_users=chunk_users, table=table)
+        signals.log_staged(dom, plan)
         run = bind(kind, plan, dom=dom, parameters=parameters, release_id=release_id,
                    scheduled_date=scheduled_date, input_path=input_path,
                    ledger_path=ledger_path, out_root=out_root, staging=staging,
@@ -109,14 +110,20 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
         with _one_run_at_a_time(run):
             early = answer_early(run)  # a dry run, or a release already published
             if early is not None:
+                if not dry_run:
+                    signals.say(f"release {run.rid}: already published; replayed")
+                    signals.published(early)
                 return early
             admission = reserve(run)
+            signals.log_admission(run.rid, len(admission.admitted), len(admission.denied))
             appender = ParquetAppender(staging / "outputs")
             outputs = ChunkOutputs(run, appender)
             window = run_chunks(run, admission.admitted, outputs)
             settle(run, window)
             post = kind.post_process(run, window.results, appender)
-            return publish(run, appender, admission, post, outputs)
+            res = publish(run, appender, admission, post, outputs)
+            signals.published(res, lambda: run.ledger.near_cap_users(run.rid, dom.name))
+            return res
     finally:
         if appender is not None:
             appender.close()
@@ -188,22 +195,24 @@ def release_curves(
         dry_run: only report who would be admitted or denied and at what cost
             (flows/dry_run.py): nothing charged, no noise drawn, nothing written.
     """
-    dom = _domain(ledger_path, policy_path, domain, "curves")
-    preflight.check_mechanism(dom, mechanism)
-    spec = CurveSpec(mechanism, None if epsilon is None else str(epsilon),
-                     None if rho is None else str(rho), dict(options or {}),
-                     evaluate_on=evaluate_on, framing=_framing(dom))
-    spec.check_runs(len(dom.value_columns))
-    preflight.check_notion(dom, spec.notion, "--epsilon")
-    if chunk_users is not None and chunk_users < 1:
-        raise ParameterError("chunk_users must be >= 1")
-    parameters = {"mechanism": mechanism, "notion": spec.notion, "amount": str(spec.amount),
-                  "options": dict(sorted((options or {}).items())), "evaluate_on": evaluate_on}
-    return release_state(_release(
-        CurveRelease(spec), input_path=input_path, dom=dom, parameters=parameters,
-        release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
-        chunk_users=chunk_users, table=table, scheduled_date=scheduled_date,
-        dry_run=dry_run))
+    with signals.reported_release(domain, release_id):
+        dom = _domain(ledger_path, policy_path, domain, "curves")
+        preflight.check_mechanism(dom, mechanism)
+        spec = CurveSpec(mechanism, None if epsilon is None else str(epsilon),
+                         None if rho is None else str(rho), dict(options or {}),
+                         evaluate_on=evaluate_on, framing=_framing(dom))
+        spec.check_runs(len(dom.value_columns))
+        preflight.check_notion(dom, spec.notion, "--epsilon")
+        if chunk_users is not None and chunk_users < 1:
+            raise ParameterError("chunk_users must be >= 1")
+        parameters = {"mechanism": mechanism, "notion": spec.notion, "amount": str(spec.amount),
+                      "options": dict(sorted((options or {}).items())),
+                      "evaluate_on": evaluate_on}
+        return release_state(_release(
+            CurveRelease(spec), input_path=input_path, dom=dom, parameters=parameters,
+            release_id=release_id, out_dir=out_dir, ledger_path=ledger_path,
+            chunk_users=chunk_users, table=table, scheduled_date=scheduled_date,
+            dry_run=dry_run))
 
 
 @flow(name="release-streams", flow_run_name=run_name, persist_result=False,
@@ -253,20 +262,21 @@ def release_streams(
         dry_run: only report who would be admitted or denied and at what cost
             (flows/dry_run.py): nothing charged, no noise drawn, nothing written.
     """
-    dom = _domain(ledger_path, policy_path, domain, "streams")
-    if dom.w is None:
-        raise ParameterError(f"domain {domain!r} has no w")
-    preflight.check_mechanism(dom, mechanism)
-    spec = StreamSpec(str(epsilon), dom.w, mechanism, reconstruct)
-    preflight.check_cap(dom, spec.epsilon, spec.amount)
-    if chunk_users is not None and chunk_users < 1:
-        raise ParameterError("chunk_users must be >= 1")
-    parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(spec.amount),
-                  "w": dom.w, "reconstruct": reconstruct}
-    if population_period is not None and population_period < 1:
-        raise ParameterError("population_period must be >= 1")
-    return release_state(_release(
-        StreamRelease(spec, population_period), input_path=input_path, dom=dom,
-        parameters=parameters, release_id=release_id, out_dir=out_dir,
-        ledger_path=ledger_path, chunk_users=chunk_users, table=table,
-        scheduled_date=scheduled_date, dry_run=dry_run))
+    with signals.reported_release(domain, release_id):
+        dom = _domain(ledger_path, policy_path, domain, "streams")
+        if dom.w is None:
+            raise ParameterError(f"domain {domain!r} has no w")
+        preflight.check_mechanism(dom, mechanism)
+        spec = StreamSpec(str(epsilon), dom.w, mechanism, reconstruct)
+        preflight.check_cap(dom, spec.epsilon, spec.amount)
+        if chunk_users is not None and chunk_users < 1:
+            raise ParameterError("chunk_users must be >= 1")
+        parameters = {"mechanism": mechanism, "notion": "wevent", "epsilon": str(spec.amount),
+                      "w": dom.w, "reconstruct": reconstruct}
+        if population_period is not None and population_period < 1:
+            raise ParameterError("population_period must be >= 1")
+        return release_state(_release(
+            StreamRelease(spec, population_period), input_path=input_path, dom=dom,
+            parameters=parameters, release_id=release_id, out_dir=out_dir,
+            ledger_path=ledger_path, chunk_users=chunk_users, table=table,
+            scheduled_date=scheduled_date, dry_run=dry_run))

@@ -29,7 +29,7 @@ from prefect.utilities.annotations import quote
 
 from files.outputs import ParquetAppender
 from files.release_dir import published_release
-from flows import faults
+from flows import faults, signals
 from flows.chunk_window import ChunkWindow
 from flows.dry_run import dry_run_result
 from flows.release_kinds import ReleaseKind, chunk_plans_path
@@ -322,8 +322,10 @@ def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> Ch
     def settle(results: list[ChunkResult]) -> None:
         settle_chunk(run.ledger_path, run.rid, run.dom.name, quote(results),
                      input_fingerprint=run.fingerprint, parameters=run.parameters)
+        signals.say(f"release {run.rid}: settled {len(results)} chunk(s) in the ledger")
 
     window = ChunkWindow(settle, outputs.add, in_flight=run.in_flight)
+    submitted = 0
     try:
         for chunk in run.plan.chunks:
             users = [(u, fp) for u, fp in zip(chunk.user_ids, chunk.fingerprints, strict=True)
@@ -333,9 +335,12 @@ def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> Ch
             if window.failed is not None:  # a failed chunk: send no more work (settle records it)
                 break
             window.submit(run.kind.submit(run, chunk, users))
+            submitted += 1
     except MechanismRunError as err:
         _fail(run, window, err)
         raise
+    signals.say(f"release {run.rid}: submitted {submitted} chunk(s) to the mechanism tasks "
+                f"(at most {run.in_flight} in flight)")
     return window
 
 

@@ -226,10 +226,25 @@ def check_schedules(schedules: list[ScheduledRelease], source: str | Path,
     _raise_all(problems)
 
 
+PATH_PARAMETERS = ("input_path", "out_dir", "ledger_path", "policy_path")
+"""Parameters holding paths: stored absolute in a deployment (`absolute_paths`)."""
+
+
+def absolute_paths(parameters: dict[str, Any]) -> dict[str, Any]:
+    """`parameters` with every relative path made absolute against the working directory.
+
+    Relative paths are read from the directory `serve` runs in; storing them
+    absolute keeps "Run again" (or a worker started elsewhere) on the same files.
+    """
+    return {k: str(Path(v).absolute()) if k in PATH_PARAMETERS and isinstance(v, str) else v
+            for k, v in parameters.items()}
+
+
 def build_deployments(schedules: list[ScheduledRelease]) -> list[Any]:
-    """Turn schedules into Prefect deployments (`flow.to_deployment`)."""
+    """Turn schedules into Prefect deployments (`flow.to_deployment`), paths made absolute."""
     from prefect.schedules import Cron
 
     flows = _flows()
     return [flows[s.flow].to_deployment(name=s.name, schedule=Cron(s.cron, timezone=s.timezone),
-                                        parameters=s.parameters) for s in schedules]
+                                        parameters=absolute_paths(s.parameters))
+            for s in schedules]

@@ -626,6 +626,10 @@ class Ledger:
             check_id(domain, "domain", allow_empty=True)
         return self._read(lambda con: queries.balances(con, domain))
 
+    def near_cap_users(self, release_id: str, domain: str) -> int:
+        """Users charged by the release whose account of `domain` is now near its cap (>= 90%)."""
+        return self._read(lambda con: queries.near_cap_users(con, release_id, domain))
+
     def history(self, user_id: str, domain: str | None = None) -> list[dict[str, Any]]:
         """Every entry of one user in seq order, amounts as exact Fractions."""
         check_id(user_id, "user_id", allow_empty=True)

@@ -52,6 +52,20 @@ def account_state(cap: int, spent: int) -> str:
     return "ok"
 
 
+def near_cap_users(con: duckdb.DuckDBPyConnection, release_id: str, domain: str) -> int:
+    """How many users charged by `release_id` now have an account of `domain` near its cap.
+
+    Near: the `account_state` rule (>= 90% spent, a zero cap included; above a
+    lowered cap not counted). A count only: events and logs carry no user id.
+    """
+    row = con.execute(
+        "SELECT count(DISTINCT a.user_id) FROM accounts a WHERE a.domain = ? "
+        "AND a.spent <= a.cap AND (a.cap = 0 OR 10 * a.spent >= 9 * a.cap) "
+        "AND a.user_id IN (SELECT user_id FROM entries WHERE release_id = ? AND domain = ? "
+        "AND kind = 'reserve')", [domain, release_id, domain]).fetchone()
+    return int(row[0]) if row else 0
+
+
 def history(con: duckdb.DuckDBPyConnection, user_id: str, domain: str | None
             ) -> list[dict[str, Any]]:
     """Every entry of one user in seq order, amounts as exact Fractions."""

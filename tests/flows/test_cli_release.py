@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -72,6 +73,8 @@ def test_schedules_build_deployments(tmp_path):
     assert deployments[0].name == "daily-ais"
     assert deployments[0].schedules[0].schedule.cron == "0 2 * * *"
     assert deployments[0].parameters["epsilon"] == "0.5"
+    # read from the directory serve runs in, stored absolute ("Run again" elsewhere)
+    assert deployments[0].parameters["input_path"] == str(Path.cwd() / "in.csv")
 
 
 def test_cli_release_twice_same_release_id(tmp_path, curves_csv, policy_file, ledger_path):

@@ -53,6 +53,21 @@ def test_failed_release_prints_one_line_not_a_traceback(tmp_path, policy_file):
     assert res.stdout == "", both  # errors never go to stdout
 
 
+def test_quiet_and_verbose_releases(tmp_path, policy_file, curves_csv):
+    home = _home_with_ledger(tmp_path / "home", policy_file)
+    args = ["release", "curves", str(curves_csv), "--domain", "tracks", "--policy",
+            str(policy_file), "--out", str(tmp_path / "out"), "--format", "json"]
+    quiet = _run([*args, "--epsilon", "1/16", "--release-id", "bound", "--quiet"], home)
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert quiet.stderr == "" and '"released": 6' in quiet.stdout  # the result only
+    # a successful release: -v shows the run's stage lines and its final state
+    loud = _run([*args, "--epsilon", "1/16", "--release-id", "loud", "--verbose"], home)
+    assert loud.returncode == 0, loud.stdout + loud.stderr
+    assert "release loud: budget reserved for 6 user(s); 0 denied (budget)" in loud.stderr
+    assert "release loud: settled 1 chunk(s) in the ledger" in loud.stderr
+    assert "Finished in state Completed('release loud: 6 of 6 users released" in loud.stderr
+
+
 def test_verbose_release_shows_prefect_logs(tmp_path, policy_file, curves_csv):
     # an error raised inside the flow (a missing column is now refused before Prefect
     # starts): the release id is bound to other parameters by a first run
@@ -62,5 +77,10 @@ def test_verbose_release_shows_prefect_logs(tmp_path, policy_file, curves_csv):
     first = _run([*args, "--epsilon", "1/16"], home)
     assert first.returncode == 0, first.stdout + first.stderr
     res = _run([*args, "--epsilon", "1/8", "--verbose"], home)
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "Encountered exception" in res.stdout + res.stderr
+    both = res.stdout + res.stderr
+    assert res.returncode == 2, both
+    assert "Encountered exception" in both
+    # an expected failure (a PrivpipeError) is one line per log record, then ours
+    assert "Traceback" not in both, both
+    assert res.stderr.rstrip().splitlines()[-1].startswith("error: release id 'bound' was "
+                                                            "reserved with other parameters")
