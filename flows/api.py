@@ -35,6 +35,7 @@ from flows import preflight
 from flows.settings import privpipe_home
 from mechanisms.cost import exact
 from schemas.errors import ParameterError, PrivpipeError
+from schemas.names import check_name
 
 _session = contextlib.ExitStack()
 atexit.register(_session.close)
@@ -94,6 +95,12 @@ def keyword_errors() -> Iterator[None]:
         raise
 
 
+def _release_id(value: str | None) -> None:
+    """Refuse an unsafe release id before Prefect starts (it names ``OUT/<release_id>/``)."""
+    if value is not None:
+        check_name(value, "release_id")
+
+
 def _input_path(value: Any) -> str:
     """The input as a path string; anything else is refused, naming ``input_path``."""
     if isinstance(value, (str, os.PathLike)):
@@ -142,6 +149,7 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
             out=out_dir, ledger_path=ledger, policy_path=policy_path, table=table,
             chunk=chunk_users, evaluate_on=evaluate_on, options=options,
             task_runner=task_runner, cli=False)
+        _release_id(release_id)
         _prefect()
         from flows.release import release_curves as flow
         from flows.runners import make_task_runner
@@ -183,6 +191,7 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
             input_path=path, domain=domain, epsilon=epsilon, out=out_dir, ledger_path=ledger,
             policy_path=policy_path, table=table, chunk=chunk_users, reconstruct=reconstruct,
             mechanism=mechanism, task_runner=task_runner, cli=False)
+        _release_id(release_id)
         _prefect()
         from flows.release import release_streams as flow
         from flows.runners import make_task_runner
