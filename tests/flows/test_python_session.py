@@ -209,3 +209,27 @@ def test_a_ledger_file_outlives_its_sessions(tmp_path):
         with pytest.raises(ReleaseNotMadeError) as denied:
             second.release(_tracks(2), domain="tracks", epsilon=2)
         assert denied.value.exit_code == 3
+
+
+def test_the_functions_of_flows_name_their_keywords_too(tmp_path, monkeypatch):
+    def no_prefect() -> None:
+        raise AssertionError("Prefect reached before the checks")
+
+    monkeypatch.setattr(flows.api, "_prefect", no_prefect)
+    with privpipe.Session(POLICY, work_dir=tmp_path / "work") as s:
+        ledger = s.ledger.path
+    csv = tmp_path / "tracks.csv"
+    _tracks().to_csv(csv, index=False)
+    (tmp_path / "a-file").write_text("")
+    kw = dict(domain="tracks", ledger_path=ledger)
+    cases = [(dict(epsilon=0), r"^epsilon must be > 0; got 0$"),
+             (dict(epsilon=1, table="t"), r"^table only applies to DuckDB inputs"),
+             (dict(epsilon=1, out_dir=tmp_path / "a-file"), r"^out_dir '.*a-file' exists and "
+                                                            r"is not a directory$")]
+    for extra, pattern in cases:
+        with pytest.raises(ParameterError, match=pattern):
+            flows.api.release_curves(csv, **kw, **extra)
+    # on main a DataFrame here was a bare TypeError from inside the checks
+    with pytest.raises(ParameterError, match=r"^input_path must be a path .*got "
+                                             r"pandas\.DataFrame.*privpipe\.Session"):
+        flows.api.release_curves(_tracks(), epsilon=1, **kw)
