@@ -233,3 +233,16 @@ def test_the_functions_of_flows_name_their_keywords_too(tmp_path, monkeypatch):
     with pytest.raises(ParameterError, match=r"^input_path must be a path .*got "
                                              r"pandas\.DataFrame.*privpipe\.Session"):
         flows.api.release_curves(_tracks(), epsilon=1, **kw)
+
+
+def test_importing_privpipe_starts_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import os, sys; before = dict(os.environ); import privpipe; "
+            "assert dict(os.environ) == before; assert 'prefect' not in sys.modules; "
+            "print(privpipe.Session.__module__)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVPIPE_"))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == "privpipe.session" and list(tmp_path.iterdir()) == []
