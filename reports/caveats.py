@@ -227,8 +227,9 @@ def noise_warning(c: Checks, definition: dict[str, Any]) -> str:
             f"{num(100 * (c.noise or 0.0) / c.spread if c.spread else 100, 3)}% of the "
             f"released curves' median RMS about their mean ({quantity(c.spread, vu)}): the "
             f"noise alone may account for up to {c.noise_share:.0%} of what they show. Read "
-            f"single curves as noise; a larger ε (or ρ), or a basis with fewer functions, "
-            f"leaves more of the data.")
+            f"single curves as noise; a larger ε (or ρ) protects less and leaves more of the "
+            f"data, and a basis with fewer functions draws less noise but shows coarser "
+            f"shapes.")
 
 
 def _basis_text(ctx: ReleaseContext) -> str:
