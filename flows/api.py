@@ -16,6 +16,9 @@ the CLI follows too). Example (docs/python-api.md, run by a test)::
 
 A release in which nobody was released raises `ReleaseNotMadeError` (exit code
 3 for budget, 2 for rejected input); its ``result`` holds the report and counts.
+Errors name this API's keyword arguments (``epsilon must be > 0``), not the
+CLI's options (`keyword_errors`). DataFrames go through `privpipe.Session`,
+which stages them as files and calls these functions.
 """
 
 from __future__ import annotations
@@ -23,12 +26,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from flows import preflight
 from flows.settings import privpipe_home
 from mechanisms.cost import exact
+from schemas.errors import ParameterError, PrivpipeError
+from schemas.names import check_name
 
 _session = contextlib.ExitStack()
 atexit.register(_session.close)
@@ -59,6 +66,59 @@ def _amount_text(value: Any) -> str | None:
     return None if value is None else str(exact(value))
 
 
+#: The CLI's options and the keyword arguments of this API that mean the same.
+KEYWORDS = {"--epsilon": "epsilon", "--rho": "rho", "--options": "options", "--table": "table",
+            "--out": "out_dir", "--policy": "policy_path", "--ledger": "ledger_path",
+            "--release-id": "release_id", "--mechanism": "mechanism",
+            "--reconstruct": "reconstruct", "--evaluate-on": "evaluate_on",
+            "--chunk-users": "chunk_users", "--task-runner": "task_runner"}
+_OPTION = re.compile(r"--[a-z][a-z-]*")
+
+
+def keyword_text(text: str) -> str:
+    """`text` with each CLI option of `KEYWORDS` named as the API's keyword argument.
+
+    Code spans (between backticks) are left alone: they quote a command to run.
+    """
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = _OPTION.sub(lambda m: KEYWORDS.get(m.group(0), m.group(0)), parts[i])
+    return "`".join(parts)
+
+
+@contextlib.contextmanager
+def keyword_errors() -> Iterator[None]:
+    """Re-raise a privpipe error with its text naming keyword arguments, not CLI options.
+
+    The checks and the flows share their messages with the CLI (``--epsilon must
+    be > 0``); the API's caller passed ``epsilon=``. The error keeps its class,
+    exit code and attributes (a `ReleaseNotMadeError` keeps its ``result``).
+    """
+    try:
+        yield
+    except PrivpipeError as err:
+        if err.args and isinstance(err.args[0], str):
+            err.args = (keyword_text(err.args[0]), *err.args[1:])
+        raise
+
+
+def _release_id(value: str | None) -> None:
+    """Refuse an unsafe release id before Prefect starts (it names ``OUT/<release_id>/``)."""
+    if value is not None:
+        check_name(value, "release_id")
+
+
+def _input_path(value: Any) -> str:
+    """The input as a path string; anything else is refused, naming ``input_path``."""
+    if isinstance(value, (str, os.PathLike)):
+        return str(value)
+    raise ParameterError(
+        f"input_path must be a path (str or os.PathLike) of a CSV, Parquet or DuckDB file; got "
+        f"{type(value).__module__}.{type(value).__qualname__}. For a pandas DataFrame or a "
+        "pyarrow Table use privpipe.Session(...).release(data, ...), which validates it as "
+        "a file")
+
+
 def release_curves(input_path: str | os.PathLike[str], *, domain: str,
                    epsilon: float | str | None = None, rho: float | str | None = None,
                    mechanism: str = "privfuncseg", options: dict[str, Any] | None = None,
@@ -67,7 +127,7 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
                    policy_path: str | os.PathLike[str] | None = None,
                    chunk_users: int | None = None,
                    table: str | None = None, evaluate_on: str = "grid",
-                   task_runner: str = "threads") -> dict[str, Any]:
+                   task_runner: str = "threads", dry_run: bool = False) -> dict[str, Any]:
     """Release every user's curves under ε-GP (or ρ-CGP) w.r.t. L2; charges the ledger.
 
     Each curve costs ε (or ρ) in the domain's units; a user is admitted only if
@@ -75,31 +135,38 @@ def release_curves(input_path: str | os.PathLike[str], *, domain: str,
     Arguments as `flows.release.release_curves`; ε/ρ may be a float, an int or
     a string such as ``"1/3"``.
 
+    `dry_run` only forecasts who would be admitted or denied, at what cost
+    (`flows.dry_run`): nothing charged, no noise drawn, nothing written.
+
     Returns:
         ``release_id``, ``out`` (the release directory), ``report`` (HTML) and
-        ``manifest`` (counts, files, fingerprint, parameters).
+        ``manifest`` (counts, files, fingerprint, parameters); for a dry run
+        ``release_id``, ``dry_run``, ``input_fingerprint``, ``counts`` and ``users``.
 
     Raises:
         BadInputError: a parameter, the policy, the domain, the input path or the
             ledger is wrong (before Prefect starts; nothing charged).
         ReleaseNotMadeError: nobody was released (``.result`` has the report).
     """
-    ledger = _ledger(ledger_path)
-    preflight.check_curves_release(
-        input_path=input_path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
-        out=out_dir, ledger_path=ledger, policy_path=policy_path, table=table,
-        chunk=chunk_users, evaluate_on=evaluate_on, options=options, task_runner=task_runner)
-    _prefect()
-    from flows.release import release_curves as flow
-    from flows.runners import make_task_runner
+    with keyword_errors():
+        ledger = _ledger(ledger_path)
+        path = _input_path(input_path)
+        preflight.check_curves_release(
+            input_path=path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
+            out=out_dir, ledger_path=ledger, policy_path=policy_path, table=table,
+            chunk=chunk_users, evaluate_on=evaluate_on, options=options,
+            task_runner=task_runner, cli=False)
+        _release_id(release_id)
+        _prefect()
+        from flows.release import release_curves as flow
+        from flows.runners import make_task_runner
 
-    return flow.with_options(task_runner=make_task_runner(task_runner))(
-        input_path=_abs(input_path), domain=domain, mechanism=mechanism,
-        epsilon=_amount_text(epsilon), rho=_amount_text(rho), options=dict(options or {}),
-        release_id=release_id, out_dir=_abs(out_dir), ledger_path=_abs(ledger),
-        policy_path=_abs(policy_path),
-        chunk_users=chunk_users, table=table,
-        evaluate_on=evaluate_on)
+        return flow.with_options(task_runner=make_task_runner(task_runner))(
+            input_path=_abs(path), domain=domain, mechanism=mechanism,
+            epsilon=_amount_text(epsilon), rho=_amount_text(rho), options=dict(options or {}),
+            release_id=release_id, out_dir=_abs(out_dir), ledger_path=_abs(ledger),
+            policy_path=_abs(policy_path), chunk_users=chunk_users, table=table,
+            evaluate_on=evaluate_on, dry_run=dry_run)
 
 
 def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon: float | str,
@@ -108,8 +175,8 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
                     out_dir: str | os.PathLike[str] = "out",
                     ledger_path: str | os.PathLike[str] | None = None,
                     policy_path: str | os.PathLike[str] | None = None,
-                   chunk_users: int | None = None,
-                    table: str | None = None, task_runner: str = "threads") -> dict[str, Any]:
+                    chunk_users: int | None = None, table: str | None = None,
+                    task_runner: str = "threads", dry_run: bool = False) -> dict[str, Any]:
     """Release every user's streams under ε-w-event LDP (Square Wave by default); charges it.
 
     Each sample costs ε/w (w from the domain), so any w consecutive steps of a
@@ -117,27 +184,30 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
     `reconstruct` defaults to the mechanism's first) is post-processing.
 
     Returns:
-        As `release_curves`.
+        As `release_curves` (`dry_run` too).
 
     Raises:
         BadInputError: as `release_curves`.
         ReleaseNotMadeError: nobody was released (``.result`` has the report).
     """
-    ledger = _ledger(ledger_path)
-    reconstruct = preflight.reconstruct_default(mechanism, reconstruct)
-    preflight.check_streams_release(
-        input_path=input_path, domain=domain, epsilon=epsilon, out=out_dir, ledger_path=ledger,
-        policy_path=policy_path, table=table, chunk=chunk_users, reconstruct=reconstruct,
-        mechanism=mechanism, task_runner=task_runner)
-    _prefect()
-    from flows.release import release_streams as flow
-    from flows.runners import make_task_runner
+    with keyword_errors():
+        ledger = _ledger(ledger_path)
+        path = _input_path(input_path)
+        reconstruct = preflight.reconstruct_default(mechanism, reconstruct)
+        preflight.check_streams_release(
+            input_path=path, domain=domain, epsilon=epsilon, out=out_dir, ledger_path=ledger,
+            policy_path=policy_path, table=table, chunk=chunk_users, reconstruct=reconstruct,
+            mechanism=mechanism, task_runner=task_runner, cli=False)
+        _release_id(release_id)
+        _prefect()
+        from flows.release import release_streams as flow
+        from flows.runners import make_task_runner
 
-    return flow.with_options(task_runner=make_task_runner(task_runner))(
-        input_path=_abs(input_path), domain=domain, epsilon=_amount_text(epsilon),
-        mechanism=mechanism, reconstruct=reconstruct, release_id=release_id,
-        out_dir=_abs(out_dir), ledger_path=_abs(ledger), policy_path=_abs(policy_path),
-        chunk_users=chunk_users, table=table)
+        return flow.with_options(task_runner=make_task_runner(task_runner))(
+            input_path=_abs(path), domain=domain, epsilon=_amount_text(epsilon),
+            mechanism=mechanism, reconstruct=reconstruct, release_id=release_id,
+            out_dir=_abs(out_dir), ledger_path=_abs(ledger), policy_path=_abs(policy_path),
+            chunk_users=chunk_users, table=table, dry_run=dry_run)
 
 
 def audit(*, ledger_path: str | os.PathLike[str] | None = None,
@@ -152,11 +222,12 @@ def audit(*, ledger_path: str | os.PathLike[str] | None = None,
     """
     from ledger import Ledger
 
-    ledger = _ledger(ledger_path)
-    Ledger(ledger)
-    preflight.out_dir(out_dir)
-    _prefect()
-    from flows.audit_flow import audit as flow
+    with keyword_errors():
+        ledger = _ledger(ledger_path)
+        Ledger(ledger)
+        preflight.out_dir(out_dir)
+        _prefect()
+        from flows.audit_flow import audit as flow
 
-    return flow(ledger_path=_abs(ledger), out_dir=_abs(out_dir),
-                near_cap_fraction=near_cap_fraction)
+        return flow(ledger_path=_abs(ledger), out_dir=_abs(out_dir),
+                    near_cap_fraction=near_cap_fraction)

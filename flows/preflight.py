@@ -445,10 +445,11 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
                          policy_path: str | os.PathLike[str] | None = None,
                          table: str | None = None, chunk: int = 200,
                          evaluate_on: str = "grid", options: dict[str, Any] | None = None,
-                         task_runner: str = "threads") -> CheckedRelease:
+                         task_runner: str = "threads", cli: bool = True) -> CheckedRelease:
     """Every check of a curve release that needs no Prefect: arguments, ledger, domain, input.
 
     The input's file-level checks (`ingest.check_input`) read it but convert no row.
+    `cli` names options as the CLI spells them (``--epsilon``), else as keywords.
 
     Raises:
         ParameterError: listing every problem found, each naming the option or file.
@@ -457,7 +458,7 @@ def check_curves_release(*, input_path: str | os.PathLike[str], domain: str, mec
     return _checked(*curves_release_problems(dict(
         input_path=input_path, domain=domain, mechanism=mechanism, epsilon=epsilon, rho=rho,
         out_dir=out, ledger_path=ledger_path, policy_path=policy_path, table=table,
-        chunk_users=chunk, evaluate_on=evaluate_on, options=options), cli=True, read_input=True))
+        chunk_users=chunk, evaluate_on=evaluate_on, options=options), cli=cli, read_input=True))
 
 
 def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, epsilon: Any,
@@ -465,11 +466,12 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
                           policy_path: str | os.PathLike[str] | None = None,
                           table: str | None = None, chunk: int = 200,
                           reconstruct: str = "cpr", mechanism: str = "square_wave",
-                          task_runner: str = "threads") -> CheckedRelease:
+                          task_runner: str = "threads", cli: bool = True) -> CheckedRelease:
     """Every check of a stream release that needs no Prefect: arguments, ledger, domain, input.
 
     The input's file-level checks (`ingest.check_input`) and its continuation of
-    released streams (`continuation_problems`) read it but convert no row.
+    released streams (`continuation_problems`) read it but convert no row. `cli`
+    as in `check_curves_release`.
 
     Raises:
         ParameterError: listing every problem found, each naming the option or file.
@@ -478,4 +480,4 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
     return _checked(*streams_release_problems(dict(
         input_path=input_path, domain=domain, epsilon=epsilon, out_dir=out,
         ledger_path=ledger_path, policy_path=policy_path, table=table, chunk_users=chunk,
-        reconstruct=reconstruct, mechanism=mechanism), cli=True, read_input=True))
+        reconstruct=reconstruct, mechanism=mechanism), cli=cli, read_input=True))

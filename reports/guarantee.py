@@ -48,6 +48,36 @@ def _sup_metric(definition: dict[str, Any]) -> bool:
     return definition.get("metric", "l2") == "dist_inf"
 
 
+def hidden_shift(notion: str, amount: Fraction, definition: dict[str, Any],
+                 duration: float | None) -> float:
+    """The shift X (value unit) of a whole curve the guarantee hides at likelihood ratio e.
+
+    A curve moved by X everywhere over `duration` T is at distance d = X·√T (L2;
+    d = X for the sup metric, or when T is unknown). ε-GP: ε·d = 1; ρ-CGP: the
+    (ε′, δ = `DELTA`) reading gives ε′ = 1. Public parameters only.
+    """
+    a = float(amount)
+    root_t = 1.0 if _sup_metric(definition) or not duration else math.sqrt(duration)
+    if notion == "gp":
+        return 1.0 / (a * root_t)
+    lnd = math.log(1 / DELTA)
+    return (math.sqrt(lnd + 1) - math.sqrt(lnd)) / math.sqrt(a) / root_t
+
+
+def shift_exponent(notion: str, amount: Fraction, definition: dict[str, Any],
+                   duration: float | None, shift: float) -> float:
+    """The exponent x of the likelihood ratio e^x bounding a whole-curve shift of `shift`.
+
+    ε-GP: ε·d; ρ-CGP: ε′ = ρ·d² + 2·d·√(ρ·ln(1/δ)); d as in `hidden_shift`.
+    """
+    a = float(amount)
+    root_t = 1.0 if _sup_metric(definition) or not duration else math.sqrt(duration)
+    d = shift * root_t
+    if notion == "gp":
+        return a * d
+    return a * d * d + 2 * d * math.sqrt(a * math.log(1 / DELTA))
+
+
 def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
                    duration: float | None,
                    duration_is: str = "the median duration of this release, public") -> str:
@@ -72,7 +102,7 @@ def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
         f" For a curve of {_duration_text(duration, tu)} ({duration_is}), shifting it by X "
         f"{vu} everywhere moves it d = X·√T = {num(root_t)}·X away.")
     if notion == "gp":
-        x_e = 1.0 / (a * root_t)
+        x_e = hidden_shift(notion, amount, definition, duration)
         return (f"**What ε = {format_fraction(amount)} per curve protects.** ε-geo-privacy "
                 f"w.r.t. {metric}: for any two curves at distance d, every output is at most "
                 f"e^(ε·d) times more likely under one than under the other.{span} A shift of "
@@ -83,7 +113,7 @@ def curves_reading(notion: str, amount: Fraction, definition: dict[str, Any],
                 f"protected at ε per curve (k·ε in total).")
     lnd = math.log(1 / DELTA)
     d_one = (math.sqrt(lnd + 1) - math.sqrt(lnd)) / math.sqrt(a)  # solves ρd² + 2d√(ρ lnd) = 1
-    x_one = d_one / root_t
+    x_one = hidden_shift(notion, amount, definition, duration)
     e_ten = a * (10 * d_one) ** 2 + 20 * d_one * math.sqrt(a * lnd)
     return (f"**What ρ = {format_fraction(amount)} per curve protects.** ρ-concentrated "
             f"geo-privacy w.r.t. {metric}: for curves at distance d the outputs' Rényi "

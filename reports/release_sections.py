@@ -133,13 +133,14 @@ def guarantee(ctx: ReleaseContext) -> list[str]:
         text = streams_reading(ctx.amount, ctx.definition, stream_title(ctx.manifest))
     else:
         window = ctx.definition.get("window") is not None
-        text = curves_reading(ctx.notion, ctx.amount, ctx.definition, _median_duration(ctx),
+        text = curves_reading(ctx.notion, ctx.amount, ctx.definition, median_duration(ctx),
                               "the domain's fixed window" if window else
                               "the median duration of this release, public")
     return ["## What the guarantee means", "", text, ""]
 
 
-def _median_duration(ctx: ReleaseContext) -> float | None:
+def median_duration(ctx: ReleaseContext) -> float | None:
+    """The curve duration the guarantee reading uses: the domain's window, else the median."""
     if ctx.definition.get("window") is not None:  # every curve lies on the domain's window
         return float(ctx.definition["window"])
     path = ctx.file("curves")

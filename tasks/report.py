@@ -18,12 +18,13 @@ from ledger import Ledger
 from ledger.summaries import Spread
 from reports import kind_sections as kinds
 from reports import release_sections as sec
+from reports.caveats import curve_caveats
 from reports.release_sections import WITHHELD, ReleaseContext, Section
 from reports.render import publish_artifacts, render
 
 CURVE_SECTIONS: tuple[Section, ...] = (
-    sec.header, sec.guarantee, sec.users, sec.charges, sec.denied, sec.rejected, sec.budget,
-    kinds.curve_error_bounds, kinds.curve_outputs, kinds.curve_plots)
+    sec.header, sec.guarantee, curve_caveats, sec.users, sec.charges, sec.denied, sec.rejected,
+    sec.budget, kinds.curve_error_bounds, kinds.curve_outputs, kinds.curve_plots)
 
 
 def stream_history(ctx: ReleaseContext) -> list[str]:

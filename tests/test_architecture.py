@@ -13,7 +13,9 @@ skipped) and checks:
   ``flows``, ``tasks`` or ``reports``;
 - ``reports/`` (rendering) never imports ``flows`` or ``tasks``: tasks gather
   the data, reports render it;
-- ``tasks/`` never imports ``flows``.
+- ``tasks/`` never imports ``flows``;
+- ``privpipe/`` (the analyst's `Session`) is the topmost layer: it may import
+  ``flows`` and everything below; nothing imports it.
 """
 
 import ast
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN_IN_CORE = {"prefect", "duckdb", "pandera", "matplotlib", "pandas"}
 ALLOWED_IN_CORE = {"numpy", "scipy", "mechanisms"} | set(sys.stdlib_module_names) | {
     "__future__"}
-ORCHESTRATION = {"flows", "tasks", "reports", "files"}
+ORCHESTRATION = {"flows", "tasks", "reports", "files", "privpipe"}
 CORE = ("mechanisms", "ledger", "schemas", "ingest")
 
 
@@ -111,11 +113,20 @@ def test_reports_render_only(path):
 
 def test_every_product_folder_is_checked():
     folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
-    assert folders <= set(CORE) | {"flows", "tasks", "reports", "files", "data"}, folders
-    for pkg in ("reports", "files", "tasks"):
+    assert folders <= set(CORE) | {"flows", "tasks", "reports", "files", "data", "privpipe"}, (
+        folders)
+    for pkg in ("reports", "files", "tasks", "privpipe"):
         assert _files(pkg), f"{pkg}/ has no Python files"
 
 
 @pytest.mark.parametrize("path", _files("tasks"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_tasks_never_import_flows(path):
     assert "flows" not in _imports(path), f"{path} imports flows"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for pkg in (*CORE, "files", "reports", "tasks", "flows", "data") for p in _files(pkg)],
+    ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_imports_the_topmost_layer(path):
+    assert "privpipe" not in _imports(path), f"{path} imports privpipe (the topmost layer)"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT_FOLDERS = ("flows", "tasks", "ledger", "schemas", "ingest", "mechanisms", "reports",
-                   "files")
+PRODUCT_FOLDERS = ("privpipe", "flows", "tasks", "ledger", "schemas", "ingest", "mechanisms",
+                   "reports", "files")
 MAX_LINES = 80
 
 #: "path::function" -> why this one numeric kernel reads best as one function
