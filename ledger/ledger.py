@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ from ledger import (
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError
+from ledger.filters import Filter
 from ledger.keyring import EMBEDDED, Keyring
 from ledger.migrate import migrate_tx
 from ledger.paths import check_existing_ledger, check_new_ledger_path
@@ -371,11 +373,15 @@ class Ledger:
         self._require_key()
         return self._read(tx)
 
-    def policy_history(self, domain: str | None = None) -> list[dict[str, Any]]:
+    def policy_history(self, domain: str | None = None, *, where: Filter | None = None
+                       ) -> list[dict[str, Any]]:
         """Every policy change recorded in the chain, in order (see `history.policy_history`)."""
         if domain is not None:
             check_id(domain, "domain")
-        return self._read(lambda con: history.policy_history(con, domain))
+        flt = where or Filter()
+        if domain is not None:
+            flt = replace(flt, domain=domain)
+        return self._read(lambda con: history.policy_history(con, flt))
 
     # ------------------------------------------------------------------ reserve / settle
 
@@ -616,30 +622,44 @@ class Ledger:
 
     # ------------------------------------------------------------------ queries
 
-    def balances(self, domain: str | None = None) -> list[dict[str, Any]]:
-        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units.
+    def balances(self, domain: str | None = None, *, where: Filter | None = None
+                 ) -> list[dict[str, Any]]:
+        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, unit, units.
 
-        cap, spent and remaining are exact Fractions; for w-event accounts
-        ``spent`` is the largest window sum of the history.
+        cap, spent and remaining are exact Fractions in the cap's ``unit``; for
+        w-event accounts ``spent`` is the largest window sum of the history.
+        `where` narrows the accounts (`queries.balances`; ``until`` gives the
+        balances as they stood then).
         """
         if domain is not None:
             check_id(domain, "domain", allow_empty=True)
-        return self._read(lambda con: queries.balances(con, domain))
+        flt = where or Filter()
+        if domain is not None:
+            flt = replace(flt, domain=domain)
+        return self._read(lambda con: queries.balances(con, flt))
 
-    def history(self, user_id: str, domain: str | None = None) -> list[dict[str, Any]]:
-        """Every entry of one user in seq order, amounts as exact Fractions."""
-        check_id(user_id, "user_id", allow_empty=True)
+    def history(self, user_id: str | None = None, domain: str | None = None, *,
+                where: Filter | None = None) -> list[dict[str, Any]]:
+        """Account entries in seq order (of one user, or as `where` selects), exact amounts.
+
+        For w-event entries ``amount`` is the charge per window (`queries.history`).
+        """
+        if user_id is not None:
+            check_id(user_id, "user_id", allow_empty=True)
         if domain is not None:
             check_id(domain, "domain", allow_empty=True)
-        return self._read(lambda con: queries.history(con, user_id, domain))
+        flt = where or Filter()
+        flt = replace(flt, user=user_id if user_id is not None else flt.user,
+                      domain=domain if domain is not None else flt.domain)
+        return self._read(lambda con: queries.history(con, flt))
 
-    def releases(self) -> list[dict[str, Any]]:
-        """Every release: id, state, admitted/denied user counts, net spent, seq range."""
-        return self._read(queries.releases)
+    def releases(self, where: Filter | None = None) -> list[dict[str, Any]]:
+        """One row per release and domain: state, users, spent per account and cap, with unit."""
+        return self._read(lambda con: queries.releases(con, where))
 
-    def denials(self) -> list[dict[str, Any]]:
-        """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
-        return self._read(queries.denials)
+    def denials(self, where: Filter | None = None) -> list[dict[str, Any]]:
+        """Every denial (`where` narrows them): who, when, requested, spent, cap, unit, reason."""
+        return self._read(lambda con: queries.denials(con, where))
 
     def charge_summary(self, release_id: str) -> summaries.Spread | None:
         """The spread of one release's net charge per user, exact (`summaries.user_charges`)."""
