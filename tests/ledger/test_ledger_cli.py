@@ -65,7 +65,8 @@ def test_charge_admitted_then_denied_with_requested_remaining_difference(cli_led
     r = run("balance", "--ledger", cli_ledger, "--format", "json")
     rows = json.loads(r.output)
     assert rows == [{"user_id": "u", "domain": "ais", "stream_id": "", "notion": "gp",
-                     "cap": "1", "spent": "0.8", "remaining": "0.2",
+                     "cap": 1.0, "spent": 0.8, "remaining": 0.2, "cap_exact": "1",
+                     "spent_exact": "0.8", "remaining_exact": "0.2", "unit": "ε",
                      "units": "L2 over m x s^(1/2)", "state": "ok"}]
     r = run("denials", "--ledger", cli_ledger, "--format", "csv")
     assert r.exit_code == 0 and r.output.count("\n") == 2 and ",r2,u,ais," in r.output
