@@ -15,23 +15,28 @@ from typing import Any
 from prefect import flow, task
 
 from ledger.audit_data import collect
+from ledger.filters import Filter
 from reports.audit_report import write_audit_report
 from schemas.errors import ParameterError
 
 
 def audit_report_fn(ledger_path: str, out_dir: str, near_cap_fraction: float = 0.1,
-                    public_key: str | None = None, expect_heads: list[str] | None = None
-                    ) -> dict[str, Any]:
+                    public_key: str | None = None, expect_heads: list[str] | None = None,
+                    where: dict[str, str | None] | None = None,
+                    since_checkpoint: str | None = None) -> dict[str, Any]:
     """Verify the ledger and write ``OUT/audit/`` (report, plots, CSV, JSON).
 
     `public_key` (a file the auditor kept) opens the ledger as an auditor;
     `expect_heads` are kept heads (checkpoint files or ``SEQ:HASH``) the chain
-    must contain.
+    must contain. `where` (user, domain, release, since, until; times ISO
+    8601) narrows the listings, never the verification; `since_checkpoint` is
+    a kept head: the report lists what changed after it.
     """
     if not 0 < near_cap_fraction < 1:
         raise ParameterError("near_cap_fraction must be in (0, 1), e.g. 0.1 for 10%")
-    return write_audit_report(collect(ledger_path, public_key, expect_heads or []), out_dir,
-                              near_cap_fraction)
+    data = collect(ledger_path, public_key, expect_heads or [],
+                   Filter.parse(**(where or {})), since_checkpoint)
+    return write_audit_report(data, out_dir, near_cap_fraction)
 
 
 audit_report = task(audit_report_fn, name="audit-report", persist_result=False)
@@ -40,6 +45,8 @@ audit_report = task(audit_report_fn, name="audit-report", persist_result=False)
 @flow(name="audit", persist_result=False)
 def audit(ledger_path: str = ".privpipe/ledger.duckdb", out_dir: str = "out",
           near_cap_fraction: float = 0.1, public_key: str | None = None,
-          expect_heads: list[str] | None = None) -> dict[str, Any]:
+          expect_heads: list[str] | None = None, where: dict[str, str | None] | None = None,
+          since_checkpoint: str | None = None) -> dict[str, Any]:
     """Compliance report: chain verification, budgets over time, near-cap users, denials."""
-    return audit_report(ledger_path, out_dir, near_cap_fraction, public_key, expect_heads)
+    return audit_report(ledger_path, out_dir, near_cap_fraction, public_key, expect_heads,
+                        where, since_checkpoint)

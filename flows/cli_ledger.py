@@ -385,7 +385,8 @@ def denials(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table,
     rows = _reader(ledger, public_key).denials(flt)
     _emit(rows, fmt, "denials", [
         "seq", "created_at", "release_id", "user_id", "domain", "step", "stream_id", "notion",
-        "requested", "spent", "cap", "unit", "steps", "reason"], ("requested", "spent", "cap"))
+        "requested", "spent", "cap", "unit", "steps", "cause", "reason"],
+        ("requested", "spent", "cap"))
 
 
 @ledger_app.command("verify")

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ledger import storage, wevent_budget
 from ledger.accounting import Run, max_window
+from ledger.admission import ABOVE_CAP, DENIED_EARLIER, TOGETHER
 from ledger.amounts import UNITS_PER_EPSILON, from_units
 from ledger.filters import Filter
 from schemas.errors import ParameterError
@@ -204,6 +205,34 @@ def releases(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
     return out
 
 
+#: Why a request was denied, by the start of its recorded reason (`ledger.admission`).
+DENIAL_CAUSES = {
+    "over_cap": "spent + requested would exceed the cap",
+    "window_over_cap": "a w-event window would exceed the cap",
+    "above_lowered_cap": "the account is above a lowered cap and admits nothing",
+    "denied_earlier_in_release": "the user was denied earlier in the same release",
+    "other": "any other recorded reason",
+}
+
+
+def denial_cause(reason: str | None) -> str:
+    """The cause (a key of `DENIAL_CAUSES`) of a denial's recorded reason.
+
+    A request denied together with the user's other requests (all or nothing
+    per user) has the cause of the request that failed.
+    """
+    text = (reason or "").removeprefix(TOGETHER)
+    if text.startswith(ABOVE_CAP):
+        return "above_lowered_cap"
+    if text.startswith(DENIED_EARLIER):
+        return "denied_earlier_in_release"
+    if text.startswith("window of steps"):
+        return "window_over_cap"
+    if text.startswith("spent ") and " > cap " in text:
+        return "over_cap"
+    return "other"
+
+
 def denials(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
             ) -> list[dict[str, Any]]:
     """Every denial `flt` selects, with why: requested, spent before, cap (cap's unit), reason.
@@ -227,6 +256,7 @@ def denials(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
         _per_window(r, runs)
         r["requested"] = r.pop("amount")
         r["unit"] = unit_of(r["notion"], r.pop("w"))
+        r["cause"] = denial_cause(r["reason"])
     return out
 
 
