@@ -192,3 +192,25 @@ def test_filters_never_hide_a_failed_verify(cli_dated):
     con.close()
     r = run("verify", "--ledger", cli_dated)
     assert r.exit_code == 4
+
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "audit.schema.json")
+                    .read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("args, row", [
+    (["balance"], "ledger_balance_row"),
+    (["history", "--user", "a"], "ledger_history_row"),
+    (["history"], "ledger_policy_history_row"),
+    (["releases"], "ledger_release_row"),
+    (["denials"], "ledger_denial_row"),
+])
+def test_listing_json_matches_the_documented_schema(cli_dated, args, row):
+    jsonschema = pytest.importorskip("jsonschema")
+    r = run(*args, "--ledger", cli_dated, "--format", "json")
+    rows = json.loads(r.output)
+    assert rows, r.output
+    schema = {**SCHEMA, "type": "array", "items": {"$ref": f"#/$defs/{row}"}}
+    for key in ("required", "properties", "additionalProperties"):
+        schema.pop(key)
+    jsonschema.Draft202012Validator(schema).validate(rows)
