@@ -170,10 +170,18 @@ def init(
 def policy_apply(
     file: Annotated[Path, typer.Argument(help="Policy TOML file.")],
     ledger: LedgerOpt = None,
+    reason: Annotated[str, typer.Option(
+        "--reason", help="Why the policy changes (recorded in each change's hash-chained "
+                         "policy entry, with the OS user as actor; shown by `ledger history` "
+                         "and the audit).")] = "",
 ) -> None:
-    """Create or update the ledger's domains from a policy file (idempotent)."""
+    """Create or update the ledger's domains from a policy file (idempotent).
+
+    The actor recorded is the OS user running the command (its effective uid),
+    not $LOGNAME.
+    """
     led = Ledger.open(_path(ledger))
-    changes = led.apply_policy(load_policy(file))
+    changes = led.apply_policy(load_policy(file), reason=reason)
     for line in changes or ["no changes: the ledger already matches the policy"]:
         console.print(line, highlight=False, markup=False)
 

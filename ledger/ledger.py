@@ -9,9 +9,9 @@ for the guarantees (no overspend, serialised writers, idempotency, audit).
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import os
+import pwd
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -76,11 +76,16 @@ def default_ledger_path() -> Path:
 
 
 def default_actor() -> str:
-    """``user@host`` of the current process (recorded on every entry)."""
+    """``user@host`` of the current process (recorded on every entry).
+
+    The user is the OS account of the effective uid (the password database),
+    never ``$LOGNAME`` or ``$USER``, which anyone can set; ``uidN`` when the
+    uid has no account.
+    """
     try:
-        user = getpass.getuser()
+        user = pwd.getpwuid(os.geteuid()).pw_name
     except (KeyError, OSError):
-        user = f"uid{os.getuid()}"
+        user = f"uid{os.geteuid()}"
     return f"{user}@{socket.gethostname()}"
 
 
@@ -331,15 +336,18 @@ class Ledger:
 
     # ------------------------------------------------------------------ policy
 
-    def apply_policy(self, policy_: Policy) -> list[str]:
+    def apply_policy(self, policy_: Policy, reason: str = "") -> list[str]:
         """Create or update the ledger's domains from a validated policy (idempotent).
 
         Cap changes apply to future requests (accounts take the new cap); changing
         a charged domain's notion, w, kind or units is refused (`PolicyChangeError`);
         domains absent from the policy are kept. Returns one line per change.
+        `reason` (why, for auditors) is recorded in each change's hash-chained
+        ``policy`` entry (``detail.reason``) with the actor.
         """
+        check_id(reason, "--reason", allow_empty=True)
         return self._transact(lambda con: policy.apply_tx(con, self._keys, self.actor, policy_,
-                                                          storage.now()))
+                                                          storage.now(), reason))
 
     def domains(self) -> list[dict[str, Any]]:
         """The ledger's domains: name, kind, notion, cap (exact Fraction), w, units, definition.
