@@ -480,11 +480,14 @@ def checkpoint(
 @ledger_app.command("export")
 @handle_errors
 def export(
-    out: Annotated[Path, typer.Option("--out", help="Output file.")],
-    fmt: Annotated[str, typer.Option("--format", help="File format: csv, parquet or json.")
+    out: Annotated[Path, typer.Option("--out", help="Output file (a directory with --table "
+                                                    "all).")],
+    fmt: Annotated[str, typer.Option("--format", help="File format: csv, parquet (plain Parquet "
+                                                      "1.0, any DuckDB/pandas reads it) or json.")
                    ] = "csv",
     table: Annotated[str, typer.Option(
-        "--table", help="entries, balances, releases or denials.")] = "entries",
+        "--table", help="entries, balances, releases, denials, or all (one file per table "
+                        "in the --out directory).")] = "entries",
     ledger: LedgerOpt = None,
     public_key: PublicKeyOpt = None,
 ) -> None:

@@ -693,17 +693,28 @@ class Ledger:
         """Write a table for auditors to `path` as csv, parquet or json; returns the row count.
 
         Exact amounts are exported as integer quanta in text columns (``*_quanta``)
-        next to readable DOUBLE columns. The noise key is never exported.
+        next to readable DOUBLE columns (``releases``: ``*_exact`` fractions,
+        per account in the cap's unit). The noise key is never exported.
+        Parquet is plain Parquet 1.0 types with data pages v1
+        (`queries.PARQUET_OPTIONS`), which any DuckDB, pandas or Spark reads.
 
         Args:
-            path: output file.
+            path: output file (``what="all"``: a directory, created if missing,
+                holding ``<table>.<fmt>`` for every table, read in one snapshot).
             fmt: ``csv``, ``parquet`` or ``json`` (a JSON array of objects).
             what: ``entries`` (the full audit log with step runs), ``balances``,
-                ``releases`` or ``denials``.
+                ``releases``, ``denials``, or ``all``.
         """
         queries.check_export(fmt, what)
-        return queries.write_table(self._read(lambda con: queries.export_table(con, what)),
-                                   path, fmt)
+        if what != "all":
+            return queries.write_table(self._read(lambda con: queries.export_table(con, what)),
+                                       path, fmt)
+        tables = self._read(lambda con: {name: queries.export_table(con, name)
+                                         for name in queries.EXPORTS})
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        return sum(queries.write_table(tbl, out / f"{name}.{fmt}", fmt)
+                   for name, tbl in tables.items())
 
     # ------------------------------------------------------------------ verify
 

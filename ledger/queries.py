@@ -19,7 +19,7 @@ import pyarrow as pa
 from ledger import storage, wevent_budget
 from ledger.accounting import Run, max_window
 from ledger.admission import ABOVE_CAP, DENIED_EARLIER, TOGETHER
-from ledger.amounts import UNITS_PER_EPSILON, from_units
+from ledger.amounts import UNITS_PER_EPSILON, format_fraction, from_units
 from ledger.filters import Filter
 from schemas.errors import ParameterError
 
@@ -325,10 +325,41 @@ EXPORTS = {
         "CAST(spent_quanta AS VARCHAR) AS spent_quanta FROM balances "
         "ORDER BY domain, user_id, stream_id"
     ),
-    "releases": "SELECT * FROM release_summary ORDER BY first_seq",
+    "releases": None,  # per release and domain, per account: `_releases_table`
     "denials": "SELECT * FROM denials ORDER BY seq",
 }
-"""The tables `export` writes, by name."""
+"""The tables `export` writes, by name (``--table all``: each, one file per table)."""
+
+#: Plain Parquet every reader reads (any DuckDB, pandas, Spark): format 1.0
+#: types only (strings UTF8, timestamps INT64 TIMESTAMP_MICROS, naive UTC),
+#: data pages v1, snappy compression.
+PARQUET_OPTIONS: dict[str, Any] = {
+    "version": "1.0", "data_page_version": "1.0", "compression": "snappy",
+    "coerce_timestamps": "us", "allow_truncated_timestamps": False,
+    "use_compliant_nested_type": True}
+
+
+def _releases_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """`releases` as a table: per release and domain, spent per account (float and exact)."""
+    rows = releases(con)
+    cols: dict[str, list[Any]] = {c: [] for c in (
+        "release_id", "domain", "state", "users_admitted", "users_denied", "accounts",
+        "spent_max", "spent_max_exact", "spent_mean", "spent_mean_exact", "cap", "cap_exact",
+        "unit", "first_seq", "last_seq", "created_at", "updated_at")}
+    for r in rows:
+        for c in cols:
+            if c.endswith("_exact"):
+                v = r[c.removesuffix("_exact")]
+                cols[c].append(None if v is None else format_fraction(v))
+            elif c in ("spent_max", "spent_mean", "cap"):
+                cols[c].append(None if r[c] is None else float(r[c]))
+            else:
+                cols[c].append(r[c])
+    types = {"users_admitted": pa.int64(), "users_denied": pa.int64(), "accounts": pa.int64(),
+             "first_seq": pa.int64(), "last_seq": pa.int64(), "spent_max": pa.float64(),
+             "spent_mean": pa.float64(), "cap": pa.float64(),
+             "created_at": pa.timestamp("us"), "updated_at": pa.timestamp("us")}
+    return pa.table({c: pa.array(v, type=types.get(c, pa.string())) for c, v in cols.items()})
 
 
 def check_export(fmt: str, what: str) -> None:
@@ -338,14 +369,17 @@ def check_export(fmt: str, what: str) -> None:
         ParameterError: naming the allowed values.
     """
     if fmt not in ("csv", "parquet", "json"):
-        raise ParameterError("export format must be csv, parquet or json")
-    if what not in EXPORTS:
-        raise ParameterError(f"export table must be one of {', '.join(EXPORTS)}")
+        raise ParameterError("--format: export format must be csv, parquet or json")
+    if what not in (*EXPORTS, "all"):
+        raise ParameterError(f"--table: export table must be one of {', '.join(EXPORTS)} or all")
 
 
 def export_table(con: duckdb.DuckDBPyConnection, what: str) -> pa.Table:
     """One export table as Arrow."""
-    return con.sql(EXPORTS[what]).to_arrow_table()
+    sql = EXPORTS[what]
+    if sql is None:
+        return _releases_table(con)
+    return con.sql(sql).to_arrow_table()
 
 
 def write_table(tbl: pa.Table, path: str | os.PathLike[str], fmt: str) -> int:
@@ -354,7 +388,7 @@ def write_table(tbl: pa.Table, path: str | os.PathLike[str], fmt: str) -> int:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(tbl, out)
+        pq.write_table(tbl, out, **PARQUET_OPTIONS)
     elif fmt == "csv":
         import pyarrow.csv as pcsv
 
