@@ -186,47 +186,76 @@ def policy_apply(
         console.print(line, highlight=False, markup=False)
 
 
+def _wevent_charge(dom: dict[str, Any], epsilon: str | None, per_step_text: str | None,
+                   rho: str | None, steps: str | None) -> tuple[StepRun, Fraction]:
+    """The step run of a w-event charge and its ε per window.
+
+    ``--epsilon`` is ε per window of w steps, as in ``release streams``: each
+    step costs ε/w. ``--epsilon-per-step`` states the per-step cost directly
+    (what ``--epsilon`` meant for w-event domains before; a window costs w
+    times it).
+    """
+    if rho is not None:
+        raise ParameterError("w-event domains are charged with --epsilon (per window of w "
+                             "steps) or --epsilon-per-step, not --rho")
+    if steps is None:
+        raise ParameterError("w-event domains need --steps START:STOP")
+    w = int(dom["w"])
+    if per_step_text is not None:
+        per_step = _parse_amount(per_step_text, "--epsilon-per-step")
+    else:
+        per_step = _parse_amount(str(epsilon), "--epsilon") / w
+    a, b = _parse_steps(steps)
+    _check_total(per_step, b - a)
+    return StepRun(a, b, per_step), per_step * w
+
+
 @ledger_app.command("charge")
 @handle_errors
 def charge(
     user: Annotated[str, typer.Option("--user", help="User id.")],
     domain: Annotated[str, typer.Option("--domain", help="Policy domain.")],
     release: Annotated[str, typer.Option("--release", help="Release id (idempotency key).")],
-    epsilon: Annotated[
-        str | None, typer.Option("--epsilon", help="ε (per step for wevent).")] = None,
+    epsilon: Annotated[str | None, typer.Option(
+        "--epsilon", help="ε (gp); for w-event ε per window of w steps, as in `release "
+                          "streams` (each step costs ε/w).")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (cgp domains).")] = None,
+    epsilon_per_step: Annotated[str | None, typer.Option(
+        "--epsilon-per-step", help="w-event only: ε per step (a window of w steps costs w "
+                                   "times it; the meaning --epsilon had before).")] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="wevent steps START:STOP.")] = None,
     stream: Annotated[str, typer.Option("--stream", help="wevent stream id.")] = "",
     step: Annotated[str, typer.Option("--step", help="Step name within the release.")] = "release",
     ledger: LedgerOpt = None,
 ) -> None:
     """Reserve and settle one charge (for operators and tests); exit 3 if denied."""
-    if (epsilon is None) == (rho is None):
-        raise ParameterError("give exactly one of --epsilon and --rho")
+    if sum(x is not None for x in (epsilon, rho, epsilon_per_step)) != 1:
+        raise ParameterError("give exactly one of --epsilon, --rho and --epsilon-per-step")
     led = Ledger.open(_path(ledger))
     doms = {d["domain"]: d for d in led.domains()}
     if domain not in doms:
         known = ", ".join(sorted(doms)) or "(none: run `privpipe ledger policy apply`)"
         raise ParameterError(f"unknown domain {domain!r}; the ledger knows: {known}")
     dom = doms[domain]
-    notion = "gp" if epsilon is not None else "cgp"
-    amount = _parse_amount(epsilon if epsilon is not None else str(rho),
-                           "--epsilon" if epsilon is not None else "--rho")
     if dom["notion"] == "wevent":
-        if rho is not None:
-            raise ParameterError("w-event domains are charged with --epsilon per step")
-        if steps is None:
-            raise ParameterError("w-event domains need --steps START:STOP")
-        a, b = _parse_steps(steps)
-        _check_total(amount, b - a)
-        runs = (StepRun(a, b, amount),)
+        run_, window = _wevent_charge(dom, epsilon, epsilon_per_step, rho, steps)
+        runs = (run_,)
         req = Request(user, domain, step=step, notion="wevent", stream_id=stream, runs=runs)
-        params: dict[str, Any] = {"epsilon_per_step": str(amount), "steps": [a, b]}
+        params: dict[str, Any] = {"epsilon_per_step": str(run_.epsilon),
+                                  "steps": [run_.start, run_.stop]}
+        what = (f" (ε {format_fraction(window)} per window = {format_fraction(run_.epsilon)} "
+                f"per step over steps [{run_.start}, {run_.stop}))")
     else:
+        if epsilon_per_step is not None:
+            raise ParameterError("--epsilon-per-step only applies to w-event domains")
         if steps is not None or stream:
             raise ParameterError("--steps and --stream only apply to w-event domains")
+        notion = "gp" if epsilon is not None else "cgp"
+        amount = _parse_amount(epsilon if epsilon is not None else str(rho),
+                               "--epsilon" if epsilon is not None else "--rho")
         req = Request(user, domain, step=step, notion=notion, amount=amount)
         params = {"epsilon" if notion == "gp" else "rho": str(amount)}
+        what = ""
     result = led.reserve(release, [req], mechanism="manual-charge", parameters=params)
     decision = (result.admitted + result.denied)[0]
     decision.raise_if_denied(release)
@@ -237,7 +266,7 @@ def charge(
     led.settle(release, [Settlement(user, domain, step, cost, stream_id=stream)])
     again = " (already recorded for this release: nothing new charged)" if decision.replayed else ""
     console.print(
-        f"admitted{again}: user {user!r}, domain {domain!r}, requested "
+        f"admitted{again}{what}: user {user!r}, domain {domain!r}, requested "
         f"{format_fraction(decision.requested)}, remaining {format_fraction(decision.remaining)} "
         f"{decision.units}",
         highlight=False, markup=False,
