@@ -33,9 +33,9 @@ def policy_history(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
     """
     cond, params = (flt or Filter()).where(user=False, release=False)
     rows = con.execute(
-        "SELECT seq, created_at, actor, domain, step, CAST(cap AS VARCHAR), "
-        "CAST(amount AS VARCHAR), detail, reason FROM entries WHERE kind = 'policy' "  # noqa: S608
-        f"AND {cond} ORDER BY seq", params).fetchall()
+        "SELECT seq, created_at, actor, domain, step, CAST(cap AS VARCHAR), "  # noqa: S608
+        "CAST(amount AS VARCHAR), detail, reason FROM entries WHERE kind = 'policy' "
+        f"AND {cond} ORDER BY seq", params).fetchall()  # `cond`: fixed text, values in params
     out = []
     for seq, at, actor, dom, step, before, after, detail, reason in rows:
         det = json.loads(detail) if detail else {}

@@ -58,11 +58,12 @@ def balances(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
     sub, sub_params = Filter(release=flt.release, since=flt.since, until=flt.until).where("e")
     spent, cap = "a.spent", "a.cap"
     if flt.release is not None or flt.since is not None:
-        cond += f" AND EXISTS (SELECT 1 FROM entries e WHERE {_OF_ACCOUNT} AND {sub})"
+        cond += f" AND EXISTS (SELECT 1 FROM entries e WHERE {_OF_ACCOUNT} AND {sub})"  # noqa: S608
         params += sub_params
     head: list[Any] = []
     if flt.until is not None:
-        last = (f"(SELECT e.{{}} FROM entries e WHERE {_OF_ACCOUNT} AND e.balance_after IS "
+        last = (f"(SELECT e.{{}} FROM entries e WHERE {_OF_ACCOUNT} AND "  # noqa: S608
+                "e.balance_after IS "
                 "NOT NULL AND e.created_at < CAST(? AS TIMESTAMP) ORDER BY e.seq DESC LIMIT 1)")
         spent, cap = last.format("balance_after"), last.format("cap")
         head = [flt.until, flt.until]

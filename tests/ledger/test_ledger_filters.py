@@ -17,9 +17,9 @@ from ledger_helpers import POLICY_TOML
 from typer.testing import CliRunner
 
 from flows.cli_ledger import ledger_app
-from ledger import Ledger, Request, Settlement, storage
+from ledger import Ledger, Request, storage
 from ledger.filters import Filter
-from mechanisms.cost import StepRun, WEventCost
+from mechanisms.cost import StepRun
 
 runner = CliRunner()
 
