@@ -128,9 +128,8 @@ def history(con: duckdb.DuckDBPyConnection, flt: Filter) -> list[dict[str, Any]]
     after it (what the cap bounds).
     """
     cond, params = flt.where("e")
-    if flt.user is None:
-        cond += " AND e.user_id <> ''"
-    cond += " AND e.kind <> 'policy'"
+    if flt.user is None:  # all accounts' entries; user '' selects the markers and policy
+        cond += " AND e.user_id <> '' AND e.kind <> 'policy'"
     out = _dicts(con.execute(
         "SELECT e.seq, e.entry_id, e.created_at, e.user_id, e.release_id, e.domain, e.step, "  # noqa: S608
         "e.stream_id, e.kind, e.notion, d.w, CAST(e.amount AS VARCHAR) AS amount, "
