@@ -80,8 +80,12 @@ def _head(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     return rows[0]
 
 
-def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[dict[str, Any]]:
-    """One row per (release, domain) of the entries, with its manifest's public facts."""
+def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger, user: str | None = None
+                  ) -> list[dict[str, Any]]:
+    """One row per (release, domain) of the entries, with its manifest's public facts.
+
+    `user` (the audit's ``--user``): w-event windows of that user only.
+    """
     rows = _rows(con, """
         WITH per_user AS (
             SELECT release_id, domain, user_id, stream_id,
@@ -115,7 +119,7 @@ def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[dict[s
         if r["notion"] == "wevent":
             per: dict[str, Any] = {}  # per user: its window over all streams, or its max
             for c in ledger.release_charges(r["release_id"]):
-                if c["domain"] == r["domain"]:
+                if c["domain"] == r["domain"] and user in (None, c["user_id"]):
                     w = c["user_window"] if c["user_window"] is not None else c["window"]
                     per[c["user_id"]] = max(per.get(c["user_id"], w), w)
             windows = sorted(per.values())
@@ -286,7 +290,7 @@ def collect(ledger_path: str, public_key: str | None = None,
             since = (None if kept is None else
                      _changes(con, ledger, kept[0], kept[1].seq, kept[1].hash))
             _narrow(con, where)
-            releases = _release_rows(con, ledger)
+            releases = _release_rows(con, ledger, where.user)
             spend = _spend(con, releases)
             denials, per_day, causes = _denials(con)
         finally:

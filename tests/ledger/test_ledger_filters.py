@@ -214,3 +214,18 @@ def test_listing_json_matches_the_documented_schema(cli_dated, args, row):
     for key in ("required", "properties", "additionalProperties"):
         schema.pop(key)
     jsonschema.Draft202012Validator(schema).validate(rows)
+
+
+def test_audit_figures_of_one_user_in_a_wevent_release(led):
+    from ledger.audit_data import collect
+
+    # power: w = 4, cap 1. a: 1/8 per step over 0..8 (1/2 per window); b: 1/4 over 0..4 (1)
+    led.reserve("r", [Request("a", "power", notion="wevent", stream_id="s",
+                              runs=(StepRun(0, 8, Fraction(1, 8)),)),
+                      Request("b", "power", notion="wevent", stream_id="s",
+                              runs=(StepRun(0, 4, Fraction(1, 4)),))],
+                mechanism="m", parameters={})
+    [everyone] = collect(str(led.path)).releases
+    assert (everyone["net_min"], everyone["net_max"]) == (Fraction(1, 2), 1)
+    [only_a] = collect(str(led.path), where=Filter(user="a")).releases
+    assert (only_a["net_min"], only_a["net_max"]) == (Fraction(1, 2), Fraction(1, 2))
