@@ -58,7 +58,7 @@ def history(tmp_path_factory):
     assert _charge(led, "r3", {"u1": 2, "u2": 1}, Fraction(1)) == ["u1"]
     assert _charge(led, "r4", {HOSTILE: 1}, Fraction(5)) == [HOSTILE]
     lowered = inputs.POLICY.replace('cap = "4"', 'cap = "2"', 1)
-    led.apply_policy(parse_policy(tomllib.loads(lowered), "lowered"))
+    led.apply_policy(parse_policy(tomllib.loads(lowered), "lowered"), reason="DPO ticket 7")
     out = root / "out"
     res = audit(ledger_path=str(path), out_dir=str(out))
     return {"path": path, "out": out / "audit", "res": res, "page": parse(res["report"])}
@@ -116,7 +116,8 @@ def test_policy_change_log_comes_from_the_chain(history):
     rows = [r for r in history["page"].table_after("Policy change log") if r["domain"] == "geo"]
     assert [r["cap"] for r in rows] == ["4", "4 → 2"]
     assert rows[-1]["accounts above cap"] == "2" and rows[-1]["actor"] == ACTOR
-    assert rows[-1]["source"] == "lowered"
+    assert rows[-1]["source"] == "lowered" and rows[-1]["reason"] == "DPO ticket 7"
+    assert rows[0]["reason"] == ""  # applied without --reason
 
 
 def test_the_signed_head_on_the_page_verifies_with_the_public_key(history):
