@@ -227,6 +227,12 @@ class _spinner:
         self.progress.stop()
 
 
+#: The audit's domain columns on a terminal or in CSV (JSON: every key, docs/ledger.md).
+AUDIT_TABLE_COLUMNS = ["domain", "notion", "unit", "cap_exact", "accounts", "spent_median_exact",
+                       "spent_max_exact", "accounts_near_cap", "accounts_above_cap", "releases",
+                       "users_denied", "denied_requests"]
+
+
 @handle_errors
 def audit_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
@@ -280,7 +286,8 @@ def audit_cmd(
                                              ("release", release), ("since", since),
                                              ("until", until)) if v is not None},
                     since_checkpoint=since_checkpoint)
-    print_rows(res["domains"], fmt, title="Domains")
+    print_rows(res["domains"], fmt, title="Domains", columns=None if fmt is OutputFormat.json
+               else AUDIT_TABLE_COLUMNS)
     console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
                   f"({res['entries_checked']} entries); report: {res['report']}")
     if not res["ok"]:
