@@ -16,6 +16,7 @@ not independently verified). See docs/ledger.md.
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,6 +35,7 @@ from ledger import (
 )
 from ledger.counter import counter_path
 from ledger.errors import LedgerIntegrityError
+from ledger.filters import Filter
 from ledger.heads import manifest_heads, parse_expect_head
 from ledger.recompute import published_faults
 from ledger.signing import load_pin, pin_path, public_key_path, signing_key_path
@@ -168,12 +170,44 @@ def init(
 def policy_apply(
     file: Annotated[Path, typer.Argument(help="Policy TOML file.")],
     ledger: LedgerOpt = None,
+    reason: Annotated[str, typer.Option(
+        "--reason", help="Why the policy changes (recorded in each change's hash-chained "
+                         "policy entry, with the OS user as actor; shown by `ledger history` "
+                         "and the audit).")] = "",
 ) -> None:
-    """Create or update the ledger's domains from a policy file (idempotent)."""
+    """Create or update the ledger's domains from a policy file (idempotent).
+
+    The actor recorded is the OS user running the command (its effective uid),
+    not $LOGNAME.
+    """
     led = Ledger.open(_path(ledger))
-    changes = led.apply_policy(load_policy(file))
+    changes = led.apply_policy(load_policy(file), reason=reason)
     for line in changes or ["no changes: the ledger already matches the policy"]:
         console.print(line, highlight=False, markup=False)
+
+
+def _wevent_charge(dom: dict[str, Any], epsilon: str | None, per_step_text: str | None,
+                   rho: str | None, steps: str | None) -> tuple[StepRun, Fraction]:
+    """The step run of a w-event charge and its ε per window.
+
+    ``--epsilon`` is ε per window of w steps, as in ``release streams``: each
+    step costs ε/w. ``--epsilon-per-step`` states the per-step cost directly
+    (what ``--epsilon`` meant for w-event domains before; a window costs w
+    times it).
+    """
+    if rho is not None:
+        raise ParameterError("w-event domains are charged with --epsilon (per window of w "
+                             "steps) or --epsilon-per-step, not --rho")
+    if steps is None:
+        raise ParameterError("w-event domains need --steps START:STOP")
+    w = int(dom["w"])
+    if per_step_text is not None:
+        per_step = _parse_amount(per_step_text, "--epsilon-per-step")
+    else:
+        per_step = _parse_amount(str(epsilon), "--epsilon") / w
+    a, b = _parse_steps(steps)
+    _check_total(per_step, b - a)
+    return StepRun(a, b, per_step), per_step * w
 
 
 @ledger_app.command("charge")
@@ -182,41 +216,46 @@ def charge(
     user: Annotated[str, typer.Option("--user", help="User id.")],
     domain: Annotated[str, typer.Option("--domain", help="Policy domain.")],
     release: Annotated[str, typer.Option("--release", help="Release id (idempotency key).")],
-    epsilon: Annotated[
-        str | None, typer.Option("--epsilon", help="ε (per step for wevent).")] = None,
+    epsilon: Annotated[str | None, typer.Option(
+        "--epsilon", help="ε (gp); for w-event ε per window of w steps, as in `release "
+                          "streams` (each step costs ε/w).")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (cgp domains).")] = None,
+    epsilon_per_step: Annotated[str | None, typer.Option(
+        "--epsilon-per-step", help="w-event only: ε per step (a window of w steps costs w "
+                                   "times it; the meaning --epsilon had before).")] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="wevent steps START:STOP.")] = None,
     stream: Annotated[str, typer.Option("--stream", help="wevent stream id.")] = "",
     step: Annotated[str, typer.Option("--step", help="Step name within the release.")] = "release",
     ledger: LedgerOpt = None,
 ) -> None:
     """Reserve and settle one charge (for operators and tests); exit 3 if denied."""
-    if (epsilon is None) == (rho is None):
-        raise ParameterError("give exactly one of --epsilon and --rho")
+    if sum(x is not None for x in (epsilon, rho, epsilon_per_step)) != 1:
+        raise ParameterError("give exactly one of --epsilon, --rho and --epsilon-per-step")
     led = Ledger.open(_path(ledger))
     doms = {d["domain"]: d for d in led.domains()}
     if domain not in doms:
         known = ", ".join(sorted(doms)) or "(none: run `privpipe ledger policy apply`)"
         raise ParameterError(f"unknown domain {domain!r}; the ledger knows: {known}")
     dom = doms[domain]
-    notion = "gp" if epsilon is not None else "cgp"
-    amount = _parse_amount(epsilon if epsilon is not None else str(rho),
-                           "--epsilon" if epsilon is not None else "--rho")
     if dom["notion"] == "wevent":
-        if rho is not None:
-            raise ParameterError("w-event domains are charged with --epsilon per step")
-        if steps is None:
-            raise ParameterError("w-event domains need --steps START:STOP")
-        a, b = _parse_steps(steps)
-        _check_total(amount, b - a)
-        runs = (StepRun(a, b, amount),)
+        run_, window = _wevent_charge(dom, epsilon, epsilon_per_step, rho, steps)
+        runs = (run_,)
         req = Request(user, domain, step=step, notion="wevent", stream_id=stream, runs=runs)
-        params: dict[str, Any] = {"epsilon_per_step": str(amount), "steps": [a, b]}
+        params: dict[str, Any] = {"epsilon_per_step": str(run_.epsilon),
+                                  "steps": [run_.start, run_.stop]}
+        what = (f" (ε {format_fraction(window)} per window = {format_fraction(run_.epsilon)} "
+                f"per step over steps [{run_.start}, {run_.stop}))")
     else:
+        if epsilon_per_step is not None:
+            raise ParameterError("--epsilon-per-step only applies to w-event domains")
         if steps is not None or stream:
             raise ParameterError("--steps and --stream only apply to w-event domains")
+        notion = "gp" if epsilon is not None else "cgp"
+        amount = _parse_amount(epsilon if epsilon is not None else str(rho),
+                               "--epsilon" if epsilon is not None else "--rho")
         req = Request(user, domain, step=step, notion=notion, amount=amount)
         params = {"epsilon" if notion == "gp" else "rho": str(amount)}
+        what = ""
     result = led.reserve(release, [req], mechanism="manual-charge", parameters=params)
     decision = (result.admitted + result.denied)[0]
     decision.raise_if_denied(release)
@@ -227,7 +266,7 @@ def charge(
     led.settle(release, [Settlement(user, domain, step, cost, stream_id=stream)])
     again = " (already recorded for this release: nothing new charged)" if decision.replayed else ""
     console.print(
-        f"admitted{again}: user {user!r}, domain {domain!r}, requested "
+        f"admitted{again}{what}: user {user!r}, domain {domain!r}, requested "
         f"{format_fraction(decision.requested)}, remaining {format_fraction(decision.remaining)} "
         f"{decision.units}",
         highlight=False, markup=False,
@@ -247,78 +286,144 @@ def close(
     console.print(f"release {release!r} closed", highlight=False, markup=False)
 
 
+UserFilterOpt = Annotated[str | None, typer.Option("--user", help="Only this user.")]
+DomainFilterOpt = Annotated[str | None, typer.Option("--domain", help="Only this domain.")]
+ReleaseFilterOpt = Annotated[str | None, typer.Option("--release", help="Only this release.")]
+SinceOpt = Annotated[str | None, typer.Option(
+    "--since", help="Only from this time on (ISO 8601 date or date-time, UTC unless an "
+                    "offset is given; inclusive).")]
+UntilOpt = Annotated[str | None, typer.Option(
+    "--until", help="Only before this time (ISO 8601, like --since; exclusive).")]
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.isoformat()
+    return v
+
+
+def _emit(rows: list[dict[str, Any]], fmt: OutputFormat, title: str, columns: list[str],
+          amounts: tuple[str, ...]) -> None:
+    """Print rows; amounts as exact text (table, csv) or, in JSON, a number plus ``*_exact``.
+
+    JSON keys are the snake_case column names; an amount ``x`` is a number
+    (float, None when absent) and ``x_exact`` its exact value as a fraction
+    string (e.g. ``"1/3"``); times are ISO 8601 text (UTC).
+    """
+    if fmt is OutputFormat.json:
+        out = [{c: _json_value(r.get(c)) for c in columns} for r in rows]
+        for r, src in zip(out, rows, strict=True):
+            for c in amounts:
+                v = src.get(c)
+                r[c] = None if v is None else float(v)
+                r[f"{c}_exact"] = None if v is None else format_fraction(v)
+        cols = [*columns, *(f"{c}_exact" for c in amounts)]
+        print_rows(out, fmt, title=title, columns=cols)
+        return
+    print_rows([{**r, **{c: _amount(r.get(c)) for c in amounts}} for r in rows], fmt,
+               title=title, columns=columns)
+
+
 @ledger_app.command("balance")
 @handle_errors
 def balance(
-    user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
-    domain: Annotated[str | None, typer.Option("--domain", help="Only this domain.")] = None,
+    user: UserFilterOpt = None,
+    domain: DomainFilterOpt = None,
     ledger: LedgerOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     public_key: PublicKeyOpt = None,
+    release: Annotated[str | None, typer.Option(
+        "--release", help="Only the accounts this release charged or denied.")] = None,
+    since: Annotated[str | None, typer.Option(
+        "--since", help="Only accounts with an entry from this time on (ISO 8601; "
+                        "inclusive).")] = None,
+    until: Annotated[str | None, typer.Option(
+        "--until", help="Balances as they stood at this time (ISO 8601; exclusive: "
+                        "entries before it).")] = None,
 ) -> None:
-    """Budget per account: cap, spent, remaining (exact), units and state.
+    """Budget per account: cap, spent, remaining (exact, in the cap's unit) and state.
 
     The state is ok, near cap (90% or more spent) or "above a lowered cap" (a
     policy lowered the cap below what the account had spent: it admits nothing).
     """
-    rows = [r for r in _reader(ledger, public_key).balances(domain)
-            if user is None or r["user_id"] == user]
-    out = [{**r, "cap": _amount(r["cap"]), "spent": _amount(r["spent"]),
-            "remaining": _amount(r["remaining"])} for r in rows]
-    print_rows(out, fmt, title="balances", columns=[
-        "user_id", "domain", "stream_id", "notion", "cap", "spent", "remaining", "units",
-        "state"])
+    flt = Filter.parse(user=user, domain=domain, release=release, since=since, until=until)
+    rows = _reader(ledger, public_key).balances(where=flt)
+    _emit(rows, fmt, "balances", [
+        "user_id", "domain", "stream_id", "notion", "cap", "spent", "remaining", "unit",
+        "units", "state"], ("cap", "spent", "remaining"))
 
 
 @ledger_app.command("history")
 @handle_errors
 def history(
     user: Annotated[str | None, typer.Option(
-        "--user", help="User id (without it: the policy history).")] = None,
-    domain: Annotated[str | None, typer.Option("--domain", help="Only this domain.")] = None,
+        "--user", help="Only this user (without --user and --release: the policy "
+                       "history).")] = None,
+    domain: DomainFilterOpt = None,
     ledger: LedgerOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     public_key: PublicKeyOpt = None,
+    release: ReleaseFilterOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
 ) -> None:
-    """Every ledger entry of one user, or (without --user) every policy change, in order."""
+    """Account entries (of a user or a release), or without both every policy change, in order.
+
+    Amounts are in the cap's unit: for w-event, ``amount`` is the entry's
+    charge per window and ``balance_after`` the account's largest window sum.
+    """
+    flt = Filter.parse(user=user, domain=domain, release=release, since=since, until=until)
     led = _reader(ledger, public_key)
-    if user is None:
-        changes = [{**r, "cap_before": _amount(r["cap_before"]),
-                    "cap_after": _amount(r["cap_after"])} for r in led.policy_history(domain)]
-        print_rows(changes, fmt, title="policy history", columns=[
+    if user is None and release is None:
+        _emit(led.policy_history(where=flt), fmt, "policy history", [
             "seq", "created_at", "actor", "domain", "change", "cap_before", "cap_after",
-            "accounts_above_cap", "summary"])
+            "accounts_above_cap", "reason", "summary"], ("cap_before", "cap_after"))
         return
-    rows = led.history(user, domain)
-    out = [{**r, "amount": _amount(r["amount"]), "balance_after": _amount(r["balance_after"]),
-            "cap": _amount(r["cap"])} for r in rows]
-    print_rows(out, fmt, title=f"history of {user!r}", columns=[
-        "seq", "created_at", "release_id", "domain", "step", "stream_id", "kind", "notion",
-        "amount", "balance_after", "cap", "mechanism", "reason"])
+    title = f"history of {user!r}" if user is not None else f"entries of release {release!r}"
+    _emit(led.history(where=flt), fmt, title, [
+        "seq", "created_at", "user_id", "release_id", "domain", "step", "stream_id", "kind",
+        "notion", "amount", "balance_after", "cap", "unit", "steps", "amount_all_steps",
+        "mechanism", "actor", "reason"], ("amount", "balance_after", "cap", "amount_all_steps"))
 
 
 @ledger_app.command("releases")
 @handle_errors
 def releases(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table,
-             public_key: PublicKeyOpt = None) -> None:
-    """Every release with its state, admitted/denied users and net spend."""
-    rows = _reader(ledger, public_key).releases()
-    out = [{**r, "net_spent": _amount(r["net_spent"])} for r in rows]
-    print_rows(out, fmt, title="releases", columns=[
-        "release_id", "state", "users_admitted", "users_denied", "net_spent", "first_seq",
-        "last_seq", "created_at", "updated_at"])
+             public_key: PublicKeyOpt = None, user: UserFilterOpt = None,
+             domain: DomainFilterOpt = None, release: ReleaseFilterOpt = None,
+             since: Annotated[str | None, typer.Option(
+                 "--since", help="Only releases created from this time on (ISO 8601; "
+                                 "inclusive).")] = None,
+             until: Annotated[str | None, typer.Option(
+                 "--until", help="Only releases created before this time (ISO 8601; "
+                                 "exclusive).")] = None) -> None:
+    """Every release and domain: state, users, spent per account (max, mean) and cap, with unit.
+
+    Never a sum over users: ``spent_max`` and ``spent_mean`` are what the
+    release charged one account, in the cap's unit (ε, ρ, or ε per window of
+    w steps). With --user, that user's charge.
+    """
+    flt = Filter.parse(user=user, domain=domain, release=release, since=since, until=until)
+    rows = _reader(ledger, public_key).releases(flt)
+    _emit(rows, fmt, "releases", [
+        "release_id", "domain", "state", "users_admitted", "users_denied", "accounts",
+        "spent_max", "spent_mean", "cap", "unit", "first_seq", "last_seq", "created_at",
+        "updated_at"], ("spent_max", "spent_mean", "cap"))
 
 
 @ledger_app.command("denials")
 @handle_errors
 def denials(ledger: LedgerOpt = None, fmt: FormatOpt = OutputFormat.table,
-            public_key: PublicKeyOpt = None) -> None:
-    """Every denied request with the reason."""
-    rows = _reader(ledger, public_key).denials()
-    out = [{**r, "requested": _amount(r["requested"])} for r in rows]
-    print_rows(out, fmt, title="denials", columns=[
+            public_key: PublicKeyOpt = None, user: UserFilterOpt = None,
+            domain: DomainFilterOpt = None, release: ReleaseFilterOpt = None,
+            since: SinceOpt = None, until: UntilOpt = None) -> None:
+    """Every denied request with why: requested, spent, cap (in the cap's unit) and reason."""
+    flt = Filter.parse(user=user, domain=domain, release=release, since=since, until=until)
+    rows = _reader(ledger, public_key).denials(flt)
+    _emit(rows, fmt, "denials", [
         "seq", "created_at", "release_id", "user_id", "domain", "step", "stream_id", "notion",
-        "requested", "reason"])
+        "requested", "spent", "cap", "unit", "steps", "cause", "reason"],
+        ("requested", "spent", "cap"))
 
 
 @ledger_app.command("verify")
@@ -404,11 +509,14 @@ def checkpoint(
 @ledger_app.command("export")
 @handle_errors
 def export(
-    out: Annotated[Path, typer.Option("--out", help="Output file.")],
-    fmt: Annotated[str, typer.Option("--format", help="File format: csv, parquet or json.")
+    out: Annotated[Path, typer.Option("--out", help="Output file (a directory with --table "
+                                                    "all).")],
+    fmt: Annotated[str, typer.Option("--format", help="File format: csv, parquet (plain Parquet "
+                                                      "1.0, any DuckDB/pandas reads it) or json.")
                    ] = "csv",
     table: Annotated[str, typer.Option(
-        "--table", help="entries, balances, releases or denials.")] = "entries",
+        "--table", help="entries, balances, releases, denials, or all (one file per table "
+                        "in the --out directory).")] = "entries",
     ledger: LedgerOpt = None,
     public_key: PublicKeyOpt = None,
 ) -> None:

@@ -253,6 +253,12 @@ class _spinner:
             self.progress.stop()
 
 
+#: The audit's domain columns on a terminal or in CSV (JSON: every key, docs/ledger.md).
+AUDIT_TABLE_COLUMNS = ["domain", "notion", "unit", "cap_exact", "accounts", "spent_median_exact",
+                       "spent_max_exact", "accounts_near_cap", "accounts_above_cap", "releases",
+                       "users_denied", "denied_requests"]
+
+
 @handle_errors
 def audit_cmd(
     out: Path = OutOpt, ledger: Path | None = LedgerOpt,
@@ -266,30 +272,52 @@ def audit_cmd(
         None, "--expect-head", help="A head you kept: a checkpoint file (`ledger "
                                     "checkpoint`) or SEQ:HASH; repeatable. The audit fails "
                                     "if the ledger's chain does not contain it."),
+    user: str | None = typer.Option(None, "--user", help="List only this user's entries."),
+    domain: str | None = typer.Option(None, "--domain", help="List only this domain."),
+    release: str | None = typer.Option(None, "--release", help="List only this release."),
+    since: str | None = typer.Option(None, "--since", help="List only entries from this time "
+                                     "on (ISO 8601, UTC unless an offset is given; inclusive)."),
+    until: str | None = typer.Option(None, "--until", help="List only entries before this "
+                                     "time (ISO 8601; exclusive)."),
+    since_checkpoint: str | None = typer.Option(
+        None, "--since-checkpoint", help="A checkpoint file you kept (`ledger checkpoint`) or "
+        "SEQ:HASH: list what changed after it (releases, charges per domain, policy "
+        "changes, denials). Exit 4 if the chain does not contain it."),
 ) -> None:
     """Compliance audit: one self-contained HTML page (plus CSV/JSON tables) to sign.
 
     Chain verification, ledger head, budget spent over time, spend per account
-    against the cap, accounts near or above the cap, denials per user, releases,
-    policy. Writes OUT/audit/. Exit 4 when the ledger does not verify, or (as an
+    against the cap, accounts near or above the cap, denials per user with
+    their causes, releases, policy. --user/--domain/--release/--since/--until
+    narrow the listings, never the verification (always the whole chain).
+    Writes OUT/audit/ (audit.json: the schema in docs/ledger.md). Exit 4 when
+    the ledger does not verify, does not contain a kept head, or (as an
     auditor: --public-key, or no noise key) is not independently verified.
     """
+    from ledger.filters import Filter
     from ledger.heads import parse_expect_head
 
     mode = verbosity(verbose, quiet)
-    for text in expect_head or []:  # bad input before Prefect starts
-        parse_expect_head(text)
+    for text in [*(expect_head or []), *([since_checkpoint] if since_checkpoint else [])]:
+        parse_expect_head(text)  # bad input before Prefect starts
+    Filter.parse(user=user, domain=domain, release=release, since=since, until=until)
     _prepare(mode)
     from flows.audit_flow import audit
 
     with _spinner("auditing the ledger", mode):
         res = audit(ledger_path=_abs(_ledger_path(ledger)), out_dir=_abs(out),
                     near_cap_fraction=near_cap, public_key=_abs(public_key),
-                    expect_heads=[_abs_head(h) for h in expect_head or []])
-    print_rows(res["domains"], fmt, title="Domains")
+                    expect_heads=[_abs_head(h) for h in expect_head or []],
+                    where={k: v for k, v in (("user", user), ("domain", domain),
+                                             ("release", release), ("since", since),
+                                             ("until", until)) if v is not None},
+                    since_checkpoint=None if since_checkpoint is None
+                    else _abs_head(since_checkpoint))
+    print_rows(res["domains"], fmt, title="Domains", columns=None if fmt is OutputFormat.json
+               else AUDIT_TABLE_COLUMNS)
     if mode is not Verbosity.quiet or not res["ok"]:
-            console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
-                      f"({res['entries']} entries); report: {res['report']}")
+        console.print(f"chain verification: {'[green]ok' if res['ok'] else '[red]FAILED'}[/] "
+                      f"({res['entries_checked']} entries); report: {res['report']}")
     if not res["ok"]:
         raise typer.Exit(4)
 

@@ -25,6 +25,7 @@ from ledger.errors import (
     PolicyChangeError,
     ReplayConflictError,
 )
+from ledger.filters import Filter, parse_time
 from ledger.keys import key_path_for
 from ledger.ledger import (
     Decision,
@@ -43,6 +44,7 @@ __all__ = [
     "UNITS_PER_EPSILON",
     "BudgetExceededError",
     "Decision",
+    "Filter",
     "Ledger",
     "LedgerBusyError",
     "LedgerIntegrityError",
@@ -69,4 +71,5 @@ __all__ = [
     "from_units",
     "is_exact",
     "key_path_for",
+    "parse_time",
 ]

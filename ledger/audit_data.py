@@ -23,7 +23,9 @@ import duckdb
 import numpy as np
 
 from ledger import Ledger, VerifyReport, from_units, key_path_for
+from ledger.filters import Filter
 from ledger.heads import parse_expect_head
+from ledger.queries import denial_cause
 
 
 @dataclass
@@ -56,9 +58,12 @@ class AuditData:
     balances: list[dict[str, Any]]
     releases: list[dict[str, Any]]
     spend: dict[str, DomainSpend]
-    denials: list[dict[str, Any]]          # one row per (domain, user)
+    denials: list[dict[str, Any]]          # one row per (domain, user), with causes
     denials_per_day: dict[str, list[tuple[str, int]]]
     entries: int
+    denial_causes: list[dict[str, Any]] = field(default_factory=list)  # (domain, cause)
+    where: Filter = field(default_factory=Filter)  # what the listings were narrowed to
+    since: dict[str, Any] | None = None    # changes since a kept checkpoint (`changes`)
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None
@@ -75,8 +80,12 @@ def _head(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     return rows[0]
 
 
-def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[dict[str, Any]]:
-    """One row per (release, domain) of the entries, with its manifest's public facts."""
+def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger, user: str | None = None
+                  ) -> list[dict[str, Any]]:
+    """One row per (release, domain) of the entries, with its manifest's public facts.
+
+    `user` (the audit's ``--user``): w-event windows of that user only.
+    """
     rows = _rows(con, """
         WITH per_user AS (
             SELECT release_id, domain, user_id, stream_id,
@@ -110,7 +119,7 @@ def _release_rows(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[dict[s
         if r["notion"] == "wevent":
             per: dict[str, Any] = {}  # per user: its window over all streams, or its max
             for c in ledger.release_charges(r["release_id"]):
-                if c["domain"] == r["domain"]:
+                if c["domain"] == r["domain"] and user in (None, c["user_id"]):
                     w = c["user_window"] if c["user_window"] is not None else c["window"]
                     per[c["user_id"]] = max(per.get(c["user_id"], w), w)
             windows = sorted(per.values())
@@ -167,18 +176,34 @@ def _spend(con: duckdb.DuckDBPyConnection, releases: list[dict[str, Any]]
 
 
 def _denials(con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]],
-                                                      dict[str, list[tuple[str, int]]]]:
+                                                      dict[str, list[tuple[str, int]]],
+                                                      list[dict[str, Any]]]:
+    """Denials per (domain, user) with their causes and last reason; per day; per cause."""
     per_user = _rows(con, """
         SELECT domain, user_id, count(*) AS denied_requests,
                count(DISTINCT release_id) AS releases, min(created_at) AS first_denied,
-               max(created_at) AS last_denied
+               max(created_at) AS last_denied, arg_max(reason, seq) AS last_reason
         FROM e WHERE kind = 'deny' GROUP BY ALL ORDER BY domain, denied_requests DESC, user_id""")
+    causes: dict[tuple[str, str], dict[str, int]] = {}
+    users: dict[tuple[str, str], set[str]] = {}
+    for dom, user, reason, n in con.execute(
+            "SELECT domain, user_id, reason, count(*) FROM e WHERE kind = 'deny' "
+            "GROUP BY ALL").fetchall():
+        cause = denial_cause(reason)
+        mine = causes.setdefault((dom, user), {})
+        mine[cause] = mine.get(cause, 0) + int(n)
+        users.setdefault((dom, cause), set()).add(user)
+    for r in per_user:
+        r["causes"] = dict(sorted(causes.get((r["domain"], r["user_id"]), {}).items()))
+    by_cause = [{"domain": dom, "cause": cause, "users": len(who),
+                 "requests": sum(c.get(cause, 0) for (d, _), c in causes.items() if d == dom)}
+                for (dom, cause), who in sorted(users.items())]
     per_day: dict[str, list[tuple[str, int]]] = {}
     for r in _rows(con, "SELECT domain, strftime(date_trunc('day', created_at), '%Y-%m-%d') AS "
                         "day, count(DISTINCT user_id) AS users FROM e WHERE kind = 'deny' "
                         "GROUP BY ALL ORDER BY domain, day"):
         per_day.setdefault(r["domain"], []).append((r["day"], int(r["users"])))
-    return per_user, per_day
+    return per_user, per_day, by_cause
 
 
 def open_for_audit(ledger_path: str, public_key: str | None = None) -> Ledger:
@@ -191,14 +216,69 @@ def open_for_audit(ledger_path: str, public_key: str | None = None) -> Ledger:
     return Ledger.open_auditor(ledger_path, public_key=public_key)
 
 
+def _changes(con: duckdb.DuckDBPyConnection, ledger: Ledger, kept: str, seq: int,
+             digest: str) -> dict[str, Any]:
+    """What changed after the kept head (seq, hash): releases, charges, policy, denials.
+
+    Charges per domain are per account in the cap's unit: ``balance_increase_max``
+    is the largest rise of one account's balance (its spent; for w-event its
+    largest window sum) since the kept head. ``in_chain`` is False (and nothing
+    else is listed) when the chain has no entry `seq` with hash `digest`.
+    """
+    at = _rows(con, "SELECT hash FROM e WHERE seq = ?", [seq])
+    found = at[0]["hash"] if at else ("0" * 64 if seq == 0 else None)
+    first = {"checkpoint": kept, "seq": seq, "hash": digest, "in_chain": found == digest}
+    if not first["in_chain"]:
+        return first
+    releases = _rows(con, """
+        SELECT release_id, domain, min(created_at) AS first_at, min(seq) AS first_seq,
+               count(DISTINCT user_id) FILTER (WHERE kind = 'reserve') AS users_admitted,
+               count(DISTINCT user_id) FILTER (WHERE kind = 'deny') AS users_denied
+        FROM e WHERE seq > ? AND user_id <> '' GROUP BY ALL ORDER BY first_seq, domain""",
+                     [seq])
+    charges = _rows(con, """
+        WITH acc AS (
+            SELECT domain, user_id, stream_id,
+                   CAST(arg_max(balance_after_quanta, seq) AS HUGEINT) AS now_q,
+                   coalesce(CAST(arg_max(balance_after_quanta, seq) FILTER (WHERE seq <= ?)
+                            AS HUGEINT), 0) AS then_q,
+                   bool_or(seq > ? AND kind = 'reserve') AS charged
+            FROM e WHERE user_id <> '' AND balance_after_quanta IS NOT NULL GROUP BY ALL)
+        SELECT domain, count(*) FILTER (WHERE charged) AS accounts_charged,
+               CAST(max(now_q - then_q) AS VARCHAR) AS increase_q
+        FROM acc GROUP BY ALL HAVING bool_or(charged) ORDER BY domain""", [seq, seq])
+    for c in charges:
+        c["balance_increase_max"] = from_units(int(c.pop("increase_q")))
+    denied = _rows(con, "SELECT domain, count(*) AS denied_requests, count(DISTINCT user_id) "
+                        "AS users_denied FROM e WHERE seq > ? AND kind = 'deny' GROUP BY ALL "
+                        "ORDER BY domain", [seq])
+    policy = [p for p in ledger.policy_history() if p["seq"] > seq]
+    return {**first, "releases": releases, "charges": charges, "denials": denied,
+            "policy_changes": policy}
+
+
+def _narrow(con: duckdb.DuckDBPyConnection, where: Filter) -> None:
+    """Keep only the entries `where` selects in the audit's table ``e``."""
+    if not where.empty:
+        cond, params = where.where()
+        con.execute(f"DELETE FROM e WHERE NOT ({cond})", params)  # noqa: S608
+
+
 def collect(ledger_path: str, public_key: str | None = None,
-            expect_heads: Sequence[str] = ()) -> AuditData:
+            expect_heads: Sequence[str] = (), where: Filter | None = None,
+            since_checkpoint: str | None = None) -> AuditData:
     """Export the ledger once, verify it, and compute every figure of the audit.
 
     `expect_heads` (checkpoint files or ``SEQ:HASH``) are heads kept earlier
-    that the chain must contain (`Ledger.verify`).
+    that the chain must contain (`Ledger.verify`). `where` narrows the
+    listings (releases, spend, denials, balances, policy changes), never the
+    verification, which always covers the whole chain. `since_checkpoint` (a
+    checkpoint file or ``SEQ:HASH``) is a head the chain must also contain;
+    what changed after it is in ``since``.
     """
+    where = where or Filter()
     expected = [parse_expect_head(text) for text in expect_heads]
+    kept = parse_expect_head(since_checkpoint) if since_checkpoint is not None else None
     ledger = open_for_audit(ledger_path, public_key)
     with tempfile.TemporaryDirectory(prefix="privpipe-audit-") as tmp:
         path = Path(tmp) / "entries.parquet"
@@ -207,15 +287,21 @@ def collect(ledger_path: str, public_key: str | None = None,
         try:
             con.execute("CREATE TABLE e AS SELECT * FROM read_parquet(?)", [str(path)])
             head = _head(con)
-            releases = _release_rows(con, ledger)
+            since = (None if kept is None else
+                     _changes(con, ledger, kept[0], kept[1].seq, kept[1].hash))
+            _narrow(con, where)
+            releases = _release_rows(con, ledger, where.user)
             spend = _spend(con, releases)
-            denials, per_day = _denials(con)
+            denials, per_day, causes = _denials(con)
         finally:
             con.close()
+    policy_where = Filter(domain=where.domain, since=where.since, until=where.until)
     return AuditData(
-        ledger_path=str(Path(ledger_path).resolve()), verification=ledger.verify(expected),
-        head=head,
-        signed_head=ledger.head().to_dict(), auditor=ledger.auditor,
-        domains=ledger.domains(), policy_history=ledger.policy_history(),
-        balances=ledger.balances(), releases=releases, spend=spend, denials=denials,
-        denials_per_day=per_day, entries=n)
+        ledger_path=str(Path(ledger_path).resolve()),
+        verification=ledger.verify(expected + ([kept] if kept is not None else [])),
+        head=head, signed_head=ledger.head().to_dict(), auditor=ledger.auditor,
+        domains=[d for d in ledger.domains() if where.domain in (None, d["domain"])],
+        policy_history=ledger.policy_history(where=policy_where),
+        balances=ledger.balances(where=where), releases=releases, spend=spend,
+        denials=denials, denials_per_day=per_day, entries=n, denial_causes=causes,
+        where=where, since=since)

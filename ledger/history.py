@@ -15,23 +15,27 @@ from typing import Any
 import duckdb
 
 from ledger.amounts import from_units
+from ledger.filters import Filter
 from ledger.policy import state_of_row
 from ledger.storage import load_domains
 
 
-def policy_history(con: duckdb.DuckDBPyConnection, domain: str | None) -> list[dict[str, Any]]:
-    """Every policy change in seq order (of one domain, or all).
+def policy_history(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
+                   ) -> list[dict[str, Any]]:
+    """Every policy change in seq order (those `flt` selects: domain, since, until).
 
     Each row: seq, created_at, actor, domain, change (create, change, baseline),
     cap_before and cap_after (exact Fractions; cap_before None for a domain's
     first entry), changed (field names), old and new state (dicts; the new
     state's ``definition`` is the whole domain), accounts_above_cap, source,
-    summary.
+    summary, and reason (the operator's ``--reason``; '' in entries written
+    before it existed).
     """
+    cond, params = (flt or Filter()).where(user=False, release=False)
     rows = con.execute(
-        "SELECT seq, created_at, actor, domain, step, CAST(cap AS VARCHAR), "
+        "SELECT seq, created_at, actor, domain, step, CAST(cap AS VARCHAR), "  # noqa: S608
         "CAST(amount AS VARCHAR), detail, reason FROM entries WHERE kind = 'policy' "
-        "AND (? IS NULL OR domain = ?) ORDER BY seq", [domain, domain]).fetchall()
+        f"AND {cond} ORDER BY seq", params).fetchall()  # `cond`: fixed text, values in params
     out = []
     for seq, at, actor, dom, step, before, after, detail, reason in rows:
         det = json.loads(detail) if detail else {}
@@ -41,7 +45,8 @@ def policy_history(con: duckdb.DuckDBPyConnection, domain: str | None) -> list[d
                     "cap_after": from_units(int(after)), "changed": det.get("changed", []),
                     "old": det.get("old"), "new": det.get("new"),
                     "accounts_above_cap": det.get("accounts_above_cap", 0),
-                    "source": det.get("source", ""), "summary": reason or ""})
+                    "source": det.get("source", ""), "summary": reason or "",
+                    "reason": det.get("reason", "")})
     return out
 
 

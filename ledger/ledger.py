@@ -9,12 +9,13 @@ for the guarantees (no overspend, serialised writers, idempotency, audit).
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import os
+import pwd
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ from ledger import (
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError
+from ledger.filters import Filter
 from ledger.keyring import EMBEDDED, Keyring
 from ledger.migrate import migrate_tx
 from ledger.paths import check_existing_ledger, check_new_ledger_path
@@ -74,11 +76,16 @@ def default_ledger_path() -> Path:
 
 
 def default_actor() -> str:
-    """``user@host`` of the current process (recorded on every entry)."""
+    """``user@host`` of the current process (recorded on every entry).
+
+    The user is the OS account of the effective uid (the password database),
+    never ``$LOGNAME`` or ``$USER``, which anyone can set; ``uidN`` when the
+    uid has no account.
+    """
     try:
-        user = getpass.getuser()
+        user = pwd.getpwuid(os.geteuid()).pw_name
     except (KeyError, OSError):
-        user = f"uid{os.getuid()}"
+        user = f"uid{os.geteuid()}"
     return f"{user}@{socket.gethostname()}"
 
 
@@ -329,15 +336,18 @@ class Ledger:
 
     # ------------------------------------------------------------------ policy
 
-    def apply_policy(self, policy_: Policy) -> list[str]:
+    def apply_policy(self, policy_: Policy, reason: str = "") -> list[str]:
         """Create or update the ledger's domains from a validated policy (idempotent).
 
         Cap changes apply to future requests (accounts take the new cap); changing
         a charged domain's notion, w, kind or units is refused (`PolicyChangeError`);
         domains absent from the policy are kept. Returns one line per change.
+        `reason` (why, for auditors) is recorded in each change's hash-chained
+        ``policy`` entry (``detail.reason``) with the actor.
         """
+        check_id(reason, "--reason", allow_empty=True)
         return self._transact(lambda con: policy.apply_tx(con, self._keys, self.actor, policy_,
-                                                          storage.now()))
+                                                          storage.now(), reason))
 
     def domains(self) -> list[dict[str, Any]]:
         """The ledger's domains: name, kind, notion, cap (exact Fraction), w, units, definition.
@@ -371,11 +381,15 @@ class Ledger:
         self._require_key()
         return self._read(tx)
 
-    def policy_history(self, domain: str | None = None) -> list[dict[str, Any]]:
+    def policy_history(self, domain: str | None = None, *, where: Filter | None = None
+                       ) -> list[dict[str, Any]]:
         """Every policy change recorded in the chain, in order (see `history.policy_history`)."""
         if domain is not None:
             check_id(domain, "domain")
-        return self._read(lambda con: history.policy_history(con, domain))
+        flt = where or Filter()
+        if domain is not None:
+            flt = replace(flt, domain=domain)
+        return self._read(lambda con: history.policy_history(con, flt))
 
     # ------------------------------------------------------------------ reserve / settle
 
@@ -616,34 +630,48 @@ class Ledger:
 
     # ------------------------------------------------------------------ queries
 
-    def balances(self, domain: str | None = None) -> list[dict[str, Any]]:
-        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units.
+    def balances(self, domain: str | None = None, *, where: Filter | None = None
+                 ) -> list[dict[str, Any]]:
+        """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, unit, units.
 
-        cap, spent and remaining are exact Fractions; for w-event accounts
-        ``spent`` is the largest window sum of the history.
+        cap, spent and remaining are exact Fractions in the cap's ``unit``; for
+        w-event accounts ``spent`` is the largest window sum of the history.
+        `where` narrows the accounts (`queries.balances`; ``until`` gives the
+        balances as they stood then).
         """
         if domain is not None:
             check_id(domain, "domain", allow_empty=True)
-        return self._read(lambda con: queries.balances(con, domain))
+        flt = where or Filter()
+        if domain is not None:
+            flt = replace(flt, domain=domain)
+        return self._read(lambda con: queries.balances(con, flt))
 
     def near_cap_users(self, release_id: str, domain: str) -> int:
         """Users charged by the release whose account of `domain` is now near its cap (>= 90%)."""
         return self._read(lambda con: queries.near_cap_users(con, release_id, domain))
 
-    def history(self, user_id: str, domain: str | None = None) -> list[dict[str, Any]]:
-        """Every entry of one user in seq order, amounts as exact Fractions."""
-        check_id(user_id, "user_id", allow_empty=True)
+    def history(self, user_id: str | None = None, domain: str | None = None, *,
+                where: Filter | None = None) -> list[dict[str, Any]]:
+        """Account entries in seq order (of one user, or as `where` selects), exact amounts.
+
+        For w-event entries ``amount`` is the charge per window (`queries.history`).
+        """
+        if user_id is not None:
+            check_id(user_id, "user_id", allow_empty=True)
         if domain is not None:
             check_id(domain, "domain", allow_empty=True)
-        return self._read(lambda con: queries.history(con, user_id, domain))
+        flt = where or Filter()
+        flt = replace(flt, user=user_id if user_id is not None else flt.user,
+                      domain=domain if domain is not None else flt.domain)
+        return self._read(lambda con: queries.history(con, flt))
 
-    def releases(self) -> list[dict[str, Any]]:
-        """Every release: id, state, admitted/denied user counts, net spent, seq range."""
-        return self._read(queries.releases)
+    def releases(self, where: Filter | None = None) -> list[dict[str, Any]]:
+        """One row per release and domain: state, users, spent per account and cap, with unit."""
+        return self._read(lambda con: queries.releases(con, where))
 
-    def denials(self) -> list[dict[str, Any]]:
-        """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
-        return self._read(queries.denials)
+    def denials(self, where: Filter | None = None) -> list[dict[str, Any]]:
+        """Every denial (`where` narrows them): who, when, requested, spent, cap, unit, reason."""
+        return self._read(lambda con: queries.denials(con, where))
 
     def charge_summary(self, release_id: str) -> summaries.Spread | None:
         """The spread of one release's net charge per user, exact (`summaries.user_charges`)."""
@@ -669,17 +697,28 @@ class Ledger:
         """Write a table for auditors to `path` as csv, parquet or json; returns the row count.
 
         Exact amounts are exported as integer quanta in text columns (``*_quanta``)
-        next to readable DOUBLE columns. The noise key is never exported.
+        next to readable DOUBLE columns (``releases``: ``*_exact`` fractions,
+        per account in the cap's unit). The noise key is never exported.
+        Parquet is plain Parquet 1.0 types with data pages v1
+        (`queries.PARQUET_OPTIONS`), which any DuckDB, pandas or Spark reads.
 
         Args:
-            path: output file.
+            path: output file (``what="all"``: a directory, created if missing,
+                holding ``<table>.<fmt>`` for every table, read in one snapshot).
             fmt: ``csv``, ``parquet`` or ``json`` (a JSON array of objects).
             what: ``entries`` (the full audit log with step runs), ``balances``,
-                ``releases`` or ``denials``.
+                ``releases``, ``denials``, or ``all``.
         """
         queries.check_export(fmt, what)
-        return queries.write_table(self._read(lambda con: queries.export_table(con, what)),
-                                   path, fmt)
+        if what != "all":
+            return queries.write_table(self._read(lambda con: queries.export_table(con, what)),
+                                       path, fmt)
+        tables = self._read(lambda con: {name: queries.export_table(con, name)
+                                         for name in queries.EXPORTS})
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        return sum(queries.write_table(tbl, out / f"{name}.{fmt}", fmt)
+                   for name, tbl in tables.items())
 
     # ------------------------------------------------------------------ verify
 

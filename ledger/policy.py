@@ -168,8 +168,10 @@ def record(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, now: str,
 
 
 def apply_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, policy: Policy,
-             now: str) -> list[str]:
+             now: str, reason: str = "") -> list[str]:
     """Create or update the ledger's domains from `policy` in `con`'s transaction.
+
+    `reason` (the operator's, may be empty) goes into each entry's detail.
 
     Returns:
         One line per changed domain (empty when the ledger already matches).
@@ -193,9 +195,11 @@ def apply_tx(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, policy: P
         above = _above_cap(con, name, int(new["cap"])) if row is not None else 0
         line = _line(name, d, old, new, fields, above)
         lines.append(line)
-        changes.append((name, "create" if old is None else "change", old, new,
-                        {"changed": fields, "source": policy.source,
-                         "accounts_above_cap": above, "summary": line}))
+        extra = {"changed": fields, "source": policy.source, "accounts_above_cap": above,
+                 "summary": line}
+        if reason:
+            extra["reason"] = reason
+        changes.append((name, "create" if old is None else "change", old, new, extra))
     record(con, key, actor, now, changes)
     return lines
 

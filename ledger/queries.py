@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import pyarrow as pa
 
 from ledger import storage, wevent_budget
 from ledger.accounting import Run, max_window
-from ledger.amounts import UNITS_PER_EPSILON, from_units
+from ledger.admission import ABOVE_CAP, DENIED_EARLIER, TOGETHER
+from ledger.amounts import UNITS_PER_EPSILON, format_fraction, from_units
+from ledger.filters import Filter
 from schemas.errors import ParameterError
 
 
@@ -27,20 +30,56 @@ def _dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
-def balances(con: duckdb.DuckDBPyConnection, domain: str | None) -> list[dict[str, Any]]:
-    """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, units, state."""
+def unit_of(notion: str, w: int | None) -> str:
+    """The unit of a domain's amounts: ``ε``, ``ρ`` or ``ε per window of w steps``."""
+    if notion == "wevent":
+        return f"ε per window of {w} steps"
+    return "ρ" if notion == "cgp" else "ε"
+
+
+#: An entry of the account `a` (a per-user w-event account has stream_id '' and
+#: covers the entries of every stream of its user).
+_OF_ACCOUNT = ("e.user_id = a.user_id AND e.domain = a.domain AND (a.stream_id = '' OR "
+               "e.stream_id = a.stream_id) AND e.kind <> 'policy'")
+
+
+def balances(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
+             ) -> list[dict[str, Any]]:
+    """Per account: user_id, domain, stream_id, notion, cap, spent, remaining, unit, units, state.
+
+    `flt` narrows the accounts: user and domain select them; release and
+    since select those with an entry of that release / created at or after
+    since; until gives each account's balance as it stood then (its
+    ``balance_after`` and ``cap`` at its last entry before until; accounts
+    with no entry before it are left out).
+    """
+    flt = flt or Filter()
+    cond, params = flt.where("a", release=False, time=False)
+    sub, sub_params = Filter(release=flt.release, since=flt.since, until=flt.until).where("e")
+    spent, cap = "a.spent", "a.cap"
+    if flt.release is not None or flt.since is not None:
+        cond += f" AND EXISTS (SELECT 1 FROM entries e WHERE {_OF_ACCOUNT} AND {sub})"  # noqa: S608
+        params += sub_params
+    head: list[Any] = []
+    if flt.until is not None:
+        last = (f"(SELECT e.{{}} FROM entries e WHERE {_OF_ACCOUNT} AND "  # noqa: S608
+                "e.balance_after IS "
+                "NOT NULL AND e.created_at < CAST(? AS TIMESTAMP) ORDER BY e.seq DESC LIMIT 1)")
+        spent, cap = last.format("balance_after"), last.format("cap")
+        head = [flt.until, flt.until]
     out = _dicts(con.execute(
-        "SELECT a.user_id, a.domain, a.stream_id, d.notion, a.cap, a.spent, "
-        "d.units_label AS units FROM accounts a JOIN domains d ON d.domain = a.domain "
-        "WHERE ? IS NULL OR a.domain = ? ORDER BY a.domain, a.user_id, a.stream_id",
-        [domain, domain]))
+        f"SELECT * FROM (SELECT a.user_id, a.domain, a.stream_id, d.notion, d.w, "  # noqa: S608
+        f"{cap} AS cap, {spent} AS spent, d.units_label AS units FROM accounts a "
+        f"JOIN domains d ON d.domain = a.domain WHERE {cond}) WHERE spent IS NOT NULL "
+        "ORDER BY domain, user_id, stream_id", head + params))
     for r in out:
-        cap, spent = int(r["cap"]), int(r["spent"])
-        r["cap"], r["spent"], r["remaining"] = (from_units(cap), from_units(spent),
-                                                from_units(cap - spent))
-        r["state"] = account_state(cap, spent)
+        cap_q, spent_q = int(r["cap"]), int(r["spent"])
+        r["cap"], r["spent"], r["remaining"] = (from_units(cap_q), from_units(spent_q),
+                                                from_units(cap_q - spent_q))
+        r["state"] = account_state(cap_q, spent_q)
+        r["unit"] = unit_of(r["notion"], r["w"])
     return [{k: r[k] for k in ("user_id", "domain", "stream_id", "notion", "cap", "spent",
-                               "remaining", "units", "state")} for r in out]
+                               "remaining", "unit", "units", "state")} for r in out]
 
 
 def account_state(cap: int, spent: int) -> str:
@@ -66,43 +105,172 @@ def near_cap_users(con: duckdb.DuckDBPyConnection, release_id: str, domain: str)
     return int(row[0]) if row else 0
 
 
-def history(con: duckdb.DuckDBPyConnection, user_id: str, domain: str | None
-            ) -> list[dict[str, Any]]:
-    """Every entry of one user in seq order, amounts as exact Fractions."""
+def _windows(con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]
+             ) -> dict[int, list[Run]]:
+    """The step runs (start, stop, quanta per step) of the w-event entries matching `cond`."""
+    runs: dict[int, list[Run]] = {}
+    for seq, start, stop, q in con.execute(
+            "SELECT s.seq, s.run_start, s.run_stop, CAST(s.amount AS VARCHAR) "  # noqa: S608
+            f"FROM step_runs s JOIN entries e ON e.seq = s.seq WHERE e.notion = 'wevent' "
+            f"AND {cond} ORDER BY s.seq, s.run_start", params).fetchall():
+        runs.setdefault(int(seq), []).append((int(start), int(stop), int(q)))
+    return runs
+
+
+def _per_window(r: dict[str, Any], runs: dict[int, list[Run]]) -> None:
+    """Put a w-event entry's amount per window (its largest sum over w steps) in ``amount``.
+
+    The sum over all of its steps moves to ``amount_all_steps`` and its steps
+    to ``steps`` (``START:STOP`` runs); other notions keep their amount.
+    """
+    total = r["amount"]
+    r["amount_all_steps"], r["steps"] = None, ""
+    mine = runs.get(int(r["seq"]))
+    if r["notion"] == "wevent" and r["w"] and mine:
+        r["amount"] = from_units(max_window(mine, int(r["w"]))[0])
+        r["amount_all_steps"] = total
+        r["steps"] = ";".join(f"{a}:{b}" for a, b, _ in mine)
+
+
+def history(con: duckdb.DuckDBPyConnection, flt: Filter) -> list[dict[str, Any]]:
+    """Every account entry `flt` selects, in seq order, amounts as exact Fractions.
+
+    Amounts, balances and caps are in the cap's unit (`unit_of`): for a
+    w-event entry ``amount`` is its charge per window (the largest sum of its
+    steps over any w consecutive steps), ``amount_all_steps`` the sum over
+    all of its steps, and ``balance_after`` the account's largest window sum
+    after it (what the cap bounds).
+    """
+    cond, params = flt.where("e")
+    if flt.user is None:  # all accounts' entries; user '' selects the markers and policy
+        cond += " AND e.user_id <> '' AND e.kind <> 'policy'"
     out = _dicts(con.execute(
-        "SELECT seq, entry_id, created_at, release_id, domain, step, stream_id, kind, "
-        "notion, amount, balance_after, cap, mechanism, parameters, reason, actor "
-        "FROM entries WHERE user_id = ? AND (? IS NULL OR domain = ?) ORDER BY seq",
-        [user_id, domain, domain]))
+        "SELECT e.seq, e.entry_id, e.created_at, e.user_id, e.release_id, e.domain, e.step, "  # noqa: S608
+        "e.stream_id, e.kind, e.notion, d.w, CAST(e.amount AS VARCHAR) AS amount, "
+        "CAST(e.balance_after AS VARCHAR) AS balance_after, CAST(e.cap AS VARCHAR) AS cap, "
+        "e.mechanism, e.parameters, e.reason, e.actor FROM entries e LEFT JOIN domains d "
+        f"ON d.domain = e.domain WHERE {cond} ORDER BY e.seq", params))
+    runs = _windows(con, cond, params) if any(r["notion"] == "wevent" for r in out) else {}
     for r in out:
         for c in ("amount", "balance_after", "cap"):
             r[c] = None if r[c] is None else from_units(int(r[c]))
+        _per_window(r, runs)
+        r["unit"] = unit_of(r["notion"], r.pop("w"))
     return out
 
 
-def releases(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Every release: id, state, admitted/denied user counts, net spent, seq range."""
+def _account_charges(con: duckdb.DuckDBPyConnection, release_id: str, domain: str,
+                     user: str | None) -> list[Fraction]:
+    """What one release charged each account of `domain`, in the cap's unit.
+
+    ε or ρ for gp/cgp accounts; for w-event the charge per window, per user
+    over all of its streams in a per-user domain, else per stream.
+    """
+    per: dict[tuple[str, str], Fraction] = {}
+    for c in release_charges(con, release_id):
+        if c["domain"] != domain or (user is not None and c["user_id"] != user):
+            continue
+        if c["user_window"] is not None:
+            per[(c["user_id"], "")] = c["user_window"]
+        else:
+            per[(c["user_id"], c["stream_id"])] = (c["window"] if c["window"] is not None
+                                                   else c["net"])
+    return list(per.values())
+
+
+def releases(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
+             ) -> list[dict[str, Any]]:
+    """One row per release and domain it charged, with per-account figures in the cap's unit.
+
+    Never a sum over users: ``accounts`` charged, ``spent_max`` and
+    ``spent_mean`` (exact) of what the release charged one account, the
+    ``cap`` its requests were checked against and the ``unit``. `flt`: user
+    and domain narrow the entries (the figures become that user's), release
+    and since/until select releases by id and by when they were created.
+    """
+    flt = flt or Filter()
+    ent, ent_params = Filter(user=flt.user, domain=flt.domain).where("e")
+    rel, rel_params = Filter(since=flt.since, until=flt.until).where("r")
+    if flt.release is not None:
+        rel += " AND r.release_id = ?"
+        rel_params.append(flt.release)
     out = _dicts(con.execute(
-        "SELECT r.release_id, r.state, r.created_at, r.updated_at, "
+        "SELECT r.release_id, r.state, r.created_at, r.updated_at, e.domain, "  # noqa: S608
+        "any_value(d.notion) AS notion, any_value(d.w) AS w, "
+        "CAST(max(e.cap) FILTER (WHERE e.kind IN ('reserve', 'deny')) AS VARCHAR) AS cap, "
         "count(DISTINCT e.user_id) FILTER (WHERE e.kind = 'reserve') AS users_admitted, "
         "count(DISTINCT e.user_id) FILTER (WHERE e.kind = 'deny') AS users_denied, "
-        "CAST(coalesce(sum(CASE e.kind WHEN 'reserve' THEN e.amount WHEN 'refund' THEN "
-        "-e.amount WHEN 'close' THEN -e.amount ELSE 0 END), 0) AS VARCHAR) AS net_quanta, "
-        "min(e.seq) AS first_seq, max(e.seq) AS last_seq "
-        "FROM releases r LEFT JOIN entries e ON e.release_id = r.release_id "
-        "GROUP BY ALL ORDER BY r.created_at, r.release_id"))
+        "min(e.seq) AS first_seq, max(e.seq) AS last_seq FROM releases r "
+        "LEFT JOIN entries e ON e.release_id = r.release_id AND e.user_id <> '' AND "
+        f"e.kind <> 'policy' AND {ent} LEFT JOIN domains d ON d.domain = e.domain "
+        f"WHERE {rel} GROUP BY r.release_id, r.state, r.created_at, r.updated_at, e.domain "
+        "ORDER BY r.created_at, r.release_id, e.domain", ent_params + rel_params))
+    if flt.user is not None or flt.domain is not None:
+        out = [r for r in out if r["domain"] is not None]
     for r in out:
-        r["net_spent"] = from_units(int(r.pop("net_quanta")))
+        spent = (_account_charges(con, r["release_id"], r["domain"], flt.user)
+                 if r["domain"] is not None else [])
+        r["domain"] = r["domain"] or ""
+        r["cap"] = None if r["cap"] is None else from_units(int(r["cap"]))
+        r["accounts"] = len(spent)
+        r["spent_max"] = max(spent) if spent else None
+        r["spent_mean"] = sum(spent, Fraction(0)) / len(spent) if spent else None
+        r["unit"] = unit_of(r["notion"], r.pop("w")) if r["notion"] else ""
     return out
 
 
-def denials(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Every denial: seq, time, release, user, domain, step, stream, requested, reason."""
+#: Why a request was denied, by the start of its recorded reason (`ledger.admission`).
+DENIAL_CAUSES = {
+    "over_cap": "spent + requested would exceed the cap",
+    "window_over_cap": "a w-event window would exceed the cap",
+    "above_lowered_cap": "the account is above a lowered cap and admits nothing",
+    "denied_earlier_in_release": "the user was denied earlier in the same release",
+    "other": "any other recorded reason",
+}
+
+
+def denial_cause(reason: str | None) -> str:
+    """The cause (a key of `DENIAL_CAUSES`) of a denial's recorded reason.
+
+    A request denied together with the user's other requests (all or nothing
+    per user) has the cause of the request that failed.
+    """
+    text = (reason or "").removeprefix(TOGETHER)
+    if text.startswith(ABOVE_CAP):
+        return "above_lowered_cap"
+    if text.startswith(DENIED_EARLIER):
+        return "denied_earlier_in_release"
+    if text.startswith("window of steps"):
+        return "window_over_cap"
+    if text.startswith("spent ") and " > cap " in text:
+        return "over_cap"
+    return "other"
+
+
+def denials(con: duckdb.DuckDBPyConnection, flt: Filter | None = None
+            ) -> list[dict[str, Any]]:
+    """Every denial `flt` selects, with why: requested, spent before, cap (cap's unit), reason.
+
+    For w-event, ``requested`` is the request's charge per window and
+    ``spent`` the account's largest window sum when it was denied.
+    """
+    cond, params = (flt or Filter()).where("e")
+    cond += " AND e.kind = 'deny'"
     out = _dicts(con.execute(
-        "SELECT seq, created_at, release_id, user_id, domain, step, stream_id, notion, "
-        "amount, reason FROM entries WHERE kind = 'deny' ORDER BY seq"))
+        "SELECT e.seq, e.created_at, e.release_id, e.user_id, e.domain, e.step, "  # noqa: S608
+        "e.stream_id, e.notion, d.w, CAST(e.amount AS VARCHAR) AS amount, "
+        "CAST(e.balance_after AS VARCHAR) AS spent, CAST(e.cap AS VARCHAR) AS cap, e.reason "
+        f"FROM entries e LEFT JOIN domains d ON d.domain = e.domain WHERE {cond} "
+        "ORDER BY e.seq", params))
+    runs = _windows(con, cond, params) if any(r["notion"] == "wevent" for r in out) else {}
     for r in out:
-        r["requested"] = from_units(int(r.pop("amount")))
+        r["amount"] = from_units(int(r["amount"]))
+        for c in ("spent", "cap"):
+            r[c] = None if r[c] is None else from_units(int(r[c]))
+        _per_window(r, runs)
+        r["requested"] = r.pop("amount")
+        r["unit"] = unit_of(r["notion"], r.pop("w"))
+        r["cause"] = denial_cause(r["reason"])
     return out
 
 
@@ -171,10 +339,41 @@ EXPORTS = {
         "CAST(spent_quanta AS VARCHAR) AS spent_quanta FROM balances "
         "ORDER BY domain, user_id, stream_id"
     ),
-    "releases": "SELECT * FROM release_summary ORDER BY first_seq",
+    "releases": None,  # per release and domain, per account: `_releases_table`
     "denials": "SELECT * FROM denials ORDER BY seq",
 }
-"""The tables `export` writes, by name."""
+"""The tables `export` writes, by name (``--table all``: each, one file per table)."""
+
+#: Plain Parquet every reader reads (any DuckDB, pandas, Spark): format 1.0
+#: types only (strings UTF8, timestamps INT64 TIMESTAMP_MICROS, naive UTC),
+#: data pages v1, snappy compression.
+PARQUET_OPTIONS: dict[str, Any] = {
+    "version": "1.0", "data_page_version": "1.0", "compression": "snappy",
+    "coerce_timestamps": "us", "allow_truncated_timestamps": False,
+    "use_compliant_nested_type": True}
+
+
+def _releases_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """`releases` as a table: per release and domain, spent per account (float and exact)."""
+    rows = releases(con)
+    cols: dict[str, list[Any]] = {c: [] for c in (
+        "release_id", "domain", "state", "users_admitted", "users_denied", "accounts",
+        "spent_max", "spent_max_exact", "spent_mean", "spent_mean_exact", "cap", "cap_exact",
+        "unit", "first_seq", "last_seq", "created_at", "updated_at")}
+    for r in rows:
+        for c in cols:
+            if c.endswith("_exact"):
+                v = r[c.removesuffix("_exact")]
+                cols[c].append(None if v is None else format_fraction(v))
+            elif c in ("spent_max", "spent_mean", "cap"):
+                cols[c].append(None if r[c] is None else float(r[c]))
+            else:
+                cols[c].append(r[c])
+    types = {"users_admitted": pa.int64(), "users_denied": pa.int64(), "accounts": pa.int64(),
+             "first_seq": pa.int64(), "last_seq": pa.int64(), "spent_max": pa.float64(),
+             "spent_mean": pa.float64(), "cap": pa.float64(),
+             "created_at": pa.timestamp("us"), "updated_at": pa.timestamp("us")}
+    return pa.table({c: pa.array(v, type=types.get(c, pa.string())) for c, v in cols.items()})
 
 
 def check_export(fmt: str, what: str) -> None:
@@ -184,14 +383,17 @@ def check_export(fmt: str, what: str) -> None:
         ParameterError: naming the allowed values.
     """
     if fmt not in ("csv", "parquet", "json"):
-        raise ParameterError("export format must be csv, parquet or json")
-    if what not in EXPORTS:
-        raise ParameterError(f"export table must be one of {', '.join(EXPORTS)}")
+        raise ParameterError("--format: export format must be csv, parquet or json")
+    if what not in (*EXPORTS, "all"):
+        raise ParameterError(f"--table: export table must be one of {', '.join(EXPORTS)} or all")
 
 
 def export_table(con: duckdb.DuckDBPyConnection, what: str) -> pa.Table:
     """One export table as Arrow."""
-    return con.sql(EXPORTS[what]).to_arrow_table()
+    sql = EXPORTS[what]
+    if sql is None:
+        return _releases_table(con)
+    return con.sql(sql).to_arrow_table()
 
 
 def write_table(tbl: pa.Table, path: str | os.PathLike[str], fmt: str) -> int:
@@ -200,7 +402,7 @@ def write_table(tbl: pa.Table, path: str | os.PathLike[str], fmt: str) -> int:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(tbl, out)
+        pq.write_table(tbl, out, **PARQUET_OPTIONS)
     elif fmt == "csv":
         import pyarrow.csv as pcsv
 

@@ -20,7 +20,9 @@ from typing import Any
 from files.report_files import finish_dir, save_text
 from ledger import format_fraction
 from ledger.audit_data import AuditData, DomainSpend
+from ledger.queries import DENIAL_CAUSES, unit_of
 from reports import plots
+from reports.audit_json import audit_document
 from reports.render import cell, md_table, now_text, publish_artifacts, render, utc_text
 
 _SYMBOL = {"gp": "ε", "cgp": "ρ", "wevent": "ε per window"}
@@ -84,7 +86,8 @@ def policy_rows(data: AuditData) -> list[dict[str, Any]]:
                                             is not None else "") + _f(p["cap_after"]),
              "fields changed": ", ".join(p.get("changed") or []),
              "accounts above cap": p.get("accounts_above_cap", 0), "actor": p["actor"],
-             "source": p.get("source", "")} for p in data.policy_history]
+             "reason": p.get("reason", ""), "source": p.get("source", "")}
+            for p in data.policy_history]
 
 
 def release_rows(data: AuditData) -> list[dict[str, Any]]:
@@ -145,6 +148,47 @@ def _header(data: AuditData, audited_at: str) -> list[str]:
                   "this audit. Restore the ledger from backup and run `privpipe ledger verify`.",
                   ""]
     return lines
+
+
+def _filter_lines(data: AuditData) -> list[str]:
+    if data.where.empty:
+        return []
+    shown = ", ".join(f"{k} {'≥' if k == 'since' else '<' if k == 'until' else '='} "
+                      f"{cell(v)}" for k, v in data.where.to_dict().items() if v is not None)
+    return [f"> **Narrowed listings**: {shown} (times UTC). The verification above covers "
+            "the whole chain; every table below covers only the selected entries.", ""]
+
+
+def _since_section(data: AuditData) -> list[str]:
+    s = data.since
+    if s is None:
+        return _filter_lines(data)
+    lines = [*_filter_lines(data), f"## Changes since the kept head (seq {s['seq']})", ""]
+    if not s["in_chain"]:
+        return [*lines, f"**The kept head {cell(s['checkpoint'])} (seq {s['seq']}, hash "
+                f"`{s['hash']}`) is not in this ledger's chain**: it was rolled back, "
+                "truncated, rewritten or re-keyed since. Nothing since it can be listed.", ""]
+    rels = [{**r, "first_at": utc_text(r["first_at"])} for r in s["releases"]]
+    charges = [{"domain": c["domain"], "accounts charged": c["accounts_charged"],
+                "largest balance increase of one account": _f(c["balance_increase_max"]),
+                "unit": _unit(data, c["domain"])} for c in s["charges"]]
+    return [*lines, f"From {cell(s['checkpoint'])} to the current head.", "",
+            "### Releases", "", md_table(rels, ["first_at", "release_id", "domain",
+                                                 "users_admitted", "users_denied"], 100),
+            "### Charges per domain", "",
+            md_table(charges, list(charges[0]) if charges else [], 100),
+            "### Denials", "", md_table(s["denials"], ["domain", "denied_requests",
+                                                       "users_denied"], 100),
+            "### Policy changes", "",
+            md_table([{"seq": p["seq"], "time (UTC)": utc_text(p["created_at"]),
+                       "domain": p["domain"], "summary": p["summary"], "actor": p["actor"],
+                       "reason": p.get("reason", "")} for p in s["policy_changes"]],
+                     ["seq", "time (UTC)", "domain", "summary", "actor", "reason"], 100), ""]
+
+
+def _unit(data: AuditData, domain: str) -> str:
+    d = next((d for d in data.domains if d["domain"] == domain), None)
+    return "" if d is None else unit_of(d["notion"], d.get("w"))
 
 
 def _domain_section(data: AuditData, dom: dict[str, Any], fraction: float,
@@ -236,7 +280,7 @@ def _policy(data: AuditData) -> list[str]:
             md_table(rows, list(rows[0]) if rows else []), "",
             "## Policy change log (from the hash chain)", "",
             md_table(log, ["time (UTC)", "seq", "domain", "change", "cap", "fields changed",
-                           "accounts above cap", "actor", "source"], 100)
+                           "accounts above cap", "actor", "reason", "source"], 100)
             if log else "No policy change is recorded.\n", ""]
 
 
@@ -245,9 +289,10 @@ CSV_COLUMNS = {
     "accounts_near_cap": ["domain", "user_id", "stream_id", "spent", "cap", "remaining"],
     "accounts_above_cap": ["domain", "user_id", "stream_id", "spent", "cap", "remaining"],
     "policy_changes": ["time (UTC)", "seq", "domain", "change", "cap", "fields changed",
-                       "accounts above cap", "actor", "source"],
+                       "accounts above cap", "actor", "reason", "source"],
     "denials_per_user": ["domain", "user_id", "denied_requests", "releases", "first_denied",
-                         "last_denied"],
+                         "last_denied", "causes", "last_reason"],
+    "denial_causes": ["domain", "cause", "requests", "users", "meaning"],
     "releases": ["time (UTC)", "release_id", "domain", "state", "actor", "mechanism", "notion",
                  "requested", "charged per user min / median / max",
                  "users released / denied / rejected", "entries"],
@@ -267,52 +312,75 @@ def _csv(rows: list[dict[str, Any]], columns: list[str] | None) -> str:
     return buf.getvalue()
 
 
-def write_audit_report(data: AuditData, out_dir: str | Path, near_cap_fraction: float = 0.1
-                       ) -> dict[str, Any]:
-    """Write ``OUT/audit/report.{md,html}``, ``plots/``, the tables as CSV and ``audit.json``."""
-    out = Path(out_dir) / "audit"
-    audited_at = now_text()
-    images: dict[str, bytes] = {}
-    summary = domain_summary(data)
-    tables = {
-        "domains": summary, "releases": release_rows(data),
-        "accounts_near_cap": near_cap(data, near_cap_fraction),
+def _tables(data: AuditData, fraction: float) -> dict[str, list[dict[str, Any]]]:
+    """The report's tables, as shown (display columns), each also written as CSV."""
+    return {
+        "domains": domain_summary(data), "releases": release_rows(data),
+        "accounts_near_cap": near_cap(data, fraction),
         "accounts_above_cap": above_cap(data), "policy_changes": policy_rows(data),
         "denials_per_user": [{**r, "first_denied": utc_text(r["first_denied"]),
-                              "last_denied": utc_text(r["last_denied"])} for r in data.denials],
+                              "last_denied": utc_text(r["last_denied"]),
+                              "causes": "; ".join(f"{k}: {n}" for k, n in r["causes"].items())}
+                             for r in data.denials],
+        "denial_causes": [{**c, "meaning": DENIAL_CAUSES.get(c["cause"], "")}
+                          for c in data.denial_causes],
         "spend_over_time": [row for dom, s in sorted(data.spend.items())
                             for row in spend_rows(dom, s)],
         "policy": _policy_rows(data)}
-    lines = _header(data, audited_at)
+
+
+def _denials_section(data: AuditData, tables: dict[str, list[dict[str, Any]]]) -> list[str]:
+    if not data.denials:
+        return ["## Denials per user", "", "No request was denied.", ""]
+    n = len(tables["denials_per_user"])
+    return ["## Why requests were denied", "",
+            "Requests and users per cause (from the reason recorded on each `deny` entry).", "",
+            md_table(tables["denial_causes"], ["domain", "cause", "requests", "users",
+                                               "meaning"], 100), "",
+            "## Denials per user", "",
+            f"One row per user and domain (a user denied for several curves counts once); "
+            f"{n} rows, the first 50 shown here, every row in `denials_per_user.csv` and "
+            "`audit.json` (`privpipe ledger denials --user U` lists each request with its "
+            "reason).", "",
+            md_table(tables["denials_per_user"], ["domain", "user_id", "denied_requests",
+                                                  "releases", "first_denied", "last_denied",
+                                                  "causes", "last_reason"], 50), ""]
+
+
+def write_audit_report(data: AuditData, out_dir: str | Path, near_cap_fraction: float = 0.1
+                       ) -> dict[str, Any]:
+    """Write ``OUT/audit/report.{md,html}``, ``plots/``, the tables as CSV and ``audit.json``.
+
+    Returns the `reports.audit_json.audit_document` written to ``audit.json``.
+    """
+    out = Path(out_dir) / "audit"
+    audited_at = now_text()
+    images: dict[str, bytes] = {}
+    tables = _tables(data, near_cap_fraction)
+    summary = tables["domains"]
+    lines = _header(data, audited_at) + _since_section(data)
     lines += ["## Domains", "", md_table(summary, list(summary[0]) if summary else []), ""]
     for dom in data.domains:
         lines += _domain_section(data, dom, near_cap_fraction, images)
-    lines += ["## Denials per user", "",
-              "One row per user and domain (a user denied for several curves counts once).", "",
-              md_table(tables["denials_per_user"], ["domain", "user_id", "denied_requests",
-                                                    "releases", "first_denied", "last_denied"],
-                       50) if data.denials else "No request was denied.\n", ""]
+    lines += _denials_section(data, tables)
     lines += ["## Releases", "", md_table(tables["releases"], list(tables["releases"][0])
                                           if tables["releases"] else [], 100), ""]
     lines += _policy(data)
     lines += ["## Files", "", "Next to this page: " + ", ".join(
-        f"`{k}.csv`" for k in tables) + ", and `audit.json` (everything, exact amounts). "
-        "Re-check the chain yourself: `privpipe ledger verify --ledger PATH`; query the ledger "
-        "read-only with `duckdb -readonly PATH` (views `balances`, `release_summary`, `denials`, "
-        "`near_cap`, `user_history`).", ""]
+        f"`{k}.csv`" for k in tables) + ", and `audit.json` (everything, exact amounts; "
+        "schema in docs/ledger.md). Re-check the chain yourself: `privpipe ledger verify "
+        "--ledger PATH`; query the ledger read-only with `duckdb -readonly PATH` (views "
+        "`balances`, `release_summary`, `denials`, `near_cap`, `user_history`).", ""]
     text = "\n".join(lines)
     html = render(text, out, "privpipe compliance audit", images)
     for name, rows in tables.items():
         save_text(out / f"{name}.csv", _csv(rows, CSV_COLUMNS.get(name)))
-    result = {"ok": bool(data.verification.ok), "entries": int(data.verification.entries_checked),
-              "message": data.verification.message, "ledger": data.ledger_path,
-              "audited_at": audited_at, "head": data.signed_head, "auditor": data.auditor,
-              "not_checked": list(data.verification.not_checked),
-              "domains": summary, "near_cap": len(tables["accounts_near_cap"]),
-              "denials": sum(r["denied_requests"] for r in data.denials),
-              "users_denied": len(data.denials), "report": str(html), "tables": tables}
+    near = [b for b in data.balances if b["spent"] <= b["cap"]
+            and b["remaining"] <= b["cap"] * Fraction(near_cap_fraction).limit_denominator(10**6)]
+    result = audit_document(data, near,
+                            [b for b in data.balances if b["spent"] > b["cap"]], str(html))
     save_text(out / "audit.json", json.dumps(result, indent=2, sort_keys=True, default=str)
-               + "\n")
+              + "\n")
     finish_dir(out)  # born private; now the operator's modes (docs/files.md)
     publish_artifacts("audit", text, out, summary)
     return result

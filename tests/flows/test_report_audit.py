@@ -12,6 +12,7 @@ import re
 import shutil
 import tomllib
 from fractions import Fraction
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -57,7 +58,7 @@ def history(tmp_path_factory):
     assert _charge(led, "r3", {"u1": 2, "u2": 1}, Fraction(1)) == ["u1"]
     assert _charge(led, "r4", {HOSTILE: 1}, Fraction(5)) == [HOSTILE]
     lowered = inputs.POLICY.replace('cap = "4"', 'cap = "2"', 1)
-    led.apply_policy(parse_policy(tomllib.loads(lowered), "lowered"))
+    led.apply_policy(parse_policy(tomllib.loads(lowered), "lowered"), reason="DPO ticket 7")
     out = root / "out"
     res = audit(ledger_path=str(path), out_dir=str(out))
     return {"path": path, "out": out / "audit", "res": res, "page": parse(res["report"])}
@@ -115,7 +116,8 @@ def test_policy_change_log_comes_from_the_chain(history):
     rows = [r for r in history["page"].table_after("Policy change log") if r["domain"] == "geo"]
     assert [r["cap"] for r in rows] == ["4", "4 → 2"]
     assert rows[-1]["accounts above cap"] == "2" and rows[-1]["actor"] == ACTOR
-    assert rows[-1]["source"] == "lowered"
+    assert rows[-1]["source"] == "lowered" and rows[-1]["reason"] == "DPO ticket 7"
+    assert rows[0]["reason"] == ""  # applied without --reason
 
 
 def test_the_signed_head_on_the_page_verifies_with_the_public_key(history):
@@ -183,7 +185,7 @@ def test_tables_are_also_csv_and_json(history):
         assert {r["user_id"] for r in csv.DictReader(fh)} == {"u1", "u2"}
     with open(out / "policy_changes.csv", newline="") as fh:
         assert [r["cap"] for r in csv.DictReader(fh) if r["domain"] == "geo"] == ["4", "4 → 2"]
-    assert len(data["tables"]["spend_over_time"]) == 4
+    assert len(data["spend_over_time"]) == 4
 
 
 def test_audit_page_alone_renders_every_image(history, tmp_path):
@@ -222,3 +224,113 @@ def test_an_empty_ledger_audits_to_headers_and_plain_sentences(tmp_path):
         with open(tmp_path / "out" / "audit" / f"{name}.csv", newline="") as fh:
             reader = csv.DictReader(fh)
             assert reader.fieldnames and list(reader) == [], name
+
+
+# ------------------------------------------- issue #29: causes, filters, checkpoints, JSON schema
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "audit.schema.json")
+                    .read_text(encoding="utf-8"))
+
+
+def _keys(value):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _keys(v)
+
+
+def test_audit_json_matches_the_documented_schema(history):
+    jsonschema = pytest.importorskip("jsonschema")
+    data = json.loads((history["out"] / "audit.json").read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    data.pop("head")  # the signed head's own fields
+    bad = [k for k in _keys(data) if not re.fullmatch(r"[a-z][a-z0-9_]*", k)]
+    assert bad == []
+    # numbers are numbers: u1 spent 1 + 2 = 3 of the lowered cap 2
+    u1 = next(a for a in data["accounts_above_cap"] if a["user_id"] == "u1")
+    assert (u1["spent"], u1["spent_exact"], u1["cap"], u1["unit"]) == (3.0, "3", 2.0, "ε")
+
+
+def test_denials_show_their_cause_and_reason(history):
+    # u1 asked 2 x 1 with 3 of 4 spent, the hostile id 5 of 4: both "over cap"
+    [cause] = history["page"].table_after("Why requests were denied")
+    assert (cause["domain"], cause["cause"], cause["requests"], cause["users"]) == (
+        "geo", "over_cap", "3", "2")
+    data = json.loads((history["out"] / "audit.json").read_text())
+    u1 = next(r for r in data["denials_per_user"] if r["user_id"] == "u1")
+    assert u1["causes"] == {"over_cap": 2}
+    assert "spent 3 + requested 2 > cap 4" in u1["last_reason"]
+    assert "denials_per_user.csv" in history["page"].text
+
+
+def _collect(history, **kw):
+    from ledger.audit_data import collect
+
+    return collect(str(history["path"]), **kw)
+
+
+def test_filters_narrow_the_listings_never_the_verification(history, tmp_path):
+    from ledger.filters import Filter
+    from reports.audit_report import write_audit_report
+
+    full = _collect(history)
+    u2 = _collect(history, where=Filter(user="u2"))
+    assert u2.verification.entries_checked == full.verification.entries_checked
+    assert u2.verification.ok
+    # u2 was charged in r1, r2, r3 and never denied
+    assert [r["release_id"] for r in u2.releases] == ["r1", "r2", "r3"]
+    assert u2.denials == [] and {b["user_id"] for b in u2.balances} == {"u2"}
+    r3 = _collect(history, where=Filter(release="r3"))
+    assert [(d["user_id"], d["denied_requests"]) for d in r3.denials] == [("u1", 2)]
+    res = write_audit_report(r3, tmp_path)
+    assert res["filter"]["release"] == "r3"
+    assert "Narrowed listings" in parse(res["report"]).text
+    later = _collect(history, where=Filter.parse(since="2999-01-01"))
+    assert later.releases == [] and later.policy_history == []
+
+
+def _seq_hash(history, release):
+    con = duckdb.connect(str(history["path"]), read_only=True)
+    seq, digest = con.execute("SELECT seq, hash FROM entries WHERE release_id = ? "
+                              "ORDER BY seq DESC LIMIT 1", [release]).fetchone()
+    con.close()
+    return seq, digest
+
+
+def test_since_checkpoint_lists_what_changed_after_the_kept_head(history):
+    seq, digest = _seq_hash(history, "r2")
+    data = _collect(history, since_checkpoint=f"{seq}:{digest}")
+    s = data.since
+    assert data.verification.ok and s["in_chain"]
+    assert [r["release_id"] for r in s["releases"]] == ["r3", "r4"]
+    # r3 charged u2 one curve of 1 (1.5 -> 2.5); u1 and the hostile id were denied
+    [geo] = s["charges"]
+    assert (geo["domain"], geo["accounts_charged"], geo["balance_increase_max"]) == ("geo", 1, 1)
+    assert [(d["domain"], d["denied_requests"], d["users_denied"]) for d in s["denials"]] == [
+        ("geo", 3, 2)]
+    assert [(p["domain"], p["cap_before"], p["cap_after"]) for p in s["policy_changes"]] == [
+        ("geo", 4, 2)]
+
+
+def test_a_checkpoint_not_in_the_chain_fails_the_audit_with_exit_4(history, tmp_path):
+    seq, _ = _seq_hash(history, "r2")
+    data = _collect(history, since_checkpoint=f"{seq}:{'0' * 64}")
+    assert not data.verification.ok and not data.since["in_chain"]
+    r = CliRunner().invoke(app, ["audit", "--ledger", str(history["path"]), "--out",
+                                 str(tmp_path), "--since-checkpoint", f"{seq}:{'0' * 64}"])
+    assert r.exit_code == 4, r.output
+    assert "is not in this ledger's chain" in parse(tmp_path / "audit" / "report.html").text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--since", "2026-31-01"], "--since must be an ISO 8601"),
+    (["--since", "2026-02-01", "--until", "2026-01-01"], "must be before --until"),
+    (["--since-checkpoint", "no-such-file.json"], "no-such-file.json"),
+])
+def test_bad_audit_filters_exit_2_naming_the_flag(history, tmp_path, args, says):
+    r = CliRunner().invoke(app, ["audit", "--ledger", str(history["path"]), "--out",
+                                 str(tmp_path), *args])
+    assert r.exit_code == 2 and says in r.output

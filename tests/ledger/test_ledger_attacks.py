@@ -167,7 +167,8 @@ def test_history_cli_shows_the_policy_history_of_a_domain(led, ledger_path):
     assert code == 0
     rows = json.loads(out)
     assert [r["change"] for r in rows] == ["create", "change"]
-    assert rows[1]["cap_before"] == "1" and rows[1]["cap_after"] == "2"
+    assert rows[1]["cap_before"] == 1 and rows[1]["cap_after"] == 2
+    assert rows[1]["cap_before_exact"] == "1" and rows[1]["cap_after_exact"] == "2"
 
 
 # -------------------------------------------------------------- 4. rollback, truncation, re-keying

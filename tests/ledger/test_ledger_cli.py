@@ -65,7 +65,8 @@ def test_charge_admitted_then_denied_with_requested_remaining_difference(cli_led
     r = run("balance", "--ledger", cli_ledger, "--format", "json")
     rows = json.loads(r.output)
     assert rows == [{"user_id": "u", "domain": "ais", "stream_id": "", "notion": "gp",
-                     "cap": "1", "spent": "0.8", "remaining": "0.2",
+                     "cap": 1.0, "spent": 0.8, "remaining": 0.2, "cap_exact": "1",
+                     "spent_exact": "0.8", "remaining_exact": "0.2", "unit": "ε",
                      "units": "L2 over m x s^(1/2)", "state": "ok"}]
     r = run("denials", "--ledger", cli_ledger, "--format", "csv")
     assert r.exit_code == 0 and r.output.count("\n") == 2 and ",r2,u,ais," in r.output
@@ -80,8 +81,8 @@ def test_a_charge_over_impossible_steps_is_refused_at_once(cli_ledger, steps, sa
     import time
 
     start = time.monotonic()
-    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
-            "0.25", "--steps", steps, "--stream", "s", "--release", "big")
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power",
+            "--epsilon-per-step", "0.25", "--steps", steps, "--stream", "s", "--release", "big")
     assert r.exit_code == 2 and says in r.output, r.output
     assert time.monotonic() - start < 20, "refused before any ledger transaction"
     r = run("history", "--ledger", cli_ledger, "--user", "u", "--format", "json")
@@ -98,11 +99,12 @@ def test_charge_cgp_and_wevent(cli_ledger):
     r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais", "--rho", "0.1",
             "--release", "c3")
     assert r.exit_code == 2 and "cannot be charged to a GP" in r.output
+    # --epsilon is ε per window of w = 4 steps (as in `release streams`): 1/4 per step
     r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
-            "0.25", "--steps", "0:10", "--stream", "s", "--release", "w1")
+            "1", "--steps", "0:10", "--stream", "s", "--release", "w1")
     assert r.exit_code == 0, r.output
     r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
-            "0.25", "--steps", "9:11", "--stream", "s", "--release", "w2")
+            "1", "--steps", "9:11", "--stream", "s", "--release", "w2")
     assert r.exit_code == 3 and "window of steps" in r.output
     r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
             "0.25", "--release", "w3")
@@ -110,12 +112,43 @@ def test_charge_cgp_and_wevent(cli_ledger):
     r = run("history", "--ledger", cli_ledger, "--user", "u", "--format", "json")
     kinds = [h["kind"] for h in json.loads(r.output)]
     assert kinds == ["reserve", "settle", "reserve", "settle", "reserve", "settle", "deny"]
+    # w1 in the cap's unit: 1 per window, 10 steps x 1/4 = 5/2 over all of its steps
+    w1 = json.loads(r.output)[4]
+    assert (w1["release_id"], w1["amount"], w1["amount_all_steps"], w1["unit"]) == (
+        "w1", 1.0, 2.5, "ε per window of 4 steps")
     r = run("verify", "--ledger", cli_ledger)
     assert r.exit_code == 0 and "ok:" in r.output
 
 
+def test_wevent_epsilon_is_per_window_and_per_step_is_explicit(cli_ledger):
+    # power: w = 4, cap 1. ε 1/2 per window over steps 0..8 is 1/8 per step
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.5", "--steps", "0:8", "--release", "a")
+    assert r.exit_code == 0 and "0.125 per step" in r.output, r.output
+    # the old meaning, stated: 1/8 per step over 8..12 is again 1/2 per window
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power",
+            "--epsilon-per-step", "0.125", "--steps", "8:12", "--release", "b")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(run("history", "--ledger", cli_ledger, "--user", "u", "--format",
+                          "json").output)
+    assert [(h["release_id"], h["amount"], h["balance_after"]) for h in rows
+            if h["kind"] == "reserve"] == [("a", 0.5, 0.5), ("b", 0.5, 0.5)]
+    # one more 1/2 per window over steps 6..10 makes [6, 10) cost 2/8 + 2/8 + 1/2 = 1: fits;
+    # then anything in [6, 10) would exceed the cap
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.5", "--steps", "6:10", "--release", "c")
+    assert r.exit_code == 0, r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "power", "--epsilon",
+            "0.04", "--steps", "7:8", "--release", "d")
+    assert r.exit_code == 3, r.output
+    r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais",
+            "--epsilon-per-step", "0.1", "--release", "e")
+    assert r.exit_code == 2 and "--epsilon-per-step only applies to w-event" in r.output
+
+
 @pytest.mark.parametrize("args", [
     ("--epsilon", "abc"), ("--epsilon", "-1"), ("--epsilon", "0.1", "--rho", "0.1"), (),
+    ("--epsilon", "0.1", "--epsilon-per-step", "0.1"),
 ])
 def test_bad_charge_arguments_exit_2(cli_ledger, args):
     r = run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais", "--release",

@@ -292,7 +292,9 @@ def test_queries(led):
                 mechanism="m", parameters={})
     rels = led.releases()
     assert rels[0]["release_id"] == "r1" and rels[0]["users_admitted"] == 1
-    assert rels[0]["users_denied"] == 1 and rels[0]["net_spent"] == Fraction(1, 2)
+    # per account, never summed over users: only a (1/2) was charged, b was denied
+    assert rels[0]["users_denied"] == 1 and rels[0]["spent_max"] == Fraction(1, 2)
+    assert rels[0]["accounts"] == 1 and rels[0]["unit"] == "ε"
     [den] = led.denials()
     assert den["user_id"] == "b" and den["requested"] == 3 and "cap" in den["reason"]
     assert led.entry_range("r1") == (P + 1, P + 2) and led.entry_range("zz") is None
