@@ -15,6 +15,7 @@ that does not verify (or cannot be opened as itself) emits
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +54,25 @@ audit_report = task(audit_report_fn, name="audit-report", persist_result=False)
 
 
 def _integrity_failed(ledger_path: str, payload: dict[str, Any]) -> None:
-    """Log and emit ``privpipe.ledger.integrity-failed`` (the ledger file's name, counts)."""
+    """Log and emit ``privpipe.ledger.integrity-failed`` (the ledger's id and path, counts)."""
     from prefect.events import emit_event
 
-    name = Path(ledger_path).name
+    path = str(Path(ledger_path).absolute())
+    name = Path(path).name
     signals.say(f"ledger {name}: integrity check FAILED")
     emit_event("privpipe.ledger.integrity-failed",
-               resource={"prefect.resource.id": f"privpipe.ledger.{name}",
-                         "prefect.resource.name": name},
+               resource={"prefect.resource.id": ledger_resource_id(path),
+                         "prefect.resource.name": name, "privpipe.ledger.path": path},
                payload=payload)
+
+
+def ledger_resource_id(path: str) -> str:
+    """``privpipe.ledger.<first 16 hex of SHA-256 of the ledger's absolute path>``.
+
+    One id per ledger file whatever its file name (every ledger is called
+    ``ledger.duckdb`` by default), so an automation can match one ledger.
+    """
+    return "privpipe.ledger." + hashlib.sha256(path.encode()).hexdigest()[:16]
 
 
 @flow(name="audit", flow_run_name=audit_run_name, persist_result=False)

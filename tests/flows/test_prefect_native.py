@@ -10,6 +10,7 @@ for them). Counts below are worked out by hand from the fixtures: policy
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -176,7 +177,10 @@ def test_audit_run_is_named_tagged_and_an_integrity_failure_is_an_event(
     assert tampered.result()["ok"] is False
     assert _run(tampered.state_details.flow_run_id).state.message.startswith(
         "ledger does NOT verify")
-    events = _events("privpipe.ledger.ledger.duckdb", 1)
+    # one resource per ledger file (every test's ledger is called ledger.duckdb):
+    # privpipe.ledger.<sha256 of its absolute path, 16 hex digits>
+    digest = hashlib.sha256(str(Path(ledger_path).absolute()).encode()).hexdigest()[:16]
+    events = _events(f"privpipe.ledger.{digest}", 1)
     assert [e["event"] for e in events] == ["privpipe.ledger.integrity-failed"]
 
 
