@@ -146,6 +146,15 @@ def _key_files(ledger_path: Path) -> list[Path]:
             signing.public_key_path(ledger_path), signing.pin_path(ledger_path)]
 
 
+def _read_key_file(path: Path, *, secret: bool) -> bytes:
+    """A key file's bytes: a secret key with the key-file checks, a public one without a symlink."""
+    if secret:
+        return keys.read_private_file(path, "key file")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
 def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_at: str,
            include_keys: bool = False) -> dict[str, Any]:
     """Snapshot the ledger at `path` into the new directory `out`, verify it, write its manifest.
@@ -186,7 +195,7 @@ def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_
             for f in _key_files(path):
                 if f.exists():
                     made.append(out / f.name.replace(path.name, SNAPSHOT_NAME, 1))
-                    _write_new(made[-1], keys.read_private_file(f, "key file"))
+                    _write_new(made[-1], _read_key_file(f, secret=f in _key_files(path)[:2]))
         made.append(out / MANIFEST_NAME)
         _write_new(made[-1], (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         _fsync_dir(out)
