@@ -322,8 +322,10 @@ def _lost(con: duckdb.DuckDBPyConnection, kr: Keyring, n: int,
 
 def _check_loss(lost: list[tuple[str, int, str]], n: int, accept: tuple[int, str] | None
                 ) -> None:
-    """Refuse a loss not accepted by naming exactly its newest head (exit 4); a needless
-    `accept` is bad input (exit 2)."""
+    """Refuse a loss `accept` does not name as its newest head (exit 4).
+
+    An `accept` with nothing to lose is bad input (exit 2).
+    """
     if not lost:
         if accept is not None:
             raise ParameterError(f"--accept-loss {accept[0]}:{accept[1]}: nothing would be lost "

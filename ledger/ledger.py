@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 
+from ledger import backup as backup_
 from ledger import (
     binding,
     checks,
@@ -38,7 +39,6 @@ from ledger import (
     summaries,
     watermark,
 )
-from ledger import backup as backup_
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError

@@ -27,7 +27,7 @@ from ledger.counter import counter_path
 from ledger.keys import key_path_for
 from ledger.signing import signing_key_path
 from ledger.storage import Store
-from schemas.errors import EXIT_INTEGRITY, EXIT_BAD_INPUT
+from schemas.errors import EXIT_BAD_INPUT, EXIT_INTEGRITY
 
 CHARGER = textwrap.dedent("""
     import sys, time
