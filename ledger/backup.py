@@ -313,8 +313,8 @@ def _lost(con: duckdb.DuckDBPyConnection, kr: Keyring, n: int,
     for where, head in expect:
         if isinstance(head, SignedHead):
             fault = heads.expected_faults(con, kr, n, [(where, head)])
-            if fault is not None and heads.contains(con, n, where, head.seq, head.hash) is None:
-                raise LedgerIntegrityError(f"--expect-head {fault}")
+            if fault is not None and fault != heads.contains(con, n, where, head.seq, head.hash):
+                raise LedgerIntegrityError(f"--expect-head {fault}")  # forged, or not ours
         if heads.contains(con, n, where, head.seq, head.hash) is not None:
             lost.append((where, head.seq, head.hash))
     return lost

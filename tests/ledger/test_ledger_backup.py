@@ -210,6 +210,13 @@ def test_a_kept_checkpoint_newer_than_the_snapshot_is_named(led, ledger_path, tm
     code, out = _cli("restore", tmp_path / "old", "--ledger", ledger_path, "--expect-head", cp)
     assert code == EXIT_INTEGRITY and f"at seq {cp_head.split(':')[0]} would be lost" in out
     assert not ledger_path.exists()
+    forged = json.loads(cp.read_text())
+    forged["seq"] += 1  # a checkpoint the key never signed: refused, not a loss to accept
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    code, out = _cli("restore", tmp_path / "old", "--ledger", ledger_path, "--expect-head",
+                     tmp_path / "forged.json", "--accept-loss", f"{forged['seq']}:{forged['hash']}")
+    assert code == EXIT_INTEGRITY and "signature does not verify" in out
+    assert not ledger_path.exists()
     code, out = _cli("restore", tmp_path / "old", "--ledger", ledger_path, "--expect-head", cp,
                      "--accept-loss", cp_head)
     assert code == 0, out
