@@ -274,3 +274,27 @@ def test_a_restore_killed_at_any_moment_leaves_the_old_or_the_new_ledger(led, le
     else:
         assert _chain(ledger_path) == old_chain
     assert Ledger(ledger_path).verify().ok
+
+
+def test_a_backup_of_a_ledger_that_does_not_verify_is_refused_and_nothing_kept(led, ledger_path,
+                                                                               tmp_path):
+    _charge(led, "r1")
+    con = duckdb.connect(str(ledger_path))
+    con.execute("UPDATE accounts SET spent = 0")  # an operator hides a spend with plain SQL
+    con.close()
+    code, out = _cli("backup", "--out", tmp_path / "b", "--ledger", ledger_path)
+    assert code == EXIT_INTEGRITY and "does not verify" in out
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+def test_a_damaged_ledger_is_restored_from_its_latest_backup(led, ledger_path, tmp_path):
+    _charge(led, "r1")
+    code, _ = _cli("backup", "--out", tmp_path / "b", "--ledger", ledger_path)
+    assert code == 0
+    head = _head_arg(led)
+    with open(ledger_path, "r+b") as f:  # the disk damaged the file
+        f.truncate(4096)
+    assert _cli("verify", "--ledger", ledger_path)[0] != 0
+    code, out = _cli("restore", tmp_path / "b", "--ledger", ledger_path)
+    assert code == 0, out  # the counter file's head is in the snapshot: nothing lost
+    assert _head_arg(Ledger(ledger_path)) == head and Ledger(ledger_path).verify().ok
