@@ -1,4 +1,4 @@
-"""`privpipe ledger ...`: create, charge, query, verify, checkpoint and migrate the ledger.
+"""`privpipe ledger ...`: create, charge, query, verify, checkpoint, back up and restore the ledger.
 
 Every command takes ``--ledger PATH`` (default ``$PRIVPIPE_HOME/ledger.duckdb``,
 else ``./.privpipe/ledger.duckdb``). The read commands (verify, balance,
