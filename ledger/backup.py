@@ -253,6 +253,21 @@ def _target_keys(target: Path) -> tuple[bytes, Any]:
     return keys.load_key(keys.key_path_for(target)), signing.load_signing_key(target)
 
 
+def _target_keyring(target: Path, noise: bytes, signer: Any, ledger_id: str) -> Keyring:
+    """The keys beside `target` and what the files there say (pin, oldest format), as on open."""
+    pin = signing.load_pin(target)
+    has_counter = counter.counter_path(target).exists()
+    pins = () if pin is None else ((str(signing.pin_path(target)), pin),)
+    public = signing.public_bytes(signer)
+    if pin is not None and signing.fingerprint(public) != pin:
+        raise LedgerIntegrityError(f"the signing key beside {str(target)!r} is not the one "
+                                   f"pinned in {str(signing.pin_path(target))!r}")
+    return Keyring(noise, signer, public, ledger_id, 0, 4 if has_counter else 3,
+                   "the head counter file beside --ledger" if has_counter else
+                   "the signing key beside --ledger", pins,
+                   f"the signing key {str(signing.signing_key_path(target))!r}")
+
+
 def _copy_in(snap: Snapshot, tmp: Path) -> None:
     """Copy the snapshot to the new file `tmp` (0600), hashing it against the manifest."""
     h = hashlib.sha256()
@@ -372,9 +387,7 @@ def restore(snap: Snapshot, target: Path, *, lock_timeout: float,
     if target.is_symlink() or (target.exists() and not target.is_file()):
         raise ParameterError(f"--ledger {str(target)!r} is not a regular file")
     noise, signer = _target_keys(target)
-    public = signing.public_bytes(signer)
-    kr = Keyring(noise, signer, public, str(snap.manifest.get("ledger_id")), 0,
-                 source=f"the signing key {str(signing.signing_key_path(target))!r}")
+    kr = _target_keyring(target, noise, signer, str(snap.manifest.get("ledger_id")))
     tmp = target.with_name(f".{target.name}.restore.{os.getpid()}.tmp")
     hold = None
     try:
