@@ -100,8 +100,9 @@ def _out_dir(out: Path) -> None:
 def _copy_tx(tmp: Path) -> Any:
     def tx(con: duckdb.DuckDBPyConnection) -> tuple[int, str, int]:
         db = con.execute("SELECT current_database()").fetchall()[0][0]
-        con.execute(f"ATTACH '{tmp}' AS pp_snapshot (READ_WRITE)")  # noqa: S608 (our own path)
-        con.execute(f'COPY FROM DATABASE "{db}" TO pp_snapshot')
+        quoted = str(tmp).replace("'", "''")  # a path with a quote stays one literal
+        con.execute(f"ATTACH '{quoted}' AS pp_snapshot (READ_WRITE)")
+        con.execute(f'COPY FROM DATABASE "{db.replace(chr(34), chr(34) * 2)}" TO pp_snapshot')
         return (*storage.head(con), storage.head_counter(con))
     return tx
 
