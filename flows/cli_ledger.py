@@ -1,4 +1,4 @@
-"""`privpipe ledger ...`: create, charge, query, verify, checkpoint and migrate the ledger.
+"""`privpipe ledger ...`: create, charge, query, verify, checkpoint, back up and restore the ledger.
 
 Every command takes ``--ledger PATH`` (default ``$PRIVPIPE_HOME/ledger.duckdb``,
 else ``./.privpipe/ledger.duckdb``). The read commands (verify, balance,
@@ -33,6 +33,8 @@ from ledger import (
     format_fraction,
     key_path_for,
 )
+from ledger.backup import load_snapshot, parse_accept_loss
+from ledger.backup import restore as restore_snapshot
 from ledger.counter import counter_path
 from ledger.errors import LedgerIntegrityError
 from ledger.filters import Filter
@@ -504,6 +506,56 @@ def checkpoint(
     h = Ledger.open(_path(ledger)).checkpoint(out)
     console.print(f"checkpoint: seq {h.seq}, hash {h.hash}, key {h.key_fingerprint[:16]}… -> "
                   f"{out}", highlight=False, markup=False)
+
+
+@ledger_app.command("backup")
+@handle_errors
+def backup(
+    out: Annotated[Path, typer.Option("--out", help="New (or empty) directory for the backup.")],
+    ledger: LedgerOpt = None,
+    include_keys: Annotated[bool, typer.Option(
+        "--include-keys", help="Also copy the secret noise and signing keys, the public key "
+                               "and the pin (mode 0600). Default: the keys are NOT included; "
+                               "keep them in their own backup.")] = False,
+) -> None:
+    """Take a consistent snapshot while releases run, verify it, and write its manifest.
+
+    Exit 0 when the snapshot verified; 2 bad input (--out not empty, keys
+    missing); 4 the snapshot does not verify (nothing is kept).
+    """
+    m = Ledger.open(_path(ledger)).backup(out, include_keys=include_keys)
+    h = m["head"]
+    console.print(f"backup: {m['entries']} entries verified, head seq {h['seq']} hash "
+                  f"{h['hash']} (counter {h.get('counter', 0)}), sha256 {m['sha256']}, keys "
+                  f"{'included' if include_keys else 'NOT included'} -> {out}",
+                  highlight=False, markup=False)
+
+
+@ledger_app.command("restore")
+@handle_errors
+def restore(
+    snapshot_dir: Annotated[Path, typer.Argument(help="A `ledger backup` directory.")],
+    ledger: Annotated[Path, typer.Option("--ledger", help="The ledger file to replace; its "
+                                                          "keys must be beside it.")],
+    expect_head: ExpectHeadOpt = None,
+    accept_loss: Annotated[str | None, typer.Option(
+        "--accept-loss", help="SEQ:HASH of the newest head the restore will lose (the "
+                              "refusal names it); nothing else is accepted.")] = None,
+) -> None:
+    """Replace the ledger by a verified snapshot, atomically; refuse to lose newer heads.
+
+    Exit 0 restored; 2 bad input (not a backup directory, keys missing,
+    --accept-loss malformed or with nothing to lose); 4 the snapshot does not
+    verify, or the ledger, its counter file or an --expect-head is newer than
+    the snapshot and --accept-loss does not name the newest head lost. On any
+    failure the ledger is left as it was.
+    """
+    expected = [parse_expect_head(str(p)) for p in expect_head or []]
+    accept = parse_accept_loss(accept_loss)
+    h = restore_snapshot(load_snapshot(snapshot_dir), ledger, lock_timeout=60.0,
+                         expect=expected, accept_loss=accept)
+    console.print(f"restored {ledger} from {snapshot_dir}: head seq {h.seq} hash {h.hash} "
+                  f"(counter {h.counter}); verified", highlight=False, markup=False)
 
 
 @ledger_app.command("export")

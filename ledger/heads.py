@@ -207,3 +207,9 @@ def _is_hex(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def contains(con: duckdb.DuckDBPyConnection, n: int, where: str, seq: int, hash_: str
+             ) -> str | None:
+    """Why a ledger of `n` entries does not contain the head (seq, hash), or None."""
+    return _contains(con, n, where, seq, hash_)

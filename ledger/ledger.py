@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 
+from ledger import backup as backup_
 from ledger import (
     binding,
     checks,
@@ -333,6 +334,16 @@ class Ledger:
         h = self.head()
         heads.write_checkpoint(path, h, storage.now())
         return h
+
+    def backup(self, out: str | os.PathLike[str], *, include_keys: bool = False
+               ) -> dict[str, Any]:
+        """Write a consistent, verified snapshot to the new directory `out` (`ledger.backup`).
+
+        Returns the manifest written beside the snapshot.
+        """
+        self._require_key()
+        return backup_.backup(self.path, self._keys, Path(out), lock_timeout=self.lock_timeout,
+                              created_at=storage.now(), include_keys=include_keys)
 
     # ------------------------------------------------------------------ policy
 
