@@ -58,6 +58,11 @@ REVIEWED = {
     ("ledger/queries.py", "spent"): "'a.spent' or a constant subquery (the time is a ?)",
     ("ledger/queries.py", "cap"): "'a.cap' or a constant subquery (the time is a ?)",
     ("ledger/queries.py", "sql"): "EXPORTS[what]: module constants; `what` checked first",
+    # ATTACH and COPY FROM DATABASE take no parameters: a literal and an identifier, each
+    # quoted by doubling its quote character (the backup's own temporary path, the
+    # database name DuckDB reports)
+    ("ledger/backup.py", "quoted"): "str(tmp) with ' doubled: one SQL string literal",
+    ("ledger/backup.py", "db.replace(chr(34), chr(34) * 2)"): "current_database(), \" doubled",
 }
 RNG_ALLOWED = {"default_rng", "Generator", "SeedSequence", "PCG64", "PCG64DXSM", "Philox",
                "SFC64", "MT19937", "BitGenerator"}
