@@ -97,7 +97,10 @@ def handle_errors(fn: F) -> F:
         except typer.Exit:
             raise
         except PrivpipeError as err:
-            print_error(str(err))
+            # operator_detail: what an error keeps off Prefect's records (e.g. the user a
+            # mechanism failed on), for the operator's terminal only
+            detail = getattr(err, "operator_detail", None)
+            print_error(str(err) if detail is None else f"{err} [{detail}]")
             raise typer.Exit(err.exit_code) from None
         except (ValueError, OSError) as err:
             # Parameter errors from the pure core (MechanismParameterError is a

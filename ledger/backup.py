@@ -42,7 +42,7 @@ from typing import Any
 import duckdb
 
 from ledger import counter, heads, keys, signing, storage
-from ledger.errors import LedgerIntegrityError, LedgerOpenError
+from ledger.errors import LedgerBusyError, LedgerIntegrityError, LedgerOpenError
 from ledger.keyring import Keyring
 from ledger.paths import check_private
 from ledger.records import SignedHead
@@ -299,6 +299,10 @@ def _hold(target: Path, lock_timeout: float) -> duckdb.DuckDBPyConnection | None
     store = storage.Store(target, lock_timeout, read_only=True)
     try:
         return store._connect(time.monotonic() + lock_timeout, 0)
+    except LedgerBusyError:
+        # a writer holds it: restoring now would replace a file whose newest commits were
+        # never compared with the snapshot (a held lock must not pass for a damaged file)
+        raise
     except LedgerOpenError:
         return None  # a damaged ledger: its counter file still says what it held
 
@@ -356,19 +360,28 @@ def _check_loss(lost: list[tuple[str, int, str]], n: int, accept: tuple[int, str
             f"nothing was restored. To accept the loss, pass --accept-loss {seq}:{h}")
 
 
-def _above_counter(con: duckdb.DuckDBPyConnection, kr: Keyring, target: Path) -> int:
+def _above_counter(con: duckdb.DuckDBPyConnection, kr: Keyring, target: Path,
+                   hold: duckdb.DuckDBPyConnection | None) -> int:
     """Give the snapshot's head a counter above every one the target recorded (re-sealed).
 
     Without this the restored (older) head would count as rolled back against
     the counter file, and a copy of the replaced ledger, whose counter is
-    higher, would later pass as "ahead after a crash".
+    higher, would later pass as "ahead after a crash". The floor is the larger
+    of the counter file's and the replaced ledger's own head counter: a writer
+    advances the file only after its commit, so the file can lag one commit.
     """
     rec = counter.read(counter.counter_path(target), private=True)
+    floor = -1 if rec is None else rec.counter
+    if hold is not None:
+        try:
+            floor = max(floor, storage.head_counter(hold))
+        except (LedgerIntegrityError, duckdb.Error):
+            pass
     now = storage.head_counter(con)
-    if kr.version < 4 or rec is None or rec.counter < now:
+    if kr.version < 4 or floor < now:
         return now
     seq, h = storage.head(con)
-    c = rec.counter + 1
+    c = floor + 1
     con.execute("UPDATE chain_head SET counter = ?, seal = ?, signature = ? WHERE id = 1",
                 [c, kr.seal(seq, h, c), kr.sign(seq, h, c)])
     return c
@@ -400,6 +413,8 @@ def restore(snap: Snapshot, target: Path, *, lock_timeout: float,
         wal = Path(f"{target}.wal")
         if wal.exists():  # a crashed writer's log must not be replayed into the snapshot
             os.rename(wal, Path(f"{wal}.replaced-{os.getpid()}"))
+        if target.exists():  # the replaced ledger is kept (same inode, 0600), never lost
+            os.link(target, target.with_name(f"{target.name}.replaced-{_stamp()}"))
         os.replace(tmp, target)
         _fsync_dir(target.resolve().parent)
         counter.advance(counter.counter_path(target),
@@ -423,13 +438,18 @@ def _prepare(tmp: Path, kr: Keyring, target: Path, hold: duckdb.DuckDBPyConnecti
         current = _current_heads(hold, target, kr.ledger_id)
         _check_loss(_lost(con, kr, n, current, expect), n, accept_loss)
         con.execute("BEGIN TRANSACTION")
-        c = _above_counter(con, kr, target)
+        c = _above_counter(con, kr, target, hold)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
     finally:
         con.close()
     head, _ = _verify_copy(tmp, kr)
     return head, c
+
+
+def _stamp() -> str:
+    """UTC time of a restore, for the name the replaced ledger is kept under."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
 
 
 def _fsync_file(path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from files.safe_files import NewFile, make_dirs
+from files.safe_files import NewFile, private_dir
 from schemas.errors import ParameterError, PrivpipeError
 
 DATA_LABEL = "data"
@@ -68,7 +68,7 @@ def input_file(data: Any, work_dir: Path, table: str | None) -> Iterator[str]:
     if table is not None:
         raise ParameterError("table names the table of a DuckDB file given as data; a "
                              f"{_describe(data)} is read as it is: leave table out")
-    staged = make_dirs(work_dir / "inputs") / f"data-{uuid.uuid4().hex}.parquet"
+    staged = private_dir(work_dir / "inputs") / f"data-{uuid.uuid4().hex}.parquet"
     try:
         with NewFile(staged, durable=False) as fh:
             pq.write_table(arrow, fh)

@@ -173,18 +173,23 @@ class StreamSpec:
 class MechanismRunError(PrivpipeError):
     """A mechanism failed on one user's curve after the budget was reserved.
 
-    Names the user and curve (never values). The release stops; the user's
-    reservation stays charged and visible to `privpipe audit` until an operator
-    closes the release (`privpipe ledger close`), as for any interrupted release.
+    The message names neither the user nor the item: that a mechanism failed on
+    one user's data is data-dependent, and the message reaches Prefect's logs and
+    the run's state. The user and item are on the error (`user_id`, `item_id`,
+    `operator_detail`), which the CLI prints on the operator's terminal only.
+    The release stops; the user's reservation stays charged and visible to
+    `privpipe audit` until an operator closes the release (`privpipe ledger
+    close`), as for any interrupted release.
     """
 
     def __init__(self, user_id: str, item_id: str, cause: BaseException):
-        super().__init__(f"the mechanism failed on user {user_id!r}, item {item_id!r} after "
-                         f"its budget was reserved ({type(cause).__name__}); the reservation "
+        super().__init__(f"the mechanism failed on one user's curve or stream after its "
+                         f"budget was reserved ({type(cause).__name__}); the reservation "
                          "stays charged: fix the cause and rerun with the same release id, "
                          "or close the release with `privpipe ledger close`")
         self.user_id = user_id
         self.item_id = item_id
+        self.operator_detail = f"user {user_id!r}, item {item_id!r}"
 
 
 class ChunkResult(TaskPayload):

@@ -24,7 +24,7 @@ import pytest
 import flows.api
 import privpipe
 from flows.outcome import ReleaseNotMadeError
-from schemas.errors import ParameterError, PolicyError
+from schemas.errors import FileSystemError, ParameterError, PolicyError
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = {"domains": {
@@ -123,6 +123,21 @@ def test_the_staged_table_is_private_while_it_exists(session, monkeypatch):
     monkeypatch.setattr(flows.api, "release_curves", spy)
     session.dry_run(_tracks(), domain="tracks", epsilon=1)
     assert seen == {"mode": 0o600, "suffix": ".parquet", "dir_mode": 0o700}
+
+
+def test_a_staging_directory_of_another_user_is_refused(session):
+    """Attack (review): a co-tenant pre-creates work_dir/inputs (theirs, 0777) to swap the
+    staged table before the release reads it. The staging directory must be ours, 0700."""
+    if os.geteuid() != 0:
+        pytest.fail("this test must run as root (CI does): it gives a directory to uid 65534")
+    inputs = session.work_dir / "inputs"
+    inputs.mkdir(exist_ok=True)
+    os.chown(inputs, 65534, 65534)
+    inputs.chmod(0o777)
+    with pytest.raises(FileSystemError, match="belongs to uid 65534"):
+        session.release(_tracks(), domain="tracks", epsilon="1/4")
+    assert session.remaining_budget(domain="tracks").empty  # nothing charged
+    assert list(inputs.iterdir()) == []
 
 
 def test_a_dry_run_charges_nothing(session):

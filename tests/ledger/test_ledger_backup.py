@@ -300,3 +300,63 @@ def test_a_damaged_ledger_is_restored_from_its_latest_backup(led, ledger_path, t
     code, out = _cli("restore", tmp_path / "b", "--ledger", ledger_path)
     assert code == 0, out  # the counter file's head is in the snapshot: nothing lost
     assert _head_arg(Ledger(ledger_path)) == head and Ledger(ledger_path).verify().ok
+
+
+def test_a_held_ledger_is_not_restored_over_even_without_its_counter_file(led, ledger_path,
+                                                                          older):
+    """Attack (review): delete the counter file and hold the ledger's lock past restore's wait.
+
+    A busy ledger was taken for a damaged one, so only the (deleted) counter file was
+    compared with the snapshot: the old snapshot went in without --accept-loss and the
+    spent budget came back. Now the restore gives up on the lock and changes nothing.
+    """
+    from ledger.backup import load_snapshot, restore
+    from ledger.errors import LedgerBusyError
+
+    counter_path(ledger_path).unlink()
+    before = _sha(ledger_path)
+    hold = ("import sys, time, duckdb\ncon = duckdb.connect(sys.argv[1])\n"
+            "print('HELD', flush=True)\ntime.sleep(60)\n")
+    holder = subprocess.Popen([PYTHON, "-c", hold, str(ledger_path)], stdout=subprocess.PIPE,
+                              text=True, env=subprocess_env())
+    try:
+        assert holder.stdout.readline().strip() == "HELD"  # another process holds the lock
+        with pytest.raises(LedgerBusyError):
+            restore(load_snapshot(older), ledger_path, lock_timeout=1)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _sha(ledger_path) == before
+    assert not list(ledger_path.parent.glob(".*restore*"))
+
+
+def test_the_replaced_ledger_is_kept_beside_the_restored_one(led, ledger_path, older):
+    before, mode = _sha(ledger_path), ledger_path.stat().st_mode & 0o777
+    code, out = _cli("restore", older, "--ledger", ledger_path, "--accept-loss", _head_arg(led))
+    assert code == 0, out
+    kept = list(ledger_path.parent.glob(f"{ledger_path.name}.replaced-*"))
+    assert len(kept) == 1 and _sha(kept[0]) == before
+    assert kept[0].stat().st_mode & 0o777 == mode  # the ledger's own file, kept as it was
+
+
+def test_the_restored_counter_is_above_a_commit_the_counter_file_has_not_seen(led, ledger_path,
+                                                                               older):
+    """A writer advances the counter file after its commit: the file can lag the ledger."""
+    from ledger.counter import read
+
+    rec = read(counter_path(ledger_path), private=True)
+    con = duckdb.connect(str(ledger_path))
+    ledger_counter = con.execute("SELECT counter FROM chain_head").fetchall()[0][0]
+    con.close()
+    assert rec is not None and rec.counter == ledger_counter
+    # the file as it would be between a commit and its advance: one counter behind
+    lagging = counter_path(ledger_path).read_text().replace(
+        f'"counter": {rec.counter}', f'"counter": {rec.counter - 1}')
+    assert lagging != counter_path(ledger_path).read_text()
+    counter_path(ledger_path).write_text(lagging)
+    code, out = _cli("restore", older, "--ledger", ledger_path, "--accept-loss", _head_arg(led))
+    assert code == 0, out
+    con = duckdb.connect(str(ledger_path))
+    restored = con.execute("SELECT counter FROM chain_head").fetchall()[0][0]
+    con.close()
+    assert restored == ledger_counter + 1
