@@ -44,7 +44,7 @@ import duckdb
 from ledger import counter, heads, keys, signing, storage
 from ledger.errors import LedgerBusyError, LedgerIntegrityError, LedgerOpenError
 from ledger.keyring import Keyring
-from ledger.paths import check_private
+from ledger.paths import check_private, file_lock
 from ledger.records import SignedHead
 from ledger.verify import verify_tx
 from schemas.errors import ParameterError
@@ -404,27 +404,28 @@ def restore(snap: Snapshot, target: Path, *, lock_timeout: float,
     kr = _target_keyring(target, noise, signer, str(snap.manifest.get("ledger_id")))
     tmp = target.with_name(f".{target.name}.restore.{os.getpid()}.tmp")
     hold = None
-    try:
-        _copy_in(snap, tmp)
-        _verify_copy(tmp, kr)
-        hold = _hold(target, lock_timeout)
-        head, c = _prepare(tmp, kr, target, hold, expect, accept_loss)
-        _fsync_file(tmp)
-        wal = Path(f"{target}.wal")
-        if wal.exists():  # a crashed writer's log must not be replayed into the snapshot
-            os.rename(wal, Path(f"{wal}.replaced-{os.getpid()}"))
-        if target.exists():  # the replaced ledger is kept (same inode, 0600), never lost
-            os.link(target, target.with_name(f"{target.name}.replaced-{_stamp()}"))
-        os.replace(tmp, target)
-        _fsync_dir(target.resolve().parent)
-        counter.advance(counter.counter_path(target),
-                        counter.Recorded(head.ledger_id, c, head.seq, head.hash))
-        return head
-    finally:
-        if hold is not None:
-            hold.close()
-        tmp.unlink(missing_ok=True)
-        Path(f"{tmp}.wal").unlink(missing_ok=True)
+    with file_lock(target):  # no other thread of ours may drop the held lock (paths.file_lock)
+        try:
+            _copy_in(snap, tmp)
+            _verify_copy(tmp, kr)
+            hold = _hold(target, lock_timeout)
+            head, c = _prepare(tmp, kr, target, hold, expect, accept_loss)
+            _fsync_file(tmp)
+            wal = Path(f"{target}.wal")
+            if wal.exists():  # a crashed writer's log must not be replayed into the snapshot
+                os.rename(wal, Path(f"{wal}.replaced-{os.getpid()}"))
+            if target.exists():  # the replaced ledger is kept (same inode, 0600), never lost
+                os.link(target, target.with_name(f"{target.name}.replaced-{_stamp()}"))
+            os.replace(tmp, target)
+            _fsync_dir(target.resolve().parent)
+            counter.advance(counter.counter_path(target),
+                            counter.Recorded(head.ledger_id, c, head.seq, head.hash))
+            return head
+        finally:
+            if hold is not None:
+                hold.close()
+            tmp.unlink(missing_ok=True)
+            Path(f"{tmp}.wal").unlink(missing_ok=True)
 
 
 def _prepare(tmp: Path, kr: Keyring, target: Path, hold: duckdb.DuckDBPyConnection | None,

@@ -8,6 +8,7 @@ so the error says what the path really is.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from ledger.errors import LedgerOpenError
@@ -17,10 +18,38 @@ _DUCKDB_MAGIC = b"DUCK"
 _MAGIC_OFFSET = 8
 
 
+_file_locks: dict[str, threading.RLock] = {}
+_file_locks_guard = threading.Lock()
+
+
+def file_lock(path: str | os.PathLike[str]) -> threading.RLock:
+    """The lock this process takes around every use of the ledger file at `path`.
+
+    DuckDB guards its database file with POSIX ``fcntl`` record locks, and POSIX
+    drops every such lock of a process on a file when the process closes *any*
+    descriptor of that file. So no thread may open and close the ledger file
+    (`is_duckdb_file`) while another thread holds a DuckDB connection to it:
+    the connection's lock would silently go, and a second process could write
+    the file at the same time. Threads of one process therefore queue on this
+    lock for connections (`storage.Store.transact`) and for reads of the file
+    alike (re-entrant: the thread holding it may do both).
+    """
+    k = str(Path(path).resolve())
+    with _file_locks_guard:
+        lock = _file_locks.get(k)
+        if lock is None:
+            lock = _file_locks[k] = threading.RLock()
+        return lock
+
+
 def is_duckdb_file(path: Path) -> bool:
-    """Whether `path` starts like a DuckDB database file."""
+    """Whether `path` starts like a DuckDB database file.
+
+    Reads under `file_lock`, so the read cannot release a DuckDB lock that
+    another thread of this process holds on the same file.
+    """
     try:
-        with open(path, "rb") as f:
+        with file_lock(path), open(path, "rb") as f:
             head = f.read(_MAGIC_OFFSET + len(_DUCKDB_MAGIC))
     except OSError:
         return False

@@ -7,8 +7,10 @@ transaction conflicts (``TransactionException``) rolls back and retries with
 jittered exponential backoff (5 ms doubling to 250 ms) until ``lock_timeout``
 has passed, then raises `LedgerBusyError`. Threads of one process queue on a
 per-file lock, and every writing transaction updates the single ``chain_head``
-row, so concurrent writers are serialised. The functions below read and
-write rows inside such a transaction (accounts, domains, step runs, releases).
+row, so concurrent writers are serialised (`paths.file_lock` says why no
+thread may even read the file while another holds a connection). The
+functions below read and write rows inside such a transaction (accounts,
+domains, step runs, releases).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import contextlib
 import fcntl
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,28 +40,18 @@ from ledger.errors import (
     LedgerStorageError,
 )
 from ledger.keyring import Keyring
+from ledger.paths import file_lock
 from ledger.schema import first_row
 
 T = TypeVar("T")
 AccountKey = tuple[str, str, str]
 """(user_id, domain, stream_id)."""
 
-_process_locks: dict[str, threading.RLock] = {}
-_process_locks_guard = threading.Lock()
 
 
 def now() -> str:
     """The current UTC time as an entry timestamp."""
     return format_ts(datetime.now(UTC).replace(tzinfo=None))
-
-
-def _process_lock(path: Path) -> threading.RLock:
-    k = str(path.resolve())
-    with _process_locks_guard:
-        lock = _process_locks.get(k)
-        if lock is None:
-            lock = _process_locks[k] = threading.RLock()
-        return lock
 
 
 def _sleep_backoff(attempt: int, deadline: float) -> None:
@@ -202,7 +193,7 @@ class Store:
         """
         deadline = time.monotonic() + self.lock_timeout
         attempt = 0
-        with _process_lock(self.path):
+        with file_lock(self.path):
             while True:
                 con = self._connect(deadline, attempt)
                 try:
