@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ledger import Ledger, VerifyReport, from_units, key_path_for
+from ledger import Ledger, LedgerBusyError, VerifyReport, from_units, key_path_for
 from ledger.filters import Filter
 from ledger.heads import parse_expect_head
 from ledger.queries import denial_cause
@@ -264,6 +264,10 @@ def _narrow(con: duckdb.DuckDBPyConnection, where: Filter) -> None:
         con.execute(f"DELETE FROM e WHERE NOT ({cond})", params)  # noqa: S608
 
 
+#: How often `collect` reads the ledger again when a release committed while it read.
+COLLECT_ATTEMPTS = 8
+
+
 def collect(ledger_path: str, public_key: str | None = None,
             expect_heads: Sequence[str] = (), where: Filter | None = None,
             since_checkpoint: str | None = None) -> AuditData:
@@ -275,11 +279,33 @@ def collect(ledger_path: str, public_key: str | None = None,
     verification, which always covers the whole chain. `since_checkpoint` (a
     checkpoint file or ``SEQ:HASH``) is a head the chain must also contain;
     what changed after it is in ``since``.
+
+    The figures come from several read transactions (the export, the
+    verification, balances, policy); every writing transaction moves the
+    signed head, so they describe one state of the ledger exactly when the
+    head is the same before and after them. Otherwise (a release committed
+    meanwhile) everything is read again.
+
+    Raises:
+        LedgerBusyError: the ledger changed during each of `COLLECT_ATTEMPTS` reads.
     """
     where = where or Filter()
     expected = [parse_expect_head(text) for text in expect_heads]
     kept = parse_expect_head(since_checkpoint) if since_checkpoint is not None else None
     ledger = open_for_audit(ledger_path, public_key)
+    for _ in range(COLLECT_ATTEMPTS):
+        before = ledger.head().to_dict()
+        data = _collect_once(ledger, ledger_path, expected, where, kept)
+        if data.signed_head == before and data.head["seq"] == before["seq"]:
+            return data
+    raise LedgerBusyError(
+        f"the ledger {str(ledger_path)!r} changed while it was read, {COLLECT_ATTEMPTS} times "
+        "in a row (releases committing); run the audit again when fewer releases run")
+
+
+def _collect_once(ledger: Ledger, ledger_path: str, expected: list[Any], where: Filter,
+                  kept: Any) -> AuditData:
+    """`collect`'s reads, once (the caller checks they saw one state)."""
     with tempfile.TemporaryDirectory(prefix="privpipe-audit-") as tmp:
         path = Path(tmp) / "entries.parquet"
         n = ledger.export(path, fmt="parquet", what="entries")
