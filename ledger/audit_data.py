@@ -216,18 +216,26 @@ def open_for_audit(ledger_path: str, public_key: str | None = None) -> Ledger:
     return Ledger.open_auditor(ledger_path, public_key=public_key)
 
 
-def _changes(con: duckdb.DuckDBPyConnection, ledger: Ledger, kept: str, seq: int,
-             digest: str) -> dict[str, Any]:
+def _changes(con: duckdb.DuckDBPyConnection, ledger: Ledger,
+             kept: tuple[str, Any]) -> dict[str, Any]:
     """What changed after the kept head (seq, hash): releases, charges, policy, denials.
 
     Charges per domain are per account in the cap's unit: ``balance_increase_max``
     is the largest rise of one account's balance (its spent; for w-event its
     largest window sum) since the kept head. ``in_chain`` is False (and nothing
-    else is listed) when the chain has no entry `seq` with hash `digest`.
+    else is listed) when the chain has no entry `seq` with hash `digest`, or
+    when a kept signed head's signature is not this ledger's (``problem`` says
+    why: a forged checkpoint names a real entry but proves nothing).
     """
+    where, head = kept
+    seq, digest = head.seq, head.hash
     at = _rows(con, "SELECT hash FROM e WHERE seq = ?", [seq])
     found = at[0]["hash"] if at else ("0" * 64 if seq == 0 else None)
-    first = {"checkpoint": kept, "seq": seq, "hash": digest, "in_chain": found == digest}
+    first: dict[str, Any] = {"checkpoint": where, "seq": seq, "hash": digest,
+                             "in_chain": found == digest}
+    problem = ledger.kept_head_problem(where, head)
+    if problem is not None:
+        first.update(in_chain=False, problem=problem)
     if not first["in_chain"]:
         return first
     releases = _rows(con, """
@@ -314,7 +322,7 @@ def _collect_once(ledger: Ledger, ledger_path: str, expected: list[Any], where: 
             con.execute("CREATE TABLE e AS SELECT * FROM read_parquet(?)", [str(path)])
             head = _head(con)
             since = (None if kept is None else
-                     _changes(con, ledger, kept[0], kept[1].seq, kept[1].hash))
+                     _changes(con, ledger, kept))
             _narrow(con, where)
             releases = _release_rows(con, ledger, where.user)
             spend = _spend(con, releases)

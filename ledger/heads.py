@@ -169,21 +169,30 @@ def expected_faults(con: duckdb.DuckDBPyConnection, key: Keyring, n: int,
             if problem:
                 return problem
             continue
-        public = bytes.fromhex(h.public_key) if _is_hex(h.public_key) else b""
-        if (signing.fingerprint(public) != h.key_fingerprint
-                or (h.schema_version >= 4 and h.rules != signing.VERIFY_RULES)
-                or not signing.head_signature_ok(public, h.signature, h.ledger_id,
-                                                 h.schema_version, h.seq, h.hash, h.counter)):
-            return f"{where}: its signature does not verify (not a head this key signed)"
-        if h.ledger_id != key.ledger_id:
-            return (f"{where} is a head of ledger {h.ledger_id}, not of this one "
-                    f"({key.ledger_id}): replaced ledger?")
-        if key.public is None or signing.fingerprint(key.public) != h.key_fingerprint:
-            return (f"{where} was signed by key {h.key_fingerprint[:16]}…, the ledger is signed "
-                    "by another key: the ledger was re-keyed")
-        problem = _contains(con, n, where, h.seq, h.hash)
+        problem = signature_problem(where, h, key) or _contains(con, n, where, h.seq, h.hash)
         if problem:
             return problem
+    return None
+
+
+def signature_problem(where: str, h: SignedHead, key: Keyring) -> str | None:
+    """Why the kept signed head `h` is not a head this ledger's key signed, or None.
+
+    Checks the signature over the head's fields, the ledger id and the
+    signing key's fingerprint; not whether the chain contains it (`contains`).
+    """
+    public = bytes.fromhex(h.public_key) if _is_hex(h.public_key) else b""
+    if (signing.fingerprint(public) != h.key_fingerprint
+            or (h.schema_version >= 4 and h.rules != signing.VERIFY_RULES)
+            or not signing.head_signature_ok(public, h.signature, h.ledger_id,
+                                             h.schema_version, h.seq, h.hash, h.counter)):
+        return f"{where}: its signature does not verify (not a head this key signed)"
+    if h.ledger_id != key.ledger_id:
+        return (f"{where} is a head of ledger {h.ledger_id}, not of this one "
+                f"({key.ledger_id}): replaced ledger?")
+    if key.public is None or signing.fingerprint(key.public) != h.key_fingerprint:
+        return (f"{where} was signed by key {h.key_fingerprint[:16]}…, the ledger is signed "
+                "by another key: the ledger was re-keyed")
     return None
 
 

@@ -329,6 +329,15 @@ class Ledger:
         """The current chain head, signed with the ledger's Ed25519 key (schema 3)."""
         return self._read(lambda con: heads.read_head(con, self._keys))
 
+    def kept_head_problem(self, where: str, kept: SignedHead | heads.PlainHead) -> str | None:
+        """Why a kept signed head is not one this ledger's key signed (None: it is, or plain).
+
+        Whether the chain contains it is `verify`'s question (``expect``).
+        """
+        if isinstance(kept, heads.PlainHead):
+            return None
+        return heads.signature_problem(where, kept, self._keys)
+
     def checkpoint(self, path: str | os.PathLike[str]) -> SignedHead:
         """Write the signed head to a new file an auditor keeps (`verify(expect=...)`)."""
         h = self.head()

@@ -101,7 +101,7 @@ def _since(data: AuditData) -> dict[str, Any] | None:
     s = data.since
     if s is None:
         return None
-    out = {k: s[k] for k in ("checkpoint", "seq", "hash", "in_chain")}
+    out = {k: s[k] for k in ("checkpoint", "seq", "hash", "in_chain", "problem") if k in s}
     if not s["in_chain"]:
         return out
     return {**out,

@@ -164,6 +164,10 @@ def _since_section(data: AuditData) -> list[str]:
     if s is None:
         return _filter_lines(data)
     lines = [*_filter_lines(data), f"## Changes since the kept head (seq {s['seq']})", ""]
+    if "problem" in s:
+        return [*lines, f"**The kept head {cell(s['checkpoint'])} (seq {s['seq']}) is not a "
+                f"head this ledger's key signed**: {cell(s['problem'])}. Nothing since it can "
+                "be listed.", ""]
     if not s["in_chain"]:
         return [*lines, f"**The kept head {cell(s['checkpoint'])} (seq {s['seq']}, hash "
                 f"`{s['hash']}`) is not in this ledger's chain**: it was rolled back, "

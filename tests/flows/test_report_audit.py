@@ -325,6 +325,31 @@ def test_a_checkpoint_not_in_the_chain_fails_the_audit_with_exit_4(history, tmp_
     assert "is not in this ledger's chain" in parse(tmp_path / "audit" / "report.html").text
 
 
+def test_a_forged_checkpoint_is_not_reported_in_the_chain(history, tmp_path):
+    """A checkpoint whose seq and hash are in the chain but whose signature is forged."""
+    seq, _ = _seq_hash(history, "r2")
+    cp = tmp_path / "cp.json"
+    Ledger(history["path"]).checkpoint(cp)
+    doc = json.loads(cp.read_text())
+    doc["signature"] = ("00" if doc["signature"][:2] != "00" else "11") + doc["signature"][2:]
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(doc))
+    data = _collect(history, since_checkpoint=str(forged))
+    assert not data.verification.ok
+    assert not data.since["in_chain"]
+    assert "signature does not verify" in data.since["problem"]
+    r = CliRunner().invoke(app, ["audit", "--ledger", str(history["path"]), "--out",
+                                 str(tmp_path), "--since-checkpoint", str(forged)])
+    assert r.exit_code == 4, r.output
+    assert "is not a head this ledger's key signed" in parse(
+        tmp_path / "audit" / "report.html").text
+    since = json.loads((tmp_path / "audit" / "audit.json").read_text())["since_checkpoint"]
+    assert since["in_chain"] is False and "signature" in since["problem"]
+    honest = _collect(history, since_checkpoint=str(cp))
+    assert honest.verification.ok and honest.since["in_chain"]
+    assert "problem" not in honest.since
+
+
 @pytest.mark.parametrize("args, says", [
     (["--since", "2026-31-01"], "--since must be an ISO 8601"),
     (["--since", "2026-02-01", "--until", "2026-01-01"], "must be before --until"),
