@@ -27,7 +27,7 @@ import atexit
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,22 +212,46 @@ def release_streams(input_path: str | os.PathLike[str], *, domain: str, epsilon:
 
 def audit(*, ledger_path: str | os.PathLike[str] | None = None,
           out_dir: str | os.PathLike[str] = "out",
-          near_cap_fraction: float = 0.1) -> dict[str, Any]:
+          near_cap_fraction: float = 0.1, public_key: str | os.PathLike[str] | None = None,
+          expect_heads: Sequence[str | os.PathLike[str]] = (), user: str | None = None,
+          domain: str | None = None, release: str | None = None, since: str | None = None,
+          until: str | None = None,
+          since_checkpoint: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Compliance report of the ledger (balances, near-cap users, denials, verification).
 
-    Charges nothing. Returns the audit flow's result (``ok``, ``report``, ...).
+    The CLI's ``privpipe audit`` as a function, with its options as keyword
+    arguments: `public_key` audits as an auditor (public key only),
+    `expect_heads` are kept heads (checkpoint files or ``SEQ:HASH``) the chain
+    must contain, `user`/`domain`/`release`/`since`/`until` narrow the
+    listings (never the verification), `since_checkpoint` lists what changed
+    after a kept head. Charges nothing. Returns the audit flow's result
+    (``ok``, ``report``, ...).
 
     Raises:
         LedgerOpenError: the ledger path is not an openable ledger (before Prefect starts).
+        ParameterError: a filter or a kept head is malformed (before Prefect starts).
     """
     from ledger import Ledger
+    from ledger.filters import Filter
+    from ledger.heads import parse_expect_head
 
+    where = {k: v for k, v in (("user", user), ("domain", domain), ("release", release),
+                               ("since", since), ("until", until)) if v is not None}
+    heads = [preflight.abs_head(h) for h in expect_heads]
+    kept = None if since_checkpoint is None else preflight.abs_head(since_checkpoint)
     with keyword_errors():
         ledger = _ledger(ledger_path)
-        Ledger(ledger)
+        if public_key is None:
+            Ledger(ledger)
+        Filter.parse(**where)
+        for text in [*heads, *([kept] if kept is not None else [])]:
+            parse_expect_head(text)
         preflight.out_dir(out_dir)
         _prefect()
         from flows.audit_flow import audit as flow
 
         return flow(ledger_path=_abs(ledger), out_dir=_abs(out_dir),
-                    near_cap_fraction=near_cap_fraction)
+                    near_cap_fraction=near_cap_fraction,
+                    public_key=None if public_key is None else _abs(public_key),
+                    expect_heads=heads, where=where, since_checkpoint=kept)
+

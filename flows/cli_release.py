@@ -10,7 +10,6 @@ dies with the command.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +79,6 @@ def _prepare(mode: Verbosity, preload: tuple[str, ...] = ()) -> None:
 def _abs(path: Path | None) -> str | None:
     """A path as an absolute string (flow parameters: a rerun elsewhere finds the same file)."""
     return None if path is None else str(Path(path).absolute())
-
-
-def _abs_head(text: str) -> str:
-    """An ``--expect-head``: ``SEQ:HASH`` as given, a checkpoint file's path made absolute."""
-    if re.fullmatch(r"\d+:[0-9a-fA-F]{64}", text.strip()):
-        return text
-    return str(Path(text).absolute())
 
 
 def _result_row(res: dict[str, Any]) -> dict[str, Any]:
@@ -307,12 +299,12 @@ def audit_cmd(
     with _spinner("auditing the ledger", mode):
         res = audit(ledger_path=_abs(_ledger_path(ledger)), out_dir=_abs(out),
                     near_cap_fraction=near_cap, public_key=_abs(public_key),
-                    expect_heads=[_abs_head(h) for h in expect_head or []],
+                    expect_heads=[preflight.abs_head(h) for h in expect_head or []],
                     where={k: v for k, v in (("user", user), ("domain", domain),
                                              ("release", release), ("since", since),
                                              ("until", until)) if v is not None},
                     since_checkpoint=None if since_checkpoint is None
-                    else _abs_head(since_checkpoint))
+                    else preflight.abs_head(since_checkpoint))
     print_rows(res["domains"], fmt, title="Domains", columns=None if fmt is OutputFormat.json
                else AUDIT_TABLE_COLUMNS)
     if mode is not Verbosity.quiet or not res["ok"]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -481,3 +482,14 @@ def check_streams_release(*, input_path: str | os.PathLike[str], domain: str, ep
         input_path=input_path, domain=domain, epsilon=epsilon, out_dir=out,
         ledger_path=ledger_path, policy_path=policy_path, table=table, chunk_users=chunk,
         reconstruct=reconstruct, mechanism=mechanism), cli=cli, read_input=True))
+
+
+def abs_head(text: str | os.PathLike[str]) -> str:
+    """A kept head (``--expect-head``): ``SEQ:HASH`` as given, a checkpoint file made absolute.
+
+    Absolute so that the run's parameters name the same file wherever it runs again.
+    """
+    text = str(text)
+    if re.fullmatch(r"\d+:[0-9a-fA-F]{64}", text.strip()):
+        return text
+    return str(Path(text).absolute())

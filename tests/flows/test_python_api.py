@@ -62,6 +62,29 @@ def test_float_and_string_epsilon_are_one_release(tmp_path, curves_csv, policy_f
     assert spent == {u: n * Fraction(1, 4) for u, n in curves_of.items()}  # charged once
 
 
+def test_audit_takes_the_cli_filters_and_a_kept_head(tmp_path, curves_csv, policy_file,
+                                                     ledger_path):
+    import json
+
+    from ledger import Ledger
+
+    release_curves(curves_csv, epsilon=0.25, domain="tracks", ledger_path=ledger_path,
+                   policy_path=policy_file, out_dir=tmp_path / "out", release_id="first")
+    cp = tmp_path / "cp.json"
+    Ledger(ledger_path).checkpoint(cp)
+    release_curves(curves_csv, epsilon=0.5, domain="tracks", ledger_path=ledger_path,
+                   policy_path=policy_file, out_dir=tmp_path / "out", release_id="second")
+    res = audit(ledger_path=ledger_path, out_dir=tmp_path / "a", user="user-1",
+                since_checkpoint=cp, expect_heads=[cp])
+    assert res["ok"]
+    doc = json.loads((tmp_path / "a" / "audit" / "audit.json").read_text())
+    assert doc["filter"]["user"] == "user-1"
+    assert {d["release_id"] for d in doc["releases"]} == {"first", "second"}
+    assert doc["denials_per_user"] == []
+    since = doc["since_checkpoint"]
+    assert since["in_chain"] and [r["release_id"] for r in since["releases"]] == ["second"]
+
+
 def test_bad_arguments_fail_before_prefect(tmp_path, curves_csv, policy_file, ledger_path,
                                            monkeypatch):
     import flows.api
@@ -76,6 +99,13 @@ def test_bad_arguments_fail_before_prefect(tmp_path, curves_csv, policy_file, le
     with pytest.raises(ParameterError, match="no such file"):
         release_streams(tmp_path / "none.csv", domain="meters", epsilon=1.0,
                         ledger_path=ledger_path, policy_path=policy_file)
+    from ledger import Ledger
+
+    Ledger.init(ledger_path)
+    with pytest.raises(ParameterError, match="since must be an ISO 8601"):
+        audit(ledger_path=ledger_path, since="2026-31-01")
+    with pytest.raises(ParameterError, match="no-such.json"):
+        audit(ledger_path=ledger_path, since_checkpoint=tmp_path / "no-such.json")
 
 
 def test_the_documented_example_runs(tmp_path):
