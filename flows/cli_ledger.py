@@ -16,6 +16,7 @@ not independently verified). See docs/ledger.md.
 from __future__ import annotations
 
 import sys
+import time
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
@@ -36,7 +37,7 @@ from ledger import (
 from ledger.backup import load_snapshot, parse_accept_loss
 from ledger.backup import restore as restore_snapshot
 from ledger.counter import counter_path
-from ledger.errors import LedgerIntegrityError
+from ledger.errors import LedgerBusyError, LedgerIntegrityError
 from ledger.filters import Filter
 from ledger.heads import manifest_heads, parse_expect_head
 from ledger.recompute import published_faults
@@ -529,6 +530,47 @@ def backup(
                   f"{h['hash']} (counter {h.get('counter', 0)}), sha256 {m['sha256']}, keys "
                   f"{'included' if include_keys else 'NOT included'} -> {out}",
                   highlight=False, markup=False)
+
+
+@ledger_app.command("replicate")
+@handle_errors
+def replicate(
+    to: Annotated[Path, typer.Option("--to", help="The replica's directory (new, empty, or "
+                                                  "one an earlier replicate made).")],
+    ledger: LedgerOpt = None,
+    every: Annotated[float, typer.Option(
+        "--every", help="Seconds between rounds (with --rounds other than 1).", min=0.0)] = 60.0,
+    rounds: Annotated[int, typer.Option(
+        "--rounds", help="Rounds to run; 0 runs until stopped.", min=0)] = 1,
+) -> None:
+    """Keep a read-only replica for auditors: verified snapshots that only move forward.
+
+    Each round snapshots the ledger, verifies it, checks that its chain still
+    contains the replica's head, and only then replaces the replica. Auditors
+    read REPLICA/ledger.duckdb (with --public-key) and never hold the live
+    ledger. Exit 0 when every round replicated; 2 bad input (--to not a
+    replica directory); 4 the ledger does not verify, or was rolled back or
+    rewritten since the replica's head (the replica is left as it was). A
+    round that finds the ledger busy is retried at the next one.
+    """
+    led = Ledger.open(_path(ledger))
+    n = 0
+    while rounds == 0 or n < rounds:
+        if n:
+            time.sleep(every)
+        n += 1
+        try:
+            m = led.replicate(to)
+        except LedgerBusyError as err:
+            if rounds == 1:
+                raise
+            console.print(f"round {n}: {err}; retrying at the next round", highlight=False,
+                          markup=False)
+            continue
+        h, prev = m["head"], m["replica"]["previous_head"]
+        console.print(f"replica {to}: head seq {h['seq']} hash {h['hash']}, {m['entries']} "
+                      f"entries verified (was seq {prev['seq'] if prev else 'none'})",
+                      highlight=False, markup=False)
 
 
 @ledger_app.command("restore")

@@ -39,6 +39,7 @@ from ledger import (
     summaries,
     watermark,
 )
+from ledger import replica as replica_
 from ledger.checks import check_id
 from ledger.entries import canonical_json
 from ledger.errors import LedgerIntegrityError, LedgerOpenError
@@ -353,6 +354,16 @@ class Ledger:
         self._require_key()
         return backup_.backup(self.path, self._keys, Path(out), lock_timeout=self.lock_timeout,
                               created_at=storage.now(), include_keys=include_keys)
+
+    def replicate(self, replica: str | os.PathLike[str]) -> dict[str, Any]:
+        """One round of the read-only replica in the directory `replica` (`ledger.replica`).
+
+        Verifies a snapshot, checks that its chain contains the replica's head,
+        then puts it in place. Returns the replica's manifest.
+        """
+        self._require_key()
+        return replica_.replicate(self.path, self._keys, Path(replica),
+                                  lock_timeout=self.lock_timeout, created_at=storage.now())
 
     # ------------------------------------------------------------------ policy
 
