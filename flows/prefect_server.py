@@ -228,6 +228,9 @@ def prefect_session(preload: Sequence[str] = (), *, serve_port: int | None = Non
         if server is not None:
             server.wait_ready()
         with _api_url_set(url):
+            from flows.lost_runs import reap_quietly
+
+            reap_quietly()  # runs left Running by a killed privpipe process: Crashed
             try:
                 yield url
             finally:

@@ -9,7 +9,8 @@ and ``notion:gp|cgp|wevent``. A run that fails before it has a release id is
 renamed ``<flow>-<domain>-failed`` (`name_failed_run`), so no finished run
 stays ``…-pending``. The audit and evaluate flows are named from their
 parameters (`audit_run_name`, `evaluate_run_name`). Labels are public
-parameters only.
+parameters only, and the process that runs the flow (host, pid, start time:
+`flows.lost_runs`).
 """
 
 from __future__ import annotations
@@ -77,8 +78,14 @@ def _update(name: str | None, tags: list[str]) -> None:
 
 
 def tag_run(*tags: str) -> None:
-    """Add ``privpipe`` and `tags` to the current flow run (no-op outside a run)."""
-    _update(None, ["privpipe", *tags])
+    """Add ``privpipe``, the process tag and `tags` to the current flow run (no-op outside a run).
+
+    The process tag (``process:HOST:PID:START``, `flows.lost_runs`) lets a later
+    privpipe command mark the run Crashed if this process dies before it ends.
+    """
+    from flows.lost_runs import process_tag
+
+    _update(None, ["privpipe", process_tag(), *tags])
 
 
 def start_release(domain: str, release_id: str | None) -> None:
