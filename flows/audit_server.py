@@ -82,6 +82,18 @@ class AuditSite:
         self.watch = watch
         self.reader = watch.reader
         self.name = str(watch.ledger_path)
+        watch.warmers.append(self.warm)
+
+    def warm(self, head: tuple[int, str]) -> None:
+        """Cache the overview, the first releases page and each of those releases' first page."""
+        self.watch.cached(("overview",), head, lambda: self.reader.read(views.overview))
+        flt = views.ListFilter()
+        rows = self.watch.cached(("releases", flt, 0), head, lambda: self.reader.read(
+            lambda con: views.releases(con, flt, PAGE_SIZE, 0)))
+        for release_id in dict.fromkeys(r["release_id"] for r in rows[:PAGE_SIZE]):
+            self.watch.cached(("release", release_id, 0), head, lambda rid=release_id:
+                              self.reader.read(lambda con: views.release(con, rid, PAGE_SIZE,
+                                                                         0)))
 
     def _notions(self, head: tuple[int, str]) -> dict[str, dict[str, Any]]:
         return self.watch.cached(("notions",), head, lambda: self.reader.read(

@@ -2,8 +2,9 @@
 
 Full verification of a 10^6-user ledger takes seconds, so it runs in one
 background thread: once at start, then again whenever the chain head moved
-(checked every `poll` seconds). The slow summaries (the overview's figures)
-are computed there too and cached by head, so pages read them from memory.
+(checked every `poll` seconds). Before each verification the slow summaries
+(`warmers`: the overview's figures, the newest releases) are computed there
+and cached by head, so pages read them from memory.
 Nothing here writes to the ledger: the ledger handle is an auditor's
 (read-only connection, no secret key).
 """
@@ -44,6 +45,7 @@ class Watch:
         self._lock = threading.Lock()
         self._status: dict[str, Any] = {"state": "verifying"}
         self._cache: dict[tuple[Any, ...], Any] = {}
+        self.warmers: list[Callable[[tuple[int, str]], None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="audit-verify", daemon=True)
 
@@ -99,8 +101,9 @@ class Watch:
             try:
                 head = self.reader.read(views.head)
                 if head != done:
+                    for warm in self.warmers:  # summaries first: pages need them now
+                        warm(head)
                     self._verify_once(head)
-                    self.cached(("overview",), head, lambda: self.reader.read(views.overview))
                     done = head
             except Exception as err:  # noqa: BLE001 - shown on the page, retried next poll
                 with self._lock:
