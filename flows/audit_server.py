@@ -35,11 +35,15 @@ SERVER_TIME = "X-Server-Time-Ms"
 """Response header: how long the server took to build the page (milliseconds)."""
 
 
-def _offset(request: Request) -> int:
-    text = request.query_params.get("offset", "0")
-    if not text.isdigit() or int(text) > 10**12:
-        raise ParameterError("offset must be a whole number of rows")
+def _number(request: Request, name: str) -> int:
+    text = request.query_params.get(name, "0")
+    if not text.isdigit() or int(text) > 10**15:
+        raise ParameterError(f"{name} must be a whole number")
     return int(text)
+
+
+def _offset(request: Request) -> int:
+    return _number(request, "offset")
 
 
 def _list_params(request: Request, *names: str) -> dict[str, str | None]:
@@ -87,13 +91,14 @@ class AuditSite:
     def warm(self, head: tuple[int, str]) -> None:
         """Cache the overview, the first releases page and each of those releases' first page."""
         self.watch.cached(("overview",), head, lambda: self.reader.read(views.overview))
-        flt = views.ListFilter()
-        rows = self.watch.cached(("releases", flt, 0), head, lambda: self.reader.read(
-            lambda con: views.releases(con, flt, PAGE_SIZE, 0)))
+        rows = self._releases(head)
         for release_id in dict.fromkeys(r["release_id"] for r in rows[:PAGE_SIZE]):
             self.watch.cached(("release", release_id, 0), head, lambda rid=release_id:
                               self.reader.read(lambda con: views.release(con, rid, PAGE_SIZE,
                                                                          0)))
+
+    def _releases(self, head: tuple[int, str]) -> list[dict[str, Any]]:
+        return self.watch.cached(("releases",), head, lambda: self.reader.read(views.releases))
 
     def _notions(self, head: tuple[int, str]) -> dict[str, dict[str, Any]]:
         return self.watch.cached(("notions",), head, lambda: self.reader.read(
@@ -121,19 +126,18 @@ class AuditSite:
         """The releases list with domain and date filters."""
         params = _list_params(request, "domain", "since", "until")
         flt, offset = _list_filter(params), _offset(request)
-        head = self.reader.read(views.head)
-        rows = self.watch.cached(("releases", flt, offset), head, lambda: self.reader.read(
-            lambda con: views.releases(con, flt, PAGE_SIZE, offset)))
-        return "Releases", pages.releases(rows, offset, params)
+        rows = views.select_releases(self._releases(self.reader.read(views.head)), flt)
+        return "Releases", pages.releases(rows[offset:offset + PAGE_SIZE + 1], offset, params)
 
     def release(self, request: Request) -> tuple[str, str]:
-        """One release: facts, charge spread, users (paged)."""
+        """One release: facts, charge spread, users (paged by entry number: ``after``)."""
         release_id, offset = request.query_params.get("id", ""), _offset(request)
+        after = _number(request, "after")
         head = self.reader.read(views.head)
-        data = self.watch.cached(("release", release_id, offset), head, lambda: self.reader.read(
-            lambda con: views.release(con, release_id, PAGE_SIZE, offset)))
+        data = self.watch.cached(("release", release_id, after), head, lambda: self.reader.read(
+            lambda con: views.release(con, release_id, PAGE_SIZE, after)))
         return f"release {release_id}", more.release(release_id, data, self._notions(head),
-                                                    offset)
+                                                    offset, after)
 
     def denials(self, request: Request) -> tuple[str, str]:
         """The denials with release, domain, date and reason filters."""

@@ -146,14 +146,24 @@ _RELEASES = """
            count(DISTINCT user_id) FILTER (WHERE kind = 'reserve') AS admitted,
            count(DISTINCT user_id) FILTER (WHERE kind = 'deny') AS denied,
            any_value(mechanism) FILTER (WHERE mechanism IS NOT NULL) AS mechanism
-    FROM entries WHERE user_id <> '' AND kind <> 'policy' AND """ + _FILTER + """
-    GROUP BY release_id, domain ORDER BY first_seq DESC, domain LIMIT ? OFFSET ?"""  # noqa: S608 - constants only
+    FROM entries WHERE user_id <> '' AND kind <> 'policy'
+    GROUP BY release_id, domain ORDER BY first_seq DESC, domain"""
 
 
-def releases(con: duckdb.DuckDBPyConnection, flt: ListFilter, limit: int, offset: int
-             ) -> list[dict[str, Any]]:
-    """A page of (release, domain) rows, newest first, narrowed by domain and time."""
-    return _rows(con, _RELEASES, [*flt.params(), limit + 1, offset])
+def releases(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Every (release, domain), newest first: when it started and ended, users, mechanism.
+
+    One row per release and domain (a ledger has thousands of releases at
+    most, so the server keeps this list per head and filters it in memory).
+    """
+    return _rows(con, _RELEASES, [])
+
+
+def select_releases(rows: list[dict[str, Any]], flt: ListFilter) -> list[dict[str, Any]]:
+    """The releases of `flt`'s domain that started in [since, until)."""
+    return [r for r in rows if flt.domain in (None, r["domain"])
+            and (flt.since is None or r["first_at"] >= flt.since)
+            and (flt.until is None or r["first_at"] < flt.until)]
 
 
 _RELEASE_DOMAINS = """
@@ -180,7 +190,7 @@ _RELEASE_SPREAD = """
 
 _RELEASE_PAGE = """
     SELECT seq, user_id, domain, stream_id, kind = 'deny' AS denied FROM entries
-    WHERE release_id = ? AND kind IN ('reserve', 'deny') ORDER BY seq LIMIT ? OFFSET ?"""
+    WHERE release_id = ? AND kind IN ('reserve', 'deny') AND seq > ? ORDER BY seq LIMIT ?"""
 
 _RELEASE_NET = """
     SELECT user_id, domain, stream_id,
@@ -190,10 +200,14 @@ _RELEASE_NET = """
     GROUP BY ALL"""
 
 
-def _release_users(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, offset: int
+def _release_users(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, after: int
                    ) -> list[dict[str, Any]]:
-    """A page of the release's requests (admitted or denied) with each account's net charge."""
-    page = _rows(con, _RELEASE_PAGE, [release_id, limit + 1, offset])
+    """A page of the release's requests (admitted or denied) after entry `after`, net charges.
+
+    Paged by entry number (keyset), so page 10,000 of a 10^6-user release
+    costs what page 1 does.
+    """
+    page = _rows(con, _RELEASE_PAGE, [release_id, after, limit + 1])
     nets = {(r["user_id"], r["domain"], r["stream_id"]): r["net_q"] for r in _rows(
         con, _RELEASE_NET, [release_id, sorted({r["user_id"] for r in page})])}
     for r in page:
@@ -201,9 +215,12 @@ def _release_users(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, 
     return _exact(page, "net")
 
 
-def release(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, offset: int
+def release(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, after: int
             ) -> dict[str, Any]:
-    """One release: per domain its mechanism, parameters, users, charge spread; a page of users."""
+    """One release: per domain its mechanism, parameters, users, charge spread; a page of users.
+
+    The users are those decided after entry `after` (0: from the first).
+    """
     state = _rows(con, "SELECT state, manifest FROM releases WHERE release_id = ?",
                   [release_id])
     return {
@@ -211,7 +228,7 @@ def release(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, offset:
         "domains": _rows(con, _RELEASE_DOMAINS, [release_id]),
         "spread": _exact(_rows(con, _RELEASE_SPREAD, [release_id]),
                          "net_min", "net_median", "net_max", "net_total"),
-        "users": _release_users(con, release_id, limit, offset)}
+        "users": _release_users(con, release_id, limit, after)}
 
 
 _DENIALS = """
@@ -266,19 +283,25 @@ _SINCE_RELEASES = """
     FROM entries WHERE seq > ? AND user_id <> '' GROUP BY ALL ORDER BY first_seq, domain"""
 
 _SINCE_CHARGES = """
-    WITH touched AS (
-        SELECT DISTINCT domain, user_id, stream_id FROM entries
-        WHERE seq > ? AND user_id <> '' AND balance_after IS NOT NULL),
-    acc AS (
-        SELECT e.domain, e.user_id, e.stream_id,
+    WITH after AS (
+        SELECT e.domain, e.user_id, e.stream_id, d.notion = 'wevent' AS windowed,
+               sum(CASE e.kind WHEN 'reserve' THEN 1 WHEN 'refund' THEN -1
+                   WHEN 'close' THEN -1 ELSE 0 END * e.amount) AS net_q,
                arg_max(e.balance_after, e.seq) AS now_q,
-               coalesce(arg_max(e.balance_after, e.seq) FILTER (WHERE e.seq <= ?), 0) AS then_q,
-               bool_or(e.seq > ? AND e.kind = 'reserve') AS charged
-        FROM entries e JOIN touched t USING (domain, user_id, stream_id)
-        WHERE e.balance_after IS NOT NULL GROUP BY ALL)
-    SELECT domain, count(*) FILTER (WHERE charged) AS accounts_charged,
-           CAST(max(now_q - then_q) AS VARCHAR) AS increase_q
-    FROM acc GROUP BY ALL HAVING bool_or(charged) ORDER BY domain"""
+               bool_or(e.kind = 'reserve') AS charged
+        FROM entries e JOIN domains d ON d.domain = e.domain
+        WHERE e.seq > ? AND e.user_id <> '' AND e.balance_after IS NOT NULL GROUP BY ALL),
+    before AS (
+        SELECT e.domain, e.user_id, e.stream_id, arg_max(e.balance_after, e.seq) AS then_q
+        FROM entries e SEMI JOIN (SELECT * FROM after WHERE windowed) w
+          ON w.domain = e.domain AND w.user_id = e.user_id AND w.stream_id = e.stream_id
+        WHERE e.seq <= ? AND e.balance_after IS NOT NULL GROUP BY ALL)
+    SELECT a.domain, count(*) FILTER (WHERE a.charged) AS accounts_charged,
+           CAST(max(CASE WHEN a.windowed THEN a.now_q - coalesce(b.then_q, 0)
+                    ELSE a.net_q END) AS VARCHAR) AS increase_q
+    FROM after a LEFT JOIN before b
+      ON b.domain = a.domain AND b.user_id = a.user_id AND b.stream_id = a.stream_id
+    GROUP BY a.domain HAVING bool_or(a.charged) ORDER BY a.domain"""
 
 _SINCE_DENIALS = """
     SELECT domain, count(*) AS denied_requests, count(DISTINCT user_id) AS users_denied
@@ -290,7 +313,9 @@ def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str) -> dict[str, An
 
     ``in_chain`` is False (and nothing else is listed) when the chain has no
     entry `seq` with hash `digest`. Charges per domain: accounts charged and
-    the largest rise of one account's balance, in the cap's unit.
+    the largest rise of one account's balance, in the cap's unit (GP/CGP: the
+    sum of its reserves less refunds after the head, which is that rise;
+    w-event: its largest window sum now less that at the head).
     """
     found = entry_at(con, seq)
     first = {"seq": seq, "hash": digest, "in_chain": found == digest, "found": found}
@@ -298,6 +323,6 @@ def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str) -> dict[str, An
         return first
     return {**first,
             "releases": _rows(con, _SINCE_RELEASES, [seq]),
-            "charges": _exact(_rows(con, _SINCE_CHARGES, [seq, seq, seq]), "increase"),
+            "charges": _exact(_rows(con, _SINCE_CHARGES, [seq, seq]), "increase"),
             "denials": _rows(con, _SINCE_DENIALS, [seq]),
             "policy": policy(con, None, 0, after_seq=seq)}

@@ -6,7 +6,17 @@ import json
 from typing import Any
 
 from ledger.queries import DENIAL_CAUSES
-from reports.audit_html import amount, count, esc, filter_form, link, pager, table, when
+from reports.audit_html import (
+    PAGE_SIZE,
+    amount,
+    count,
+    esc,
+    filter_form,
+    link,
+    pager,
+    table,
+    when,
+)
 from reports.audit_pages import _list_filters, _unit
 
 
@@ -23,8 +33,21 @@ def _parameters(text: str | None) -> str:
     return "<br>".join(f"{esc(k)} = {esc(v)}" for k, v in sorted(data.items()))
 
 
+def _keyset_pager(rows: list[dict[str, Any]], offset: int, after: int, path: str,
+                  **params: Any) -> tuple[list[dict[str, Any]], str]:
+    """Rows of a page paged by entry number: a First page link, and Next after the last row."""
+    shown = rows[:PAGE_SIZE]
+    parts = [link("← First page", path, **params)] if after else []
+    if shown:
+        parts.append(f"<span>Rows {offset + 1:,}–{offset + len(shown):,}</span>")
+    if len(rows) > PAGE_SIZE:
+        parts.append(link("Next page →", path, **params, after=shown[-1]["seq"],
+                          offset=offset + PAGE_SIZE))
+    return shown, f'<div class="pager">{" ".join(parts)}</div>'
+
+
 def release(release_id: str, data: dict[str, Any], notions: dict[str, dict[str, Any]],
-            offset: int) -> str:
+            offset: int, after: int) -> str:
     """One release: mechanism and parameters, users admitted and denied, charge spread, users."""
     if not data["domains"]:
         return f"<h2>Release {esc(release_id)}</h2><p class=\"bad\">No such release.</p>"
@@ -40,7 +63,7 @@ def release(release_id: str, data: dict[str, Any], notions: dict[str, dict[str, 
             charges.append((esc(d["domain"]), count(s["accounts"]), amount(s["net_min"], unit),
                             amount(s["net_median"], unit), amount(s["net_max"], unit),
                             amount(s["net_total"], unit)))
-    users, nav = pager(data["users"], offset, "/release", id=release_id)
+    users, nav = _keyset_pager(data["users"], offset, after, "/release", id=release_id)
     rows = [(count(u["seq"]), link(u["user_id"], "/user", id=u["user_id"]), esc(u["domain"]),
              esc(u["stream_id"]), '<span class="bad">denied</span>' if u["denied"]
              else "admitted", amount(u["net"], _unit(notions, u["domain"]))) for u in users]

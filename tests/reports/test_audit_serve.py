@@ -48,7 +48,9 @@ def _charge(led: Ledger, rid: str, asks: dict[str, Fraction]) -> None:
 
 
 def build(path: Path) -> dict:
-    """r1: six users 1/2 each; kept head; r2: u1, u2, HOSTILE ask 3/5 (denied), u3 1/4; cap 1 -> 2."""
+    """r1: six users 1/2 each; kept head; r2: u1, u2, HOSTILE ask 3/5 (denied), u3 1/4.
+
+    Then the cap goes from 1 to 2."""
     led = Ledger.init(path, actor=ACTOR)
     led.apply_policy(_policy("1"), reason="initial policy")
     users = ["u1", "u2", "u3", "u4", "u5", HOSTILE]
