@@ -93,9 +93,11 @@ class AuditSite:
         self.watch.cached(("overview",), head, lambda: self.reader.read(views.overview))
         rows = self._releases(head)
         for release_id in dict.fromkeys(r["release_id"] for r in rows[:PAGE_SIZE]):
-            self.watch.cached(("release", release_id, 0), head, lambda rid=release_id:
-                              self.reader.read(lambda con: views.release(con, rid, PAGE_SIZE,
-                                                                         0)))
+            self._release(head, release_id)
+
+    def _release(self, head: tuple[int, str], release_id: str) -> dict[str, Any]:
+        return self.watch.cached(("release", release_id), head, lambda: self.reader.read(
+            lambda con: views.release(con, release_id)))
 
     def _releases(self, head: tuple[int, str]) -> list[dict[str, Any]]:
         return self.watch.cached(("releases",), head, lambda: self.reader.read(views.releases))
@@ -133,9 +135,9 @@ class AuditSite:
         """One release: facts, charge spread, users (paged by entry number: ``after``)."""
         release_id, offset = request.query_params.get("id", ""), _offset(request)
         after = _number(request, "after")
-        head = self.reader.read(views.head)
-        data = self.watch.cached(("release", release_id, after), head, lambda: self.reader.read(
-            lambda con: views.release(con, release_id, PAGE_SIZE, after)))
+        head, users = self.reader.read(lambda con: (views.head(con), views.release_users(
+            con, release_id, PAGE_SIZE, after)))
+        data = {**self._release(head, release_id), "users": users}
         return f"release {release_id}", more.release(release_id, data, self._notions(head),
                                                     offset, after)
 
@@ -164,8 +166,9 @@ class AuditSite:
         except ParameterError as err:
             return "Since a checkpoint", more.since_form(text, str(err))
         head = self.reader.read(views.head)
+        summary = self._releases(head)
         result = self.watch.cached(("since", seq, digest), head, lambda: self.reader.read(
-            lambda con: views.since(con, seq, digest)))
+            lambda con: views.since(con, seq, digest, summary)))
         return "Since a checkpoint", more.since(result, text, self._notions(head))
 
 

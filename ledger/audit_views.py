@@ -142,7 +142,7 @@ def user(con: duckdb.DuckDBPyConnection, user_id: str, limit: int, offset: int
 
 _RELEASES = """
     SELECT release_id, domain, min(created_at) AS first_at, max(created_at) AS last_at,
-           min(seq) AS first_seq,
+           min(seq) AS first_seq, max(seq) AS last_seq,
            count(DISTINCT user_id) FILTER (WHERE kind = 'reserve') AS admitted,
            count(DISTINCT user_id) FILTER (WHERE kind = 'deny') AS denied,
            any_value(mechanism) FILTER (WHERE mechanism IS NOT NULL) AS mechanism
@@ -200,8 +200,8 @@ _RELEASE_NET = """
     GROUP BY ALL"""
 
 
-def _release_users(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, after: int
-                   ) -> list[dict[str, Any]]:
+def release_users(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, after: int
+                  ) -> list[dict[str, Any]]:
     """A page of the release's requests (admitted or denied) after entry `after`, net charges.
 
     Paged by entry number (keyset), so page 10,000 of a 10^6-user release
@@ -215,20 +215,14 @@ def _release_users(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, 
     return _exact(page, "net")
 
 
-def release(con: duckdb.DuckDBPyConnection, release_id: str, limit: int, after: int
-            ) -> dict[str, Any]:
-    """One release: per domain its mechanism, parameters, users, charge spread; a page of users.
-
-    The users are those decided after entry `after` (0: from the first).
-    """
-    state = _rows(con, "SELECT state, manifest FROM releases WHERE release_id = ?",
-                  [release_id])
+def release(con: duckdb.DuckDBPyConnection, release_id: str) -> dict[str, Any]:
+    """One release: state; per domain its mechanism, parameters, users, charge spread."""
+    state = _rows(con, "SELECT state FROM releases WHERE release_id = ?", [release_id])
     return {
         "state": state[0]["state"] if state else None,
         "domains": _rows(con, _RELEASE_DOMAINS, [release_id]),
         "spread": _exact(_rows(con, _RELEASE_SPREAD, [release_id]),
-                         "net_min", "net_median", "net_max", "net_total"),
-        "users": _release_users(con, release_id, limit, after)}
+                         "net_min", "net_median", "net_max", "net_total")}
 
 
 _DENIALS = """
@@ -280,7 +274,9 @@ _SINCE_RELEASES = """
     SELECT release_id, domain, min(created_at) AS first_at, min(seq) AS first_seq,
            count(DISTINCT user_id) FILTER (WHERE kind = 'reserve') AS users_admitted,
            count(DISTINCT user_id) FILTER (WHERE kind = 'deny') AS users_denied
-    FROM entries WHERE seq > ? AND user_id <> '' GROUP BY ALL ORDER BY first_seq, domain"""
+    FROM entries WHERE seq > ? AND user_id <> ''
+      AND release_id IN (SELECT unnest(CAST(? AS VARCHAR[])))
+    GROUP BY ALL ORDER BY first_seq, domain"""
 
 _SINCE_CHARGES = """
     WITH after AS (
@@ -308,11 +304,28 @@ _SINCE_DENIALS = """
     FROM entries WHERE seq > ? AND kind = 'deny' GROUP BY ALL ORDER BY domain"""
 
 
-def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str) -> dict[str, Any]:
+def _releases_since(con: duckdb.DuckDBPyConnection, seq: int,
+                    summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Releases with entries after `seq`.
+
+    Those begun after it come from `summary` (`releases`); those under way at
+    it are counted from their entries after it.
+    """
+    whole = [{"release_id": r["release_id"], "domain": r["domain"], "first_at": r["first_at"],
+              "first_seq": r["first_seq"], "users_admitted": r["admitted"],
+              "users_denied": r["denied"]} for r in summary if r["first_seq"] > seq]
+    spanning = sorted({r["release_id"] for r in summary if r["first_seq"] <= seq < r["last_seq"]})
+    part = _rows(con, _SINCE_RELEASES, [seq, spanning]) if spanning else []
+    return sorted(whole + part, key=lambda r: (r["first_seq"], r["domain"]))
+
+
+def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str,
+          summary: list[dict[str, Any]]) -> dict[str, Any]:
     """What changed after the kept head (seq, hash), as `ledger.audit_data._changes` reads it.
 
     ``in_chain`` is False (and nothing else is listed) when the chain has no
-    entry `seq` with hash `digest`. Charges per domain: accounts charged and
+    entry `seq` with hash `digest`. `summary` is `releases(con)` of this
+    head (kept by the server). Charges per domain: accounts charged and
     the largest rise of one account's balance, in the cap's unit (GP/CGP: the
     sum of its reserves less refunds after the head, which is that rise;
     w-event: its largest window sum now less that at the head).
@@ -322,7 +335,7 @@ def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str) -> dict[str, An
     if not first["in_chain"]:
         return first
     return {**first,
-            "releases": _rows(con, _SINCE_RELEASES, [seq]),
+            "releases": _releases_since(con, seq, summary),
             "charges": _exact(_rows(con, _SINCE_CHARGES, [seq, seq]), "increase"),
             "denials": _rows(con, _SINCE_DENIALS, [seq]),
             "policy": policy(con, None, 0, after_seq=seq)}
