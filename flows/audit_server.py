@@ -89,15 +89,19 @@ class AuditSite:
         watch.warmers.append(self.warm)
 
     def warm(self, head: tuple[int, str]) -> None:
-        """Cache the overview, the first releases page and each of those releases' first page."""
+        """Cache the overview, the releases, each newest release's facts, the reserve marks."""
         self.watch.cached(("overview",), head, lambda: self.reader.read(views.overview))
         rows = self._releases(head)
+        self._marks(head)
         for release_id in dict.fromkeys(r["release_id"] for r in rows[:PAGE_SIZE]):
             self._release(head, release_id)
 
     def _release(self, head: tuple[int, str], release_id: str) -> dict[str, Any]:
         return self.watch.cached(("release", release_id), head, lambda: self.reader.read(
             lambda con: views.release(con, release_id)))
+
+    def _marks(self, head: tuple[int, str]) -> dict[str, Any]:
+        return self.watch.cached(("marks",), head, lambda: self.reader.read(views.reserve_marks))
 
     def _releases(self, head: tuple[int, str]) -> list[dict[str, Any]]:
         return self.watch.cached(("releases",), head, lambda: self.reader.read(views.releases))
@@ -166,9 +170,9 @@ class AuditSite:
         except ParameterError as err:
             return "Since a checkpoint", more.since_form(text, str(err))
         head = self.reader.read(views.head)
-        summary = self._releases(head)
+        summary, marks = self._releases(head), self._marks(head)
         result = self.watch.cached(("since", seq, digest), head, lambda: self.reader.read(
-            lambda con: views.since(con, seq, digest, summary)))
+            lambda con: views.since(con, seq, digest, summary, marks)))
         return "Since a checkpoint", more.since(result, text, self._notions(head))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from ledger import storage
 from ledger.amounts import from_units
@@ -286,7 +287,8 @@ _SINCE_CHARGES = """
                arg_max(e.balance_after, e.seq) AS now_q,
                bool_or(e.kind = 'reserve') AS charged
         FROM entries e JOIN domains d ON d.domain = e.domain
-        WHERE e.seq > ? AND e.user_id <> '' AND e.balance_after IS NOT NULL GROUP BY ALL),
+        WHERE e.seq > ? AND e.user_id <> '' AND e.balance_after IS NOT NULL
+          AND (? OR d.notion = 'wevent') GROUP BY ALL),
     before AS (
         SELECT e.domain, e.user_id, e.stream_id, arg_max(e.balance_after, e.seq) AS then_q
         FROM entries e SEMI JOIN (SELECT * FROM after WHERE windowed) w
@@ -299,9 +301,54 @@ _SINCE_CHARGES = """
       ON b.domain = a.domain AND b.user_id = a.user_id AND b.stream_id = a.stream_id
     GROUP BY a.domain HAVING bool_or(a.charged) ORDER BY a.domain"""
 
+_SINCE_RISE_EARLY = """
+    WITH at_head AS (
+        SELECT domain, user_id, stream_id, arg_max(balance_after, seq) AS then_q
+        FROM entries WHERE seq <= ? AND user_id <> '' AND balance_after IS NOT NULL
+        GROUP BY ALL)
+    SELECT a.domain, CAST(max(a.spent - coalesce(t.then_q, 0)) AS VARCHAR) AS increase_q
+    FROM accounts a JOIN domains d ON d.domain = a.domain AND d.notion <> 'wevent'
+    LEFT JOIN at_head t
+      ON t.domain = a.domain AND t.user_id = a.user_id AND t.stream_id = a.stream_id
+    GROUP BY a.domain"""
+
+_RESERVE_MARKS = """
+    SELECT domain, max(seq) AS last_reserve FROM entries
+    WHERE kind = 'reserve' AND user_id <> '' GROUP BY domain, user_id, stream_id"""
+
 _SINCE_DENIALS = """
     SELECT domain, count(*) AS denied_requests, count(DISTINCT user_id) AS users_denied
     FROM entries WHERE seq > ? AND kind = 'deny' GROUP BY ALL ORDER BY domain"""
+
+
+def reserve_marks(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
+    """Per domain, each account's last reserve entry number, sorted (for `since`)."""
+    cols = con.execute(_RESERVE_MARKS).fetchnumpy()
+    out: dict[str, np.ndarray] = {}
+    domains, seqs = np.asarray(cols["domain"], dtype=object), np.asarray(cols["last_reserve"])
+    for d in sorted(set(domains.tolist())):
+        out[d] = np.sort(seqs[domains == d].astype(np.int64))
+    return out
+
+
+def _charges_since(con: duckdb.DuckDBPyConnection, seq: int, head_seq: int,
+                   marks: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Accounts charged after `seq` and the largest rise of one account, per domain.
+
+    A head in the later half of the chain: one pass over the entries after it.
+    An early head: GP/CGP rises from the accounts' balances now less their
+    balance at the head (entries before it), and the accounts charged from
+    `marks` (`reserve_marks`), so neither reads the many entries after it.
+    """
+    if 2 * seq >= head_seq:
+        return _exact(_rows(con, _SINCE_CHARGES, [seq, True, seq]), "increase")
+    rows = _rows(con, _SINCE_CHARGES, [seq, False, seq])  # w-event domains
+    charged = {d: int(len(m) - np.searchsorted(m, seq, side="right")) for d, m in marks.items()}
+    for r in _rows(con, _SINCE_RISE_EARLY, [seq]):
+        if charged.get(r["domain"], 0) > 0:
+            rows.append({"domain": r["domain"], "accounts_charged": charged[r["domain"]],
+                         "increase_q": r["increase_q"]})
+    return _exact(sorted(rows, key=lambda r: r["domain"]), "increase")
 
 
 def _releases_since(con: duckdb.DuckDBPyConnection, seq: int,
@@ -320,15 +367,14 @@ def _releases_since(con: duckdb.DuckDBPyConnection, seq: int,
 
 
 def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str,
-          summary: list[dict[str, Any]]) -> dict[str, Any]:
+          summary: list[dict[str, Any]], marks: dict[str, np.ndarray]) -> dict[str, Any]:
     """What changed after the kept head (seq, hash), as `ledger.audit_data._changes` reads it.
 
     ``in_chain`` is False (and nothing else is listed) when the chain has no
-    entry `seq` with hash `digest`. `summary` is `releases(con)` of this
-    head (kept by the server). Charges per domain: accounts charged and
-    the largest rise of one account's balance, in the cap's unit (GP/CGP: the
-    sum of its reserves less refunds after the head, which is that rise;
-    w-event: its largest window sum now less that at the head).
+    entry `seq` with hash `digest`. `summary` (`releases`) and `marks`
+    (`reserve_marks`) are of this head (kept by the server). Charges per
+    domain: accounts charged and the largest rise of one account's balance,
+    in the cap's unit (`_charges_since`).
     """
     found = entry_at(con, seq)
     first = {"seq": seq, "hash": digest, "in_chain": found == digest, "found": found}
@@ -336,6 +382,6 @@ def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str,
         return first
     return {**first,
             "releases": _releases_since(con, seq, summary),
-            "charges": _exact(_rows(con, _SINCE_CHARGES, [seq, seq]), "increase"),
+            "charges": _charges_since(con, seq, head(con)[0], marks),
             "denials": _rows(con, _SINCE_DENIALS, [seq]),
             "policy": policy(con, None, 0, after_seq=seq)}

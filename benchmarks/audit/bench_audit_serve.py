@@ -33,7 +33,7 @@ from benchmarks.audit.big_ledger import build, user_id  # noqa: E402
 from tests.reports.browser import Server, screenshot  # noqa: E402
 
 
-def _pages(head_seq: int, early_hash: str) -> list[tuple[str, str]]:
+def _pages(head_seq: int, kept: dict[int, str]) -> list[tuple[str, str]]:
     return [("overview", "/"),
             ("user lookup (charged twice)", f"/user?id={user_id(1)}"),
             ("user lookup (denied once)", f"/user?id={user_id(2)}"),
@@ -47,20 +47,23 @@ def _pages(head_seq: int, early_hash: str) -> list[tuple[str, str]]:
             ("denials of top-up, page 101", "/denials?release=top-up&offset=5000"),
             ("denials, reason + dates", "/denials?reason=spent&since=2000-01-01"),
             ("policy history", "/policy"),
-            ("since checkpoint (entry 2)", f"/since?head=2:{early_hash}"),
+            *[(f"since checkpoint (entry {seq:,})", f"/since?head={seq}:{digest}")
+              for seq, digest in sorted(kept.items())],
             ("since checkpoint (not in chain)", f"/since?head={head_seq}:{'0' * 64}")]
 
 
-def _head_and_early(path: Path) -> tuple[int, str]:
+def _head_and_kept(path: Path) -> tuple[int, dict[int, str]]:
+    """The head's seq, and the hashes of entries 2, 1/2 and 99/100 of the way (kept heads)."""
     import duckdb
 
     con = duckdb.connect(str(path), read_only=True)
     try:
-        seq = con.execute("SELECT max(seq) FROM entries").fetchone()[0]
-        early = con.execute("SELECT hash FROM entries WHERE seq = 2").fetchone()[0]
+        seq = int(con.execute("SELECT max(seq) FROM entries").fetchone()[0])
+        kept = {s: str(con.execute("SELECT hash FROM entries WHERE seq = ?", [s]).fetchone()[0])
+                for s in (2, seq // 2, seq - seq // 100)}
     finally:
         con.close()
-    return int(seq), str(early)
+    return seq, kept
 
 
 def _measure(srv: Server, path: str, repeat: int) -> tuple[float, list[float]]:
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> str:
     if not path.exists():
         t = build(path, args.users)
         print(f"built {args.users:,} users in {t['total']:.1f} s", flush=True)
-    head_seq, early = _head_and_early(path)
+    head_seq, kept = _head_and_kept(path)
     t0 = time.perf_counter()
     srv = Server(path, public_key=Path(f"{path}.pub"))
     started = time.perf_counter() - t0
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace) -> str:
         shots.mkdir(parents=True, exist_ok=True)
         lines = ["| page | URL | cold ms | median ms | max ms | browser s |",
                  "|---|---|---|---|---|---|"]
-        for name, url in _pages(head_seq, early):
+        for name, url in _pages(head_seq, kept):
             cold, times = _measure(srv, url, args.repeat)
             png = shots / (name.split(" (")[0].replace(" ", "-").replace(",", "") + ".png")
             browser = screenshot(srv.base + url, png, Path(tempfile.mkdtemp()), "1280,1600")

@@ -64,9 +64,11 @@ def build(path: Path) -> dict:
     try:
         last_seq, denials = con.execute(
             "SELECT max(seq), count(*) FILTER (WHERE kind = 'deny') FROM entries").fetchone()
+        first_hash = con.execute("SELECT hash FROM entries WHERE seq = 1").fetchone()[0]
     finally:
         con.close()
     return {"path": path, "kept": kept, "last_seq": last_seq, "denials": denials,
+            "first_hash": first_hash,
             "pub": Path(f"{path}.pub")}
 
 
@@ -170,6 +172,16 @@ def test_since_a_kept_head_in_the_chain_lists_what_came_after(server, ledger, pr
     pasted = (ledger["path"].parent / "kept.json").read_text()
     dom2 = browse(server, "/since?" + urllib.parse.urlencode({"head": pasted}), profile)
     assert "is in the chain" in dom2.text
+
+
+def test_since_an_early_head_counts_every_charge_after_it(server, ledger, profile):
+    # entry 1 is the first policy entry: everything charged came after it
+    dom = browse(server, f"/since?head=1:{ledger['first_hash']}", profile)
+    assert "is in the chain" in dom.text and not dom.bad
+    assert [r["Release"] for r in dom.table_with("Users admitted")] == ["r1", "r2"]
+    chg = dom.table_with("Largest rise of one account")[0]
+    assert (chg["Accounts charged"], chg["Largest rise of one account"]) == ("6", "0.75 ε")
+    assert [r["Reason given"] for r in dom.table_with("Reason given")] == [REASON]
 
 
 def test_a_kept_head_not_in_the_chain_is_shown_in_red(server, ledger, profile):
