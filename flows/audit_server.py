@@ -101,7 +101,7 @@ class AuditSite:
             lambda con: views.release(con, release_id)))
 
     def _marks(self, head: tuple[int, str]) -> dict[str, Any]:
-        return self.watch.cached(("marks",), head, lambda: self.reader.read(views.reserve_marks))
+        return self.watch.cached(("marks",), head, lambda: self.reader.read(views.marks))
 
     def _releases(self, head: tuple[int, str]) -> list[dict[str, Any]]:
         return self.watch.cached(("releases",), head, lambda: self.reader.read(views.releases))

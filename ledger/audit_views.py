@@ -271,13 +271,9 @@ def entry_at(con: duckdb.DuckDBPyConnection, seq: int) -> str | None:
     return rows[0]["hash"] if rows else None
 
 
-_SINCE_RELEASES = """
-    SELECT release_id, domain, min(created_at) AS first_at, min(seq) AS first_seq,
-           count(DISTINCT user_id) FILTER (WHERE kind = 'reserve') AS users_admitted,
-           count(DISTINCT user_id) FILTER (WHERE kind = 'deny') AS users_denied
-    FROM entries WHERE seq > ? AND user_id <> ''
-      AND release_id IN (SELECT unnest(CAST(? AS VARCHAR[])))
-    GROUP BY ALL ORDER BY first_seq, domain"""
+_SINCE_FIRST = """
+    SELECT min(created_at) AS first_at, min(seq) AS first_seq FROM entries
+    WHERE seq > ? AND release_id = ? AND domain = ? AND user_id <> ''"""
 
 _SINCE_CHARGES = """
     WITH after AS (
@@ -312,38 +308,58 @@ _SINCE_RISE_EARLY = """
       ON t.domain = a.domain AND t.user_id = a.user_id AND t.stream_id = a.stream_id
     GROUP BY a.domain"""
 
-_RESERVE_MARKS = """
-    SELECT domain, max(seq) AS last_reserve FROM entries
-    WHERE kind = 'reserve' AND user_id <> '' GROUP BY domain, user_id, stream_id"""
+_MARKS = """
+    WITH last AS (
+        SELECT '' AS release_id, domain, 'account' AS kind, max(seq) AS seq FROM entries
+        WHERE kind = 'reserve' AND user_id <> '' GROUP BY domain, user_id, stream_id
+        UNION ALL
+        SELECT release_id, domain, kind, max(seq) FROM entries
+        WHERE kind IN ('reserve', 'deny') AND user_id <> ''
+        GROUP BY release_id, domain, kind, user_id)
+    SELECT release_id, domain, kind, seq FROM last ORDER BY release_id, domain, kind, seq"""
 
 _SINCE_DENIALS = """
     SELECT domain, count(*) AS denied_requests, count(DISTINCT user_id) AS users_denied
     FROM entries WHERE seq > ? AND kind = 'deny' GROUP BY ALL ORDER BY domain"""
 
 
-def reserve_marks(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
-    """Per domain, each account's last reserve entry number, sorted (for `since`)."""
-    cols = con.execute(_RESERVE_MARKS).fetchnumpy()
-    out: dict[str, np.ndarray] = {}
-    domains, seqs = np.asarray(cols["domain"], dtype=object), np.asarray(cols["last_reserve"])
-    for d in sorted(set(domains.tolist())):
-        out[d] = np.sort(seqs[domains == d].astype(np.int64))
-    return out
+Marks = dict[tuple[str, str, str], np.ndarray]
+"""`marks`: sorted last entry numbers per (release, domain, kind)."""
+
+
+def marks(con: duckdb.DuckDBPyConnection) -> Marks:
+    """Last entry numbers, sorted, for counting what happened after any kept head.
+
+    ``("", domain, "account")``: each account's last reserve (any release);
+    ``(release, domain, "reserve" | "deny")``: each user's last admission or
+    denial in that release. How many are after seq s: ``len - searchsorted(s)``.
+    """
+    cols = con.execute(_MARKS).fetchnumpy()
+    seqs = np.asarray(cols["seq"], dtype=np.int64)
+    keys = list(zip(cols["release_id"].tolist(), cols["domain"].tolist(),
+                    cols["kind"].tolist(), strict=True))
+    starts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+    return {keys[a]: seqs[a:b] for a, b in zip(starts, starts[1:], strict=False) if a < b}
+
+
+def _after(mark: Marks, key: tuple[str, str, str], seq: int) -> int:
+    m = mark.get(key)
+    return 0 if m is None else int(len(m) - np.searchsorted(m, seq, side="right"))
 
 
 def _charges_since(con: duckdb.DuckDBPyConnection, seq: int, head_seq: int,
-                   marks: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+                   mark: Marks) -> list[dict[str, Any]]:
     """Accounts charged after `seq` and the largest rise of one account, per domain.
 
     A head in the later half of the chain: one pass over the entries after it.
     An early head: GP/CGP rises from the accounts' balances now less their
     balance at the head (entries before it), and the accounts charged from
-    `marks` (`reserve_marks`), so neither reads the many entries after it.
+    `mark` (`marks`), so neither reads the many entries after it.
     """
     if 2 * seq >= head_seq:
         return _exact(_rows(con, _SINCE_CHARGES, [seq, True, seq]), "increase")
     rows = _rows(con, _SINCE_CHARGES, [seq, False, seq])  # w-event domains
-    charged = {d: int(len(m) - np.searchsorted(m, seq, side="right")) for d, m in marks.items()}
+    charged = {d: _after(mark, (r, d, k), seq) for r, d, k in mark if k == "account"}
     for r in _rows(con, _SINCE_RISE_EARLY, [seq]):
         if charged.get(r["domain"], 0) > 0:
             rows.append({"domain": r["domain"], "accounts_charged": charged[r["domain"]],
@@ -352,27 +368,34 @@ def _charges_since(con: duckdb.DuckDBPyConnection, seq: int, head_seq: int,
 
 
 def _releases_since(con: duckdb.DuckDBPyConnection, seq: int,
-                    summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Releases with entries after `seq`.
+                    summary: list[dict[str, Any]], mark: Marks) -> list[dict[str, Any]]:
+    """Releases with entries after `seq`, with the users admitted and denied after it.
 
-    Those begun after it come from `summary` (`releases`); those under way at
-    it are counted from their entries after it.
+    Those begun after it come from `summary` (`releases`); for those under way
+    at it, the users come from `mark` and the first entry after it from SQL.
     """
-    whole = [{"release_id": r["release_id"], "domain": r["domain"], "first_at": r["first_at"],
-              "first_seq": r["first_seq"], "users_admitted": r["admitted"],
-              "users_denied": r["denied"]} for r in summary if r["first_seq"] > seq]
-    spanning = sorted({r["release_id"] for r in summary if r["first_seq"] <= seq < r["last_seq"]})
-    part = _rows(con, _SINCE_RELEASES, [seq, spanning]) if spanning else []
-    return sorted(whole + part, key=lambda r: (r["first_seq"], r["domain"]))
+    out = []
+    for r in summary:
+        if r["first_seq"] > seq:
+            out.append({"release_id": r["release_id"], "domain": r["domain"],
+                        "first_at": r["first_at"], "first_seq": r["first_seq"],
+                        "users_admitted": r["admitted"], "users_denied": r["denied"]})
+        elif r["last_seq"] > seq:
+            key = (r["release_id"], r["domain"])
+            first = _rows(con, _SINCE_FIRST, [seq, *key])[0]
+            out.append({"release_id": key[0], "domain": key[1], **first,
+                        "users_admitted": _after(mark, (*key, "reserve"), seq),
+                        "users_denied": _after(mark, (*key, "deny"), seq)})
+    return sorted(out, key=lambda r: (r["first_seq"], r["domain"]))
 
 
 def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str,
-          summary: list[dict[str, Any]], marks: dict[str, np.ndarray]) -> dict[str, Any]:
+          summary: list[dict[str, Any]], mark: Marks) -> dict[str, Any]:
     """What changed after the kept head (seq, hash), as `ledger.audit_data._changes` reads it.
 
     ``in_chain`` is False (and nothing else is listed) when the chain has no
-    entry `seq` with hash `digest`. `summary` (`releases`) and `marks`
-    (`reserve_marks`) are of this head (kept by the server). Charges per
+    entry `seq` with hash `digest`. `summary` (`releases`) and `mark`
+    (`marks`) are of this head (kept by the server). Charges per
     domain: accounts charged and the largest rise of one account's balance,
     in the cap's unit (`_charges_since`).
     """
@@ -381,7 +404,7 @@ def since(con: duckdb.DuckDBPyConnection, seq: int, digest: str,
     if not first["in_chain"]:
         return first
     return {**first,
-            "releases": _releases_since(con, seq, summary),
-            "charges": _charges_since(con, seq, head(con)[0], marks),
+            "releases": _releases_since(con, seq, summary, mark),
+            "charges": _charges_since(con, seq, head(con)[0], mark),
             "denials": _rows(con, _SINCE_DENIALS, [seq]),
             "policy": policy(con, None, 0, after_seq=seq)}
