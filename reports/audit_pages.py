@@ -12,6 +12,10 @@ from typing import Any
 from ledger.queries import DENIAL_CAUSES, unit_of
 from reports.audit_html import amount, count, esc, filter_form, link, pager, table, when
 
+GUARANTEES = {"gp": "geo-privacy, ε (Laplace noise)", "cgp": "geo-privacy, ρ (Gaussian noise)",
+              "wevent": "w-event local privacy, ε per window"}
+"""Each notion in words (docs/design.md)."""
+
 ENTRY_KINDS = {"reserve": "charge (reserved)", "settle": "charge confirmed",
                "refund": "refund of unused budget", "close": "refund (release closed)",
                "deny": "DENIED"}
@@ -53,7 +57,8 @@ def _head_table(head: dict[str, Any], status: dict[str, Any]) -> str:
 def overview(head: dict[str, Any], status: dict[str, Any], domains: list[dict[str, Any]]
              ) -> str:
     """The overview: verification, the signed head, and one row per policy domain."""
-    rows = [(link(d["domain"], "/releases", domain=d["domain"]), esc(d["notion"]),
+    rows = [(link(d["domain"], "/releases", domain=d["domain"]),
+             esc(GUARANTEES.get(d["notion"], d["notion"])),
              amount(d["cap"], unit_of(d["notion"], d["w"])), esc(d["units"]),
              count(d["accounts"]), amount(d["spent_median"]), amount(d["spent_max"]),
              count(d["near_cap"]), count(d["above_cap"]), count(d["releases"]),
@@ -66,9 +71,10 @@ def overview(head: dict[str, Any], status: dict[str, Any], domains: list[dict[st
             "nothing before it was changed (see “Since a checkpoint”).</p>" +
             _head_table(head, status) +
             "<h2>Privacy budget per domain</h2><p class=\"note\">An account is one user "
-            "in one domain. “Spent” is what the account has used of its cap; “near cap” "
-            "counts accounts at 90 % or more of the cap, “above cap” those above a cap "
-            "lowered after they spent.</p>" +
+            "in one domain. Each domain caps the privacy loss (ε or ρ: smaller is more "
+            "private) a user may take on over all releases. “Spent” is what the account has "
+            "used of its cap; “near cap” counts accounts at 90 % or more of the cap, "
+            "“above cap” those above a cap lowered after they spent.</p>" +
             table(("Domain", "Guarantee", "Cap per user", "Data units", "Accounts",
                    "Spent: median", "Spent: largest", "Near cap", "Above cap", "Releases",
                    "Denied requests"), rows, numeric=(2, 4, 5, 6, 7, 8, 9, 10),

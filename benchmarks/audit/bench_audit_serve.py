@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> str:
                  "|---|---|---|---|---|---|"]
         for name, url in _pages(head_seq, kept):
             cold, times = _measure(srv, url, args.repeat)
-            png = shots / (name.split(" (")[0].replace(" ", "-").replace(",", "") + ".png")
+            png = shots / (re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") + ".png")
             browser = screenshot(srv.base + url, png, Path(tempfile.mkdtemp()), "1280,1600")
             lines.append(f"| {name} | `{url[:60]}` | {cold:.0f} | {statistics.median(times):.0f}"
                          f" | {max(times):.0f} | {browser:.2f} |")
