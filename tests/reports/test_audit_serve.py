@@ -302,3 +302,60 @@ def test_json_of_pasted_checkpoint_is_not_a_path(server, ledger, profile):
     text = json.dumps({"seq": 1})
     dom = browse(server, "/since?" + urllib.parse.urlencode({"head": text}), profile)
     assert dom.bad  # an incomplete checkpoint is refused with a message, not a crash
+
+
+@pytest.fixture(scope="module")
+def clicks(server):
+    """A Playwright page in the Debian Chromium (real clicks and typing)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def _cells(page, header: str) -> list[dict[str, str]]:
+    """The rows of the first table with column `header`, as the browser shows them."""
+    table = page.locator("table", has=page.locator("th", has_text=header)).first
+    heads = table.locator("th").all_inner_texts()
+    return [dict(zip(heads, row.locator("td").all_inner_texts(), strict=True))
+            for row in table.locator("tbody tr").all()]
+
+
+def test_clicking_from_a_user_to_a_denial_to_its_release_and_back(server, clicks):
+    page = clicks
+    page.goto(server.base + "/")
+    page.fill("input[name=id]", "u2")  # the lookup form, typed and submitted
+    page.click("button:has-text('Show')")
+    assert page.url.endswith("/user?id=u2")
+    denied = [r for r in _cells(page, "Why denied") if r["What"] == "DENIED"]
+    assert len(denied) == 1 and denied[0]["Amount"] == "0.6 ε"
+    page.click("table >> text=r2")  # the denial's release
+    assert page.url.endswith("/release?id=r2")
+    charges = _cells(page, "Accounts charged")[0]
+    assert (charges["Accounts charged"], charges["Largest"]) == ("1", "0.25 ε")
+    page.click("table >> a:text-is('3')")  # its 3 denied users
+    assert {r["User"] for r in _cells(page, "Why")} == {"u1", "u2", HOSTILE}
+    page.click(f"table >> a:text-is('{HOSTILE}')")  # the hostile id, as a link, as text
+    assert page.locator("h2").first.inner_text() == f"User {HOSTILE}"
+    assert page.locator("script").count() == 0
+
+
+def test_clicking_the_filters_and_the_checkpoint_form(server, ledger, clicks):
+    page = clicks
+    page.goto(server.base + "/releases")
+    page.fill("input[name=since]", "2000-01-01")
+    page.fill("input[name=until]", "2000-01-02")
+    page.click("form.filters button")
+    assert "since=2000-01-01" in page.url and "No release matches" in page.content()
+    page.click("nav >> text=Since a checkpoint")
+    kept = ledger["kept"]
+    page.fill("input[name=head]", f"{kept.seq}:{kept.hash}")
+    page.click("form.filters button")
+    assert "is in the chain" in page.inner_text("body")
+    page.fill("input[name=head]", f"{kept.seq}:{'e' * 64}")
+    page.click("form.filters button")
+    assert "NOT in the chain" in page.inner_text(".banner.bad")
