@@ -211,11 +211,12 @@ def make_app(watch: Watch) -> Starlette:
     return Starlette(routes=routes)
 
 
-def serve(ledger_path: Path, public_key: Path | None, host: str, port: int) -> None:
+def serve(ledger_path: Path, public_key: Path | None, host: str, port: int,
+          reverify: float = 300.0) -> None:
     """Verify in the background and serve the audit pages until interrupted."""
     import uvicorn
 
-    watch = Watch(ledger_path, public_key)
+    watch = Watch(ledger_path, public_key, reverify=reverify)
     watch.start()
     try:
         uvicorn.run(make_app(watch), host=host, port=port, log_level="warning")

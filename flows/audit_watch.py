@@ -1,10 +1,13 @@
 """The audit server's background work: whole-chain verification and summaries, per head.
 
-Full verification of a 10^6-user ledger takes seconds, so it runs in one
-background thread: once at start, then again whenever the chain head moved
-(checked every `poll` seconds). Before each verification the slow summaries
-(`warmers`: the overview's figures, the newest releases) are computed there
-and cached by head, so pages read them from memory.
+Full verification of a 10^6-user ledger takes seconds (about 16 s for 2 x
+10^6 entries), and it is one read transaction that a writer waits for, so it
+runs in one background thread: once at start, then again when the chain head
+has moved, at most once every `reverify` seconds (the page says up to which
+entry and when it last verified). The head is checked every `poll` seconds;
+when it moved, the slow summaries (`warmers`: the overview's figures, the
+releases, the marks) are computed at once and cached by head, so pages read
+them from memory.
 Nothing here writes to the ledger: the ledger handle is an auditor's
 (read-only connection, no secret key).
 """
@@ -12,6 +15,7 @@ Nothing here writes to the ledger: the ledger handle is an auditor's
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,13 +39,14 @@ def key_source(ledger_path: Path, public_key: Path | None) -> str:
 class Watch:
     """Verification status and cached summaries of one ledger, kept by a background thread."""
 
-    def __init__(self, ledger_path: Path, public_key: Path | None, poll: float = 2.0):
+    def __init__(self, ledger_path: Path, public_key: Path | None, poll: float = 2.0,
+                 reverify: float = 300.0):
         """Open the ledger as an auditor (read-only) and prepare the reader; not started yet."""
         self.ledger_path = Path(ledger_path)
         self.ledger = Ledger.open_auditor(self.ledger_path, public_key=public_key)
         self.reader = views.AuditReader(self.ledger_path)
         self.key_source = key_source(self.ledger_path, public_key)
-        self.poll = poll
+        self.poll, self.reverify = poll, reverify
         self._lock = threading.Lock()
         self._status: dict[str, Any] = {"state": "verifying"}
         self._cache: dict[tuple[Any, ...], Any] = {}
@@ -96,15 +101,19 @@ class Watch:
             self._status = status
 
     def _run(self) -> None:
-        done: tuple[int, str] | None = None
+        warmed: tuple[int, str] | None = None
+        verified: tuple[int, str] | None = None
+        next_verify = 0.0
         while not self._stop.is_set():
             try:
                 head = self.reader.read(views.head)
-                if head != done:
+                if head != warmed:
                     for warm in self.warmers:  # summaries first: pages need them now
                         warm(head)
+                    warmed = head
+                if head != verified and time.monotonic() >= next_verify:
                     self._verify_once(head)
-                    done = head
+                    verified, next_verify = head, time.monotonic() + self.reverify
             except Exception as err:  # noqa: BLE001 - shown on the page, retried next poll
                 with self._lock:
                     self._status = {"state": "failed", "at": datetime.now(UTC).strftime(

@@ -62,6 +62,9 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default "
                              "loopback only; anything else needs a TLS + auth proxy)."),
     port: int = typer.Option(8765, "--port", help="Port to listen on."),
+    reverify_every: float = typer.Option(
+        300.0, "--reverify-every", help="Seconds between two whole-chain verifications when "
+        "the head moves (a writer waits for each: about 16 s at 2 x 10^6 entries)."),
 ) -> None:
     """Serve the read-only audit web page (see the help above)."""
     from flows.audit_server import serve
@@ -73,5 +76,7 @@ def serve_cmd(
         raise ParameterError(f"--public-key {str(public_key)!r} is not a file")
     if not 0 < port < 65536:
         raise ParameterError("--port must be 1..65535")
+    if not reverify_every >= 0:
+        raise ParameterError("--reverify-every must be >= 0 seconds")
     console.print(f"audit page of {path} on http://{host}:{port}/ (read-only; Ctrl-C stops)")
-    serve(path, public_key, host, port)
+    serve(path, public_key, host, port, reverify_every)

@@ -63,14 +63,16 @@ def free_port() -> int:
 class Server:
     """`privpipe audit serve` in a subprocess on a free loopback port."""
 
-    def __init__(self, ledger: Path, public_key: Path | None = None):
-        """Start the server and wait until it answers."""
+    def __init__(self, ledger: Path, public_key: Path | None = None,
+                 extra: tuple[str, ...] = ()):
+        """Start the server (with `extra` options) and wait until it answers."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "flows.cli", "audit", "serve", "--ledger", str(ledger),
                 "--port", str(self.port)]
         if public_key is not None:
             args += ["--public-key", str(public_key)]
+        args += list(extra)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
@@ -86,12 +88,13 @@ class Server:
         self.stop()
         raise AssertionError("the server did not answer within 120 s")
 
-    def wait_verified(self, timeout: float = 300) -> str:
-        """Wait until the overview no longer says "Verifying"; returns the overview HTML."""
+    def wait_verified(self, timeout: float = 300, until: str | None = None) -> str:
+        """Wait until the overview no longer says "Verifying" (or shows `until`); its HTML."""
         deadline = time.monotonic() + timeout
         while True:
             body = self.get("/")[1]
-            if "Verifying the whole chain" not in body or time.monotonic() > deadline:
+            done = until in body if until else "Verifying the whole chain" not in body
+            if done or time.monotonic() > deadline:
                 return body
             time.sleep(0.5)
 

@@ -250,7 +250,7 @@ def test_a_backup_snapshot_is_served_with_the_kept_public_key(ledger, tmp_path):
 def test_a_release_charges_while_the_server_is_being_hit(ledger, tmp_path):
     shutil.copytree(ledger["path"].parent, tmp_path / "l")
     path = tmp_path / "l" / "ledger.duckdb"
-    srv = Server(path)
+    srv = Server(path, extra=("--reverify-every", "0"))
     stop, hits, errors = threading.Event(), [0], []
 
     def hammer():
@@ -274,10 +274,16 @@ def test_a_release_charges_while_the_server_is_being_hit(ledger, tmp_path):
         stop.set()
         for t in threads:
             t.join()
+    con = duckdb.connect(str(path), read_only=True)
+    last = con.execute("SELECT max(seq) FROM entries").fetchone()[0]
+    con.close()
     try:
         dom = parse(dump_dom(srv.base + "/user?id=u4", tmp_path / "p"))
+        # the head moved: verified again, up to the new last entry
+        over = srv.wait_verified(timeout=120, until=f"verified up to entry {last:,}")
     finally:
         srv.stop()
+    assert f"verified up to entry {last:,}" in over and "FAILED" not in over
     assert not errors and hits[0] > 5
     assert took < 10, f"the charge waited {took:.1f} s beside the server"
     assert dom.table_with("Remaining")[0]["Spent"] == "0.75 ε"  # 1/2 + 1/4, r3 seen
