@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean chromium
 
 # setup.py and the C source: a changed kernel is rebuilt before the next run or test.
 # compileall writes the editable sources' bytecode, as pip does for installed
@@ -26,7 +26,12 @@ run: $(STAMP)
 # are started once). TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
+# The audit web page's browser test (tests/reports/test_audit_serve.py) drives headless
+# Chromium; CI runs as root on a fresh Debian machine, so install it there when missing.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: $(STAMP) chromium
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 lint: $(STAMP)

@@ -12,11 +12,11 @@ import typer
 
 from files.safe_files import apply_operator_umask
 from flows import configure
+from flows.cli_audit import audit_app
 from flows.cli_common import err_console
 from flows.cli_ledger import ledger_app
 from flows.cli_population import population_cmd
 from flows.cli_release import (
-    audit_cmd,
     demo_cmd,
     evaluate_cmd,
     release_app,
@@ -41,7 +41,7 @@ app = typer.Typer(
 app.command("validate")(validate)
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(release_app, name="release")
-app.command("audit")(audit_cmd)
+app.add_typer(audit_app, name="audit", help=audit_app.registered_callback.callback.__doc__)
 app.command("evaluate")(evaluate_cmd)
 app.command("demo")(demo_cmd)
 app.command("serve")(serve_cmd)

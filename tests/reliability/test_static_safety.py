@@ -25,6 +25,9 @@ QUOTERS = {"quote_ident", "quote_literal", "q", "int"}
 REVIEWED = {
     ("ledger/summaries.py", "query"): "one of the module's constant SQL texts, passed by callers",
     ("ledger/audit_data.py", "sql"): "_rows(con, sql): every caller passes a string literal",
+    ("ledger/audit_views.py", "sql"): "_rows(con, sql): a module constant (string literals and "
+                                      "_FILTER, itself literal; values are ? parameters)",
+    ("ledger/audit_views.py", "_MARKS"): "a module constant of string literals only",
     ("ledger/entries.py", "select"): "CAST expressions over the constant ENTRY_COLUMNS",
     ("ledger/settle.py", "_LOOKUP"): "a module constant of string literals only",
     ("ledger/verify.py", "_CHAIN_SQL"): "_chain_sql(): constants and HASHED_COLUMNS only",
