@@ -55,6 +55,13 @@ CHUNK_PATH = "/v1/chunk"
 class RemoteAnswerError(RemoteResultMismatch):
     """A worker's answer is not a well-formed result for the chunk sent (exit 4, integrity)."""
 
+    def __init__(self, worker: str, chunk: int, problems: list[str]) -> None:
+        super().__init__(worker, chunk, problems)
+        self.args = (f"the result of chunk {chunk} from worker {worker} is refused "
+                     f"({'; '.join(problems[:3])}): the worker is not trusted, nothing is "
+                     "published and the release is recorded as failed; rerun it with the same "
+                     "release id on trusted workers, or close it with `privpipe ledger close`",)
+
 
 class WorkerUnavailableError(MechanismRunError):
     """No worker of the runner took a chunk (down, refused, timed out); exit 2, retryable.
