@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -317,3 +318,25 @@ def test_the_honest_answer_passes_through_the_test_server(client_env, curves_csv
                  tmp_path / "out", "honest")
     assert Ledger(ledger_path).release("honest")["state"] == "settled"
     assert json.loads((tmp_path / "out" / "honest" / "manifest.json").read_text())
+
+
+def test_the_canary_is_live(tmp_path):
+    """The bomb does run code when unpickled (in a child process here): the canary can fire."""
+    import subprocess
+
+    mark = str(tmp_path / "ran-in-pid-")
+    code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"
+    subprocess.run([sys.executable, "-c", code], input=pickle.dumps(_Bomb(mark)), check=True)
+    assert len(list(tmp_path.glob("ran-in-pid-*"))) == 1
+
+
+def test_a_dask_runner_on_the_cli_warns_that_its_workers_must_be_trusted(monkeypatch):
+    import flows.cli_release as cli_release
+
+    shown = []
+    monkeypatch.setattr(cli_release, "print_error", lambda m, label="": shown.append((label, m)))
+    monkeypatch.setattr(cli_release, "_prepare", lambda *a, **k: None)
+    monkeypatch.setattr("flows.runners.make_task_runner", lambda spec: object())
+    with pytest.raises(Exception):  # noqa: B017, PT011 - only the warning before it matters
+        cli_release._run_release("no_such_flow", "tcp://10.0.0.1:8786", None, None)
+    assert shown and shown[0][0] == "warning:" and "must be trusted" in shown[0][1]
