@@ -34,7 +34,7 @@ def serve_worker_cmd(
                                            "benchmarks only)."),
     threads: int = typer.Option(1, "--threads", min=1, help="Chunks run at once."),
 ) -> None:
-    """Serve chunk work: run each chunk sent by a flow and answer its outputs (no ledger, no key)."""
+    """Serve chunk work: run each chunk a flow sends and answer its outputs (no ledger, no key)."""
     from flows.worker_serve import serve_worker
 
     serve_worker(listen, tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca,

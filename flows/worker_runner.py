@@ -22,6 +22,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.worker_address import worker_urls
 
+
 class _ServedFuture:
     """A chunk task's future that knows which worker answered it (for error messages)."""
 

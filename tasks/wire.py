@@ -3,7 +3,7 @@
 A chunk request (flow -> worker) and a chunk answer (worker -> flow) are both
 one *envelope*::
 
-    b"PRIVPIPE-WIRE/1\\n"                     16 bytes
+    "PRIVPIPE-WIRE/1" and a newline           16 bytes
     header length                             8 bytes, unsigned big-endian
     header                                    UTF-8 JSON object (no NaN / Infinity)
     part 0, part 1, ...                       the byte lengths listed in header["parts"]

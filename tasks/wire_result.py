@@ -1,4 +1,4 @@
-"""Chunk answers on the privpipe wire (version 1): a worker's result, parsed and checked by the flow.
+"""Chunk answers on the privpipe wire (version 1): a worker's result, parsed and checked.
 
 An answer is a `tasks.wire` envelope whose header is::
 

@@ -340,3 +340,45 @@ def test_a_dask_runner_on_the_cli_warns_that_its_workers_must_be_trusted(monkeyp
     with pytest.raises(Exception):  # noqa: B017, PT011 - only the warning before it matters
         cli_release._run_release("no_such_flow", "tcp://10.0.0.1:8786", None, None)
     assert shown and shown[0][0] == "warning:" and "must be trusted" in shown[0][1]
+
+
+def test_a_chunk_retried_after_a_failed_attempt_gives_the_threads_bytes(
+        client_env, curves_csv, policy_file, tmp_path):
+    """The worker fails each chunk's first attempt (HTTP 503); Prefect's retry re-sends it.
+
+    The retry carries the same seeds, so the release is byte for byte the threads one:
+    a retry never draws fresh noise.
+    """
+    import hashlib
+    import shutil
+
+    from schemas.policy import load_policy
+
+    template = tmp_path / "template"
+    template.mkdir()
+    Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
+    for name in ("threads", "retried"):
+        shutil.copytree(template, tmp_path / name)
+    seen: set[bytes] = set()
+    answers: dict[bytes, list[bytes]] = {}
+
+    def flaky(honest: bytes, mark: bytes) -> Answer:
+        key = honest[:64] + len(honest).to_bytes(8, "big")
+        answers.setdefault(key, []).append(honest)
+        if key not in seen:
+            seen.add(key)
+            return 503, b"busy"
+        return 200, honest
+
+    def digest(out: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.parquet")}
+
+    release_curves.with_options(task_runner=make_task_runner("threads"))(
+        input_path=str(curves_csv), domain="tracks", epsilon="0.5",
+        ledger_path=str(tmp_path / "threads" / "ledger.duckdb"), policy_path=str(policy_file),
+        chunk_users=3, release_id="r", out_dir=str(tmp_path / "threads" / "out"))
+    with hostile_worker(flaky, b"") as address:
+        _release("curves", address, tmp_path / "retried" / "ledger.duckdb",
+                 {"curves": curves_csv}, policy_file, tmp_path / "retried" / "out", "r")
+    assert digest(tmp_path / "retried" / "out" / "r") == digest(tmp_path / "threads" / "out" / "r")
+    assert len(answers) == 2 and all(len(a) == 2 and a[0] == a[1] for a in answers.values())

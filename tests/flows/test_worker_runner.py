@@ -97,12 +97,12 @@ def test_two_workers_give_the_threads_bytes_and_charges(kind, workers, token_env
 def test_a_retried_chunk_is_the_first_ones_bytes(workers, token_env, curves_csv, policy_file,
                                                  tmp_path):
     """The same chunk sent twice (a retry) comes back byte for byte the same."""
+    import numpy as np
+
     from tasks.privatize import CurveSpec
     from tasks.remote_chunk import WorkerPool
     from tasks.stage import CurveChunk
     from tasks.wire_chunk import encode_curve_request
-
-    import numpy as np
 
     t = np.tile(np.arange(50, dtype=float), 4)
     chunk = CurveChunk(0, ("a", "a", "b", "c"), ("c0", "c1", "c0", "c0"), t,

@@ -111,7 +111,8 @@ def test_an_envelope_is_checked_before_use():
 
 def test_a_table_with_field_metadata_is_refused():
     schema = pa.schema([("x", pa.int64())])
-    field = pa.field("x", pa.int64(), metadata={b"ARROW:extension:name": b"arrow.py_extension_type"})
+    field = pa.field("x", pa.int64(),
+                     metadata={b"ARROW:extension:name": b"arrow.py_extension_type"})
     table = pa.table([pa.array([1])], schema=pa.schema([field]))
     with pytest.raises(WireError, match="schema"):
         read_table(ipc_bytes(table), schema, "t")
