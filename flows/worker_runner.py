@@ -56,6 +56,13 @@ class WorkerTaskRunner(ThreadPoolTaskRunner):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __exit__(self, *exc: Any) -> None:
+        """Stop the thread pool, then close the connections to the workers."""
+        try:
+            super().__exit__(*exc)
+        finally:
+            self.pool.close()
+
     def submit(self, task: Any, parameters: dict[str, Any], wait_for: Any = None,
                dependencies: Any = None) -> Any:
         """Submit `task`; a mechanism chunk task is sent to a worker instead (remote twin)."""

@@ -123,8 +123,9 @@ class WorkerPool:
         cert, key = _env_path("PRIVPIPE_WORKER_CERT"), _env_path("PRIVPIPE_WORKER_KEY")
         if cert:
             ctx.load_cert_chain(cert, key)
-        self._client = httpx.Client(verify=ctx, timeout=_env_number("PRIVPIPE_WORKER_TIMEOUT",
-                                                                     600.0))
+        self._make = lambda: httpx.Client(
+            verify=ctx, timeout=_env_number("PRIVPIPE_WORKER_TIMEOUT", 600.0))
+        self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self.served: dict[str, str] = {}
 
@@ -132,8 +133,17 @@ class WorkerPool:
         return f"<WorkerPool {', '.join(self.urls)}>"
 
     def close(self) -> None:
-        """Close the HTTP client's connections."""
-        self._client.close()
+        """Close the HTTP client's connections (a later `send` opens new ones)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _http(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self._make()
+            return self._client
 
     def send(self, index: int, body: bytes) -> tuple[str, int, bytes]:
         """Post a request to the chunk's workers in turn; (worker, HTTP status, answer).
@@ -164,7 +174,7 @@ class WorkerPool:
 
     def _post(self, url: str, body: bytes) -> tuple[int, bytes | None]:
         """One POST: (status, answer), the answer None when it is over `max_answer` bytes."""
-        with self._client.stream("POST", url + CHUNK_PATH, content=body,
+        with self._http().stream("POST", url + CHUNK_PATH, content=body,
                                  headers=self._headers) as resp:
             declared = resp.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_answer:
