@@ -145,6 +145,8 @@ def _finite(table: pa.Table, names: tuple[str, ...], what: str) -> None:
     for name in names:
         col = table.column(name)
         if pa.types.is_list(col.type):
+            if col.null_count:
+                raise WireError(f"{what}: column {name!r} holds a null list")
             col = pc.list_flatten(col)
         if col.null_count or not np.isfinite(col.to_numpy()).all():
             raise WireError(f"{what}: column {name!r} holds a null, NaN or infinite value")

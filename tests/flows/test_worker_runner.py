@@ -193,3 +193,15 @@ def test_https_workers_with_a_client_certificate(tmp_path, token_env, curves_csv
             _release("curves", spec, ledgers["workers"], curves_csv, policy_file,
                      tmp_path / "workers" / "out", rid="wrong-ca")
     assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
+
+
+def test_the_cli_and_the_python_api_accept_the_spec_before_prefect_starts():
+    from flows.preflight import task_runner_spec
+
+    spec = "privpipe+https://w1.example:8443,10.0.0.2:8443"
+    assert task_runner_spec(spec) == spec
+    assert task_runner_spec("privpipe+http://127.0.0.1:9000") == "privpipe+http://127.0.0.1:9000"
+    for bad in ("privpipe+http://w1.example:80", "privpipe+https://w1.example",
+                "privpipe+ftp://w1:1"):
+        with pytest.raises(ParameterError):
+            task_runner_spec(bad)
