@@ -225,10 +225,13 @@ def hostile_worker(attack: Callable[[bytes, bytes], Answer], mark: bytes) -> Ite
             body = self.rfile.read(int(self.headers["content-length"]))
             status, honest = _run_request(body)
             status, answer = attack(honest, mark) if status == 200 else (status, honest)
-            self.send_response(status)
-            self.send_header("content-length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            try:
+                self.send_response(status)
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the flow gave up on this worker (a timeout, an over-long answer)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -382,3 +385,21 @@ def test_a_chunk_retried_after_a_failed_attempt_gives_the_threads_bytes(
                  {"curves": curves_csv}, policy_file, tmp_path / "retried" / "out", "r")
     assert digest(tmp_path / "retried" / "out" / "r") == digest(tmp_path / "threads" / "out" / "r")
     assert len(answers) == 2 and all(len(a) == 2 and a[0] == a[1] for a in answers.values())
+
+
+def test_a_worker_that_does_not_answer_in_time_fails_the_release_naming_it(
+        client_env, curves_csv, policy_file, ledger_path, tmp_path, monkeypatch):
+    """PRIVPIPE_WORKER_TIMEOUT: a silent worker is a timeout, retried, then exit 2 naming it."""
+    import time
+
+    from tasks.remote_chunk import WorkerUnavailableError
+
+    monkeypatch.setenv("PRIVPIPE_WORKER_TIMEOUT", "0.5")
+    out = tmp_path / "out"
+    with hostile_worker(lambda honest, mark: (time.sleep(2), (200, honest))[1], b"") as address:
+        with pytest.raises(WorkerUnavailableError, match="ReadTimeout") as exc:
+            _release("curves", address, ledger_path, {"curves": curves_csv}, policy_file, out,
+                     "silent")
+    assert exc.value.exit_code == 2 and f"http://{address}" in str(exc.value)
+    assert Ledger(ledger_path).release("silent")["state"] == "failed"
+    assert not (out / "silent").exists()
