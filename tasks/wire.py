@@ -8,7 +8,9 @@ one *envelope*::
     header                                    UTF-8 JSON object (no NaN / Infinity)
     part 0, part 1, ...                       the byte lengths listed in header["parts"]
 
-Each part is one Arrow IPC *stream* (schema then record batches). The header
+Each part is one uncompressed Arrow IPC *stream* (schema then record batches;
+a batch declaring compressed buffers is refused before anything is
+decompressed, so no decompression bomb). The header
 says what the parts are (`tasks.wire_chunk` for requests, `tasks.wire_result`
 for answers). Decoding uses only `json` and `pyarrow.ipc`: no pickle, no
 class named by the sender is ever imported or built, and every table read is
@@ -24,6 +26,7 @@ IPC of a fixed schema; a malformed envelope fails with `WireError`.
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 import pyarrow as pa
@@ -96,19 +99,69 @@ def ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def _at(b: bytes, fmt: str, pos: int) -> int:
+    if not 0 <= pos <= len(b) - struct.calcsize(fmt):
+        raise WireError("an IPC message's metadata points outside itself")
+    return int(struct.unpack_from(fmt, b, pos)[0])
+
+
+def _field(b: bytes, table: int, i: int) -> int | None:
+    """Where field `i` of the flatbuffer table at `table` is, or None when it is absent."""
+    vtable = table - _at(b, "<i", table)
+    if 4 + 2 * i + 2 > _at(b, "<H", vtable):
+        return None
+    offset = _at(b, "<H", vtable + 4 + 2 * i)
+    return table + offset if offset else None
+
+
+def _is_compressed(meta: bytes, kind: str) -> bool:
+    """Whether a record or dictionary batch message declares compressed buffers.
+
+    Reads the flatbuffer of the Arrow IPC ``Message`` (Message.header, field 2;
+    a DictionaryBatch's data, field 1; RecordBatch.compression, field 3)
+    without decompressing anything.
+    """
+    header = _field(meta, _at(meta, "<I", 0), 2)
+    if header is None:
+        raise WireError("an IPC message without a header")
+    batch = header + _at(meta, "<I", header)
+    if kind == "dictionary":
+        data = _field(meta, batch, 1)
+        if data is None:
+            raise WireError("a dictionary batch without data")
+        batch = data + _at(meta, "<I", data)
+    return _field(meta, batch, 3) is not None
+
+
+def _refuse_compression(buf: pa.Buffer, what: str) -> None:
+    """Refuse compressed batches before pyarrow decompresses them (no decompression bomb)."""
+    reader = pa.ipc.MessageReader.open_stream(buf)
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return
+        if message.type in ("record batch", "dictionary") and _is_compressed(
+                message.metadata.to_pybytes(), message.type):
+            raise WireError(f"{what}: compressed IPC buffers (the wire format is uncompressed)")
+
+
 def read_table(part: memoryview | bytes, schema: pa.Schema, what: str,
                rows: int | None = None) -> pa.Table:
     """The Arrow IPC stream `part` as a table of exactly `schema` (and `rows` rows, if given).
 
-    The stream's schema must equal `schema` with no schema or field metadata
-    (so no extension type is ever built); the table is then fully validated
-    (offsets, dictionary indices, UTF-8) before it is returned.
+    Compressed batches are refused before anything is decompressed; the stream's
+    schema must equal `schema` with no schema or field metadata (so no
+    extension type is ever built); the table is then fully validated (offsets,
+    dictionary indices, UTF-8) before it is returned.
 
     Raises:
         WireError: naming `what`, for anything else.
     """
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(part))
+        buf = pa.py_buffer(part)
+        _refuse_compression(buf, what)
+        reader = pa.ipc.open_stream(buf)
         got = reader.schema
         if not got.equals(schema, check_metadata=True) or got.metadata:
             raise WireError(f"{what}: schema {_names(got)} instead of {_names(schema)}")
@@ -116,7 +169,8 @@ def read_table(part: memoryview | bytes, schema: pa.Schema, what: str,
         table.validate(full=True)
     except WireError:
         raise
-    except (pa.ArrowException, ValueError, TypeError, OSError, MemoryError) as err:
+    except (pa.ArrowException, ValueError, TypeError, OSError, MemoryError, struct.error,
+            IndexError) as err:
         raise WireError(f"{what}: not a valid Arrow IPC stream ({type(err).__name__})") from None
     if rows is not None and table.num_rows != rows:
         raise WireError(f"{what}: {table.num_rows} rows instead of {rows}")

@@ -168,6 +168,19 @@ def _pickled_extension_type(honest: bytes, mark: bytes) -> Answer:
     return 200, _repack(header, tables)
 
 
+def _compressed(honest: bytes, mark: bytes) -> Answer:
+    """The honest tables, zstd-compressed (a decompression bomb's carrier)."""
+    header, tables = _tables(honest)
+    parts = []
+    for name in header["tables"]:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, tables[name].schema,
+                               options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+            writer.write_table(tables[name])
+        parts.append(sink.getvalue().to_pybytes())
+    return 200, pack(header, parts)
+
+
 ATTACKS: dict[str, Callable[[bytes, bytes], Answer]] = {
     "a pickle as the whole answer": lambda honest, mark: (200, mark),
     "a pickle behind the magic": lambda honest, mark: (200, MAGIC + mark),
@@ -189,6 +202,7 @@ ATTACKS: dict[str, Callable[[bytes, bytes], Answer]] = {
         200, MAGIC + (200_000).to_bytes(8, "big") + b"[" * 100_000 + b"]" * 100_000),
     "a huge fraction in a cost": _edit(_huge_fraction),
     "an answer over the size limit": lambda honest, mark: (200, honest + b"\0" * 3 * 2**20),
+    "compressed tables": _compressed,
     "altered values (424242)": _edit(_fill(424242.0)),
     "tiny costs": _edit(_tiny_costs),
 }
@@ -212,6 +226,7 @@ WHY = {
     "a deeply nested header": "RecursionError",
     "a huge fraction in a cost": "not an exact fraction",
     "an answer over the size limit": "an answer over 2097152 bytes",
+    "compressed tables": "compressed IPC buffers",
     "altered values (424242)": "the rows of the sampled users differ",
     "tiny costs": "the costs of the sampled users",
 }

@@ -156,3 +156,16 @@ def test_the_worker_app_answers_and_refuses():
           privatize_curve_chunk(chunk, COLS, spec))
     assert failed.status_code == 422 and failed.json()["item_id"] == "chunk 5"
     assert health.json() == {"wire": 1}
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_compressed_batches_are_refused_before_decompression(codec):
+    table = pa.table({"x": pa.array(np.zeros(100_000)),
+                      "d": pa.array(["a", "b"] * 50_000).dictionary_encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema,
+                           options=pa.ipc.IpcWriteOptions(compression=codec)) as writer:
+        writer.write_table(table)
+    with pytest.raises(WireError, match="compressed IPC buffers"):
+        read_table(sink.getvalue().to_pybytes(), table.schema, "t")
+    assert read_table(ipc_bytes(table), table.schema, "t").equals(table)
