@@ -205,3 +205,16 @@ def test_the_cli_and_the_python_api_accept_the_spec_before_prefect_starts():
                 "privpipe+ftp://w1:1"):
         with pytest.raises(ParameterError):
             task_runner_spec(bad)
+
+
+def test_worker_serve_refuses_plain_http_off_loopback_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    r = CliRunner().invoke(app, ["worker", "serve", "--listen", "0.0.0.0:8443",
+                                 "--token-file", str(token), "--insecure-loopback"])
+    assert r.exit_code == 2, r.output
+    assert "loopback address only" in r.output and "Traceback" not in r.output
