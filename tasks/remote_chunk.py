@@ -114,7 +114,7 @@ class WorkerPool:
 
         token_file = _env_path("PRIVPIPE_WORKER_TOKEN_FILE")
         self.urls = list(urls)
-        self._headers = {"content-type": CONTENT_TYPE}
+        self._headers = {"content-type": CONTENT_TYPE, "accept-encoding": "identity"}
         if token_file:
             token = Path(token_file).read_text(encoding="utf-8").strip()
             self._headers["authorization"] = f"Bearer {token}"
@@ -173,14 +173,19 @@ class WorkerPool:
         raise WorkerUnavailableError(index, reasons)
 
     def _post(self, url: str, body: bytes) -> tuple[int, bytes | None]:
-        """One POST: (status, answer), the answer None when it is over `max_answer` bytes."""
+        """One POST: (status, answer), the answer None when it is over `max_answer` bytes.
+
+        The answer is read as sent (a content encoding is not decoded, so a
+        compressed answer is refused as not an envelope), in pieces, and dropped
+        once it is over the limit.
+        """
         with self._http().stream("POST", url + CHUNK_PATH, content=body,
                                  headers=self._headers) as resp:
             declared = resp.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_answer:
                 return resp.status_code, None
             got, size = [], 0
-            for piece in resp.iter_bytes():
+            for piece in resp.iter_raw():  # never decoded: no gzip bomb
                 size += len(piece)
                 if size > self.max_answer:
                     return resp.status_code, None

@@ -181,6 +181,13 @@ def _compressed(honest: bytes, mark: bytes) -> Answer:
     return 200, pack(header, parts)
 
 
+def _gzip_bomb(honest: bytes, mark: bytes) -> Answer:
+    """64 MiB of zeros gzip-compressed to ~64 KiB, sent as Content-Encoding: gzip."""
+    import gzip
+
+    return 200, gzip.compress(b"\0" * 64 * 2**20), ("content-encoding", "gzip")  # type: ignore[return-value]
+
+
 ATTACKS: dict[str, Callable[[bytes, bytes], Answer]] = {
     "a pickle as the whole answer": lambda honest, mark: (200, mark),
     "a pickle behind the magic": lambda honest, mark: (200, MAGIC + mark),
@@ -203,6 +210,7 @@ ATTACKS: dict[str, Callable[[bytes, bytes], Answer]] = {
     "a huge fraction in a cost": _edit(_huge_fraction),
     "an answer over the size limit": lambda honest, mark: (200, honest + b"\0" * 3 * 2**20),
     "compressed tables": _compressed,
+    "a gzip bomb": _gzip_bomb,
     "altered values (424242)": _edit(_fill(424242.0)),
     "tiny costs": _edit(_tiny_costs),
 }
@@ -227,6 +235,7 @@ WHY = {
     "a huge fraction in a cost": "not an exact fraction",
     "an answer over the size limit": "an answer over 2097152 bytes",
     "compressed tables": "compressed IPC buffers",
+    "a gzip bomb": "wrong magic",
     "altered values (424242)": "the rows of the sampled users differ",
     "tiny costs": "the costs of the sampled users",
 }
@@ -239,9 +248,12 @@ def hostile_worker(attack: Callable[[bytes, bytes], Answer], mark: bytes) -> Ite
         def do_POST(self) -> None:  # noqa: N802
             body = self.rfile.read(int(self.headers["content-length"]))
             status, honest = _run_request(body)
-            status, answer = attack(honest, mark) if status == 200 else (status, honest)
+            status, answer, *headers = (attack(honest, mark) if status == 200
+                                        else (status, honest))
             try:
                 self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("content-length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
