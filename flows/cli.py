@@ -23,6 +23,7 @@ from flows.cli_release import (
     serve_cmd,
 )
 from flows.cli_validate import validate
+from flows.cli_worker import worker_app
 from flows.collector import fewer_collections
 from schemas.errors import ParameterError
 
@@ -46,6 +47,7 @@ app.command("evaluate")(evaluate_cmd)
 app.command("demo")(demo_cmd)
 app.command("serve")(serve_cmd)
 app.command("population")(population_cmd)
+app.add_typer(worker_app, name="worker")
 
 
 def main() -> None:

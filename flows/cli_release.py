@@ -25,6 +25,7 @@ from flows.cli_common import (
     console,
     handle_errors,
     open_prefect,
+    print_error,
     print_rows,
     verbosity,
 )
@@ -51,8 +52,11 @@ OutOpt = typer.Option(Path("out"), "--out", help="Output directory; each release
 RunnerOpt = typer.Option("threads", "--task-runner",
                          help="threads | processes | dask (local cluster) | tcp://HOST:PORT "
                               "or tls://HOST:PORT (Dask scheduler; TLS from the Dask "
-                              "configuration) | ray://HOST:PORT (needs prefect-ray). Remote "
-                              "results are re-executed on a sample: PRIVPIPE_RECHECK_RATE.")
+                              "configuration) | ray://HOST:PORT (needs prefect-ray); Dask and "
+                              "Ray workers must be trusted | privpipe+https://HOST:PORT[,...] "
+                              "(`privpipe worker serve` workers, no pickle; docs/scale.md). "
+                              "Remote results are re-executed on a sample: "
+                              "PRIVPIPE_RECHECK_RATE.")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP)
 QuietOpt = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)
 TableOpt = typer.Option(None, "--table", help="Table name for a DuckDB input.")
@@ -93,6 +97,14 @@ def _result_row(res: dict[str, Any]) -> dict[str, Any]:
             "output": res["out"], "report": res["report"]}
 
 
+TRUSTED_ONLY = ("tcp://", "tls://", "ray://")
+TRUSTED_ONLY_WARNING = (
+    "Dask and Ray carry results as pickles, which this process unpickles: their workers must "
+    "be trusted not to run code here (where the ledger's noise key is). For workers you do "
+    "not trust, use `privpipe worker serve` and --task-runner privpipe+https://HOST:PORT "
+    "(SECURITY.md, docs/scale.md)")
+
+
 def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, mode: Verbosity,
                  **params: Any) -> None:
     """Start Prefect, run the flow, print the result; exit 3/2 when nobody was released."""
@@ -100,6 +112,8 @@ def _run_release(flow_name: str, task_runner: str, fmt: OutputFormat, mode: Verb
     import flows.release
     from flows.runners import make_task_runner
 
+    if task_runner.startswith(TRUSTED_ONLY):
+        print_error(TRUSTED_ONLY_WARNING, label="warning:")
     flow = getattr(flows.release, flow_name)
     runner = make_task_runner(task_runner)
     try:

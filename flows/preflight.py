@@ -37,7 +37,8 @@ CURVE_MECHANISMS = registry.names("curves")
 STREAM_MECHANISMS = registry.names("streams")
 EVALUATE_ON = ("grid", "input")
 RECONSTRUCT = ("cpr", "none")
-TASK_RUNNERS = "threads, processes, dask, tcp://HOST:PORT, tls://HOST:PORT or ray://HOST:PORT"
+TASK_RUNNERS = ("threads, processes, dask, tcp://HOST:PORT, tls://HOST:PORT, ray://HOST:PORT "
+                "or privpipe+https://HOST:PORT[,HOST:PORT...]")
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb", ".db")
 #: ε or ρ a release accepts: `tasks.privatize.AMOUNT_RANGE` (which imports Prefect; a
 #: test checks the two agree)
@@ -96,6 +97,11 @@ def task_runner_spec(spec: str) -> str:
     """Check the form of ``--task-runner`` (the runner itself is built once Prefect runs)."""
     if spec in ("threads", "processes", "dask") or spec.startswith(("tcp://", "tls://",
                                                                      "ray://")):
+        return spec
+    if spec.startswith(("privpipe+https://", "privpipe+http://")):
+        from flows.worker_address import worker_urls
+
+        worker_urls(spec)
         return spec
     raise ParameterError(f"unknown task runner {spec!r}: use {TASK_RUNNERS}")
 

@@ -28,11 +28,17 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
             machine); ``dask`` (a LocalCluster of `workers` processes);
             ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` (an existing Dask
             scheduler; TLS credentials from the Dask configuration);
-            ``ray://HOST:PORT`` (needs prefect-ray).
+            ``ray://HOST:PORT`` (needs prefect-ray);
+            ``privpipe+https://HOST:PORT,HOST:PORT`` (privpipe workers,
+            `flows.worker_runner`; ``privpipe+http://`` to loopback workers only).
         workers: worker threads or processes for the local runners.
     """
     if spec not in ("threads", "processes", "dask"):
         recheck_rate()  # a remote runner's check: a bad rate fails before anything runs
+    if spec.startswith(("privpipe+https://", "privpipe+http://")):
+        from flows.worker_runner import WorkerTaskRunner
+
+        return WorkerTaskRunner(spec)
     if spec == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -64,7 +70,7 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
         return RayTaskRunner(address=spec)
     raise ParameterError(
         f"unknown task runner {spec!r}: use threads, processes, dask, tcp://HOST:PORT, "
-        "tls://HOST:PORT or ray://HOST:PORT")
+        "tls://HOST:PORT, ray://HOST:PORT or privpipe+https://HOST:PORT[,HOST:PORT...]")
 
 
 def recheck_rate() -> float:
@@ -105,10 +111,14 @@ def is_remote(runner: Any) -> bool:
 def worker_of(future: Any) -> str:
     """The worker that holds a finished remote task's result, as its scheduler knows it.
 
-    A Dask future: the address(es) the scheduler records as holding the result
+    A privpipe worker runner's future: the worker URL that answered it; a
+    Dask future: the address(es) the scheduler records as holding the result
     (not what the worker says of itself); any other future: its runner's
     future type and task run id.
     """
+    served_by = getattr(future, "served_by", None)
+    if callable(served_by) and (who := served_by()):
+        return str(who)
     wrapped = getattr(future, "wrapped_future", None)
     client = getattr(wrapped, "client", None)
     if client is not None:
