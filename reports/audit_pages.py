@@ -60,7 +60,8 @@ def overview(head: dict[str, Any], status: dict[str, Any], domains: list[dict[st
     rows = [(link(d["domain"], "/releases", domain=d["domain"]),
              esc(GUARANTEES.get(d["notion"], d["notion"])),
              amount(d["cap"], unit_of(d["notion"], d["w"])), esc(d["units"]),
-             count(d["accounts"]), amount(d["spent_median"]), amount(d["spent_max"]),
+             count(d["accounts"]), amount(d["spent_median"], unit_of(d["notion"], d["w"])),
+             amount(d["spent_max"], unit_of(d["notion"], d["w"])),
              count(d["near_cap"]), count(d["above_cap"]), count(d["releases"]),
              link(count(d["denials"]), "/denials", domain=d["domain"]))
             for d in domains]

@@ -103,7 +103,7 @@ def test_overview_shows_the_verified_signed_head_and_the_domain(server, ledger, 
     row = dom.table_with("Cap per user")[0]
     # six accounts: 1/2 each, u3 1/2 + 1/4; median (lower) 1/2, max 3/4; 3 denials
     assert (row["Domain"], row["Cap per user"], row["Accounts"]) == ("geo", "2 ε", "6")
-    assert (row["Spent: median"], row["Spent: largest"]) == ("0.5", "0.75")
+    assert (row["Spent: median"], row["Spent: largest"]) == ("0.5 ε", "0.75 ε")
     assert (row["Releases"], row["Denied requests"]) == ("2", str(ledger["denials"]))
     assert ledger["denials"] == 3
 
