@@ -157,7 +157,8 @@ def test_deployments_name_real_flows_and_parameters():
         module, func = dep["entrypoint"].split(":")
         flow = getattr(importlib.import_module(module), func)
         params = inspect.signature(flow.fn).parameters
-        assert set(dep["parameters"]) <= set(params), (dep["name"], set(dep["parameters"]) - set(params))
+        unknown = set(dep["parameters"]) - set(params)
+        assert unknown == set(), (dep["name"], unknown)
         missing = [p for p, v in params.items()
                    if v.default is inspect.Parameter.empty and p not in dep["parameters"]]
         assert missing == [], (dep["name"], missing)
