@@ -193,3 +193,15 @@ def test_privpipe_variables_of_the_compose_file_are_documented():
     names = {k for svc in _compose()["services"].values()
              for k in svc.get("environment", {}) if k.startswith("PRIVPIPE_")}
     assert names and {n for n in names if f"`{n}`" not in doc} == set()
+
+
+def test_kubernetes_sketch_parses_and_its_command_lines_are_accepted():
+    text = (REPO / "docs" / "deployment.md").read_text()
+    docs = [d for block in re.findall(r"```yaml\n(.*?)```", text, re.S)
+            for d in yaml.safe_load_all(block) if d]
+    kinds = {d.get("kind"): d for d in docs if "kind" in d}
+    assert kinds["StatefulSet"]["spec"]["replicas"] == 1
+    for d in docs:
+        for c in d.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            if "args" in c:  # the image's entrypoint is privpipe
+                assert check_privpipe_argv([str(a) for a in c["args"]]) == [], c["name"]
