@@ -95,8 +95,15 @@ def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
 
 def task_runner_spec(spec: str) -> str:
     """Check the form of ``--task-runner`` (the runner itself is built once Prefect runs)."""
-    if spec in ("threads", "processes", "dask") or spec.startswith(("tcp://", "tls://",
-                                                                     "ray://")):
+    if spec in ("threads", "processes", "dask"):
+        return spec
+    if spec.startswith(("tcp://", "tls://", "ray://")):
+        from flows.runners import remote_api_problem
+        from flows.settings import configured_api_url
+
+        problem = remote_api_problem(spec, configured_api_url())
+        if problem is not None:
+            raise ParameterError(problem)
         return spec
     if spec.startswith(("privpipe+https://", "privpipe+http://")):
         from flows.worker_address import worker_urls

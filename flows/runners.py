@@ -35,6 +35,9 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
     """
     if spec not in ("threads", "processes", "dask"):
         recheck_rate()  # a remote runner's check: a bad rate fails before anything runs
+        problem = remote_api_problem(spec, os.environ.get("PREFECT_API_URL") or _api_url())
+        if problem is not None:
+            raise ParameterError(problem)
     if spec.startswith(("privpipe+https://", "privpipe+http://")):
         from flows.worker_runner import WorkerTaskRunner
 
@@ -71,6 +74,46 @@ def make_task_runner(spec: str = "threads", *, workers: int = 2) -> Any:
     raise ParameterError(
         f"unknown task runner {spec!r}: use threads, processes, dask, tcp://HOST:PORT, "
         "tls://HOST:PORT, ray://HOST:PORT or privpipe+https://HOST:PORT[,HOST:PORT...]")
+
+
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return (urlsplit(url).hostname or "").lower()
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOOPBACK or host.startswith("127.")
+
+
+def remote_api_problem(spec: str, api_url: str | None) -> str | None:
+    """Why Dask or Ray workers of `spec` could not report to the Prefect API, or None.
+
+    A ``tcp://``, ``tls://`` or ``ray://`` scheduler on another host runs its tasks in
+    processes that report their task runs to the Prefect API: with no API configured
+    (the CLI's temporary server, on 127.0.0.1, dies with the command) or a loopback one,
+    they cannot, and the release would fail after its reserve. A scheduler on this
+    host, and privpipe workers (their task runs stay in the flow process), are fine.
+    """
+    if not spec.startswith(("tcp://", "tls://", "ray://")) or _is_loopback(_host(spec)):
+        return None
+    if api_url and not _is_loopback(_host(api_url)):
+        return None
+    where = (f"the Prefect API {api_url} is on loopback" if api_url else
+             "no Prefect API is configured (the temporary server listens on 127.0.0.1 "
+             "and stops with this command)")
+    return (f"task runner {spec}: its workers run on other hosts and report to the Prefect "
+            f"API, but {where}; set PREFECT_API_URL to a Prefect server they can reach "
+            "(docs/deployment.md), or use privpipe+https:// workers, which need no Prefect API")
+
+
+def _api_url() -> str | None:
+    from flows.settings import configured_api_url
+
+    return configured_api_url()
 
 
 def recheck_rate() -> float:

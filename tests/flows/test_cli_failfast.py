@@ -104,6 +104,11 @@ CASES = {
     "unknown task runner": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon",
                                                     "1", "--task-runner", "spark"),
                             "unknown task runner"),
+    "remote dask workers without a reachable Prefect API": (
+        lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1", "--task-runner",
+                                "tcp://dask-scheduler.example:8786"),
+        "task runner tcp://dask-scheduler.example:8786: its workers run on other hosts and "
+        "report to the Prefect API, but no Prefect API is configured"),
     "out is a file": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
                                               "--out", str(c)), "is not a directory"),
     "bad options": (lambda t, c, p: _curves(c, p, "--domain", "tracks", "--epsilon", "1",
