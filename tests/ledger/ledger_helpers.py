@@ -82,3 +82,38 @@ def load_fixture(name: str, path: Path) -> Path:
     shutil.copyfile(src / "ledger.duckdb.key", key)
     os.chmod(key, 0o600)
     return path
+
+
+def ledger_cli(*args: object) -> tuple[int, str]:
+    """Run ``privpipe ledger ARGS`` in this process: (exit code, output); never a traceback."""
+    from typer.testing import CliRunner
+
+    from flows.cli_ledger import ledger_app
+
+    res = CliRunner().invoke(ledger_app, [str(a) for a in args])
+    assert "Traceback" not in res.output
+    return res.exit_code, res.output
+
+
+def chain_of(path: Path) -> list[tuple[int, str]]:
+    """(seq, hash) of every entry, read as the ledger reads (retrying on a writer's lock)."""
+    from ledger.storage import Store
+
+    return Store(path, 60.0, read_only=True).transact(
+        lambda con: con.execute("SELECT seq, hash FROM entries ORDER BY seq").fetchall(),
+        write=False)
+
+
+def sha_of(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def charge_ais(led: object, rid: str, user: str = "u", amount: float = 0.125) -> None:
+    """Reserve `amount` for `user` in domain ais under release `rid`."""
+    from ledger import Request
+
+    led.reserve(rid, [Request(user, "ais", amount=amount)], mechanism="m",  # type: ignore[attr-defined]
+                parameters={})

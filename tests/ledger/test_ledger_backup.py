@@ -8,7 +8,6 @@ checkpoint; a refused restore leaves the ledger byte for byte as it was.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,14 +18,15 @@ import time
 import duckdb
 import pytest
 from ledger_helpers import PYTHON, REPO, subprocess_env
-from typer.testing import CliRunner
+from ledger_helpers import chain_of as _chain
+from ledger_helpers import charge_ais as _charge
+from ledger_helpers import ledger_cli as _cli
+from ledger_helpers import sha_of as _sha
 
-from flows.cli_ledger import ledger_app
-from ledger import Ledger, Request
+from ledger import Ledger
 from ledger.counter import counter_path
 from ledger.keys import key_path_for
 from ledger.signing import signing_key_path
-from ledger.storage import Store
 from schemas.errors import EXIT_BAD_INPUT, EXIT_INTEGRITY
 
 CHARGER = textwrap.dedent("""
@@ -44,27 +44,6 @@ CHARGER = textwrap.dedent("""
         i += 1
     print(i)
 """)
-
-
-def _cli(*args):
-    res = CliRunner().invoke(ledger_app, [str(a) for a in args])
-    assert "Traceback" not in res.output
-    return res.exit_code, res.output
-
-
-def _chain(path):
-    """(seq, hash) of every entry, read as the ledger reads (retrying on a writer's lock)."""
-    return Store(path, 60.0, read_only=True).transact(
-        lambda con: con.execute("SELECT seq, hash FROM entries ORDER BY seq").fetchall(),
-        write=False)
-
-
-def _sha(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _charge(led, rid, user="u", amount=0.125):
-    led.reserve(rid, [Request(user, "ais", amount=amount)], mechanism="m", parameters={})
 
 
 def _head_arg(led):

@@ -8,37 +8,17 @@ written into; auditors read the replica with the public key alone.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import duckdb
-from typer.testing import CliRunner
+from ledger_helpers import chain_of as _chain
+from ledger_helpers import charge_ais as _charge
+from ledger_helpers import ledger_cli as _cli
+from ledger_helpers import sha_of as _sha
 
-from flows.cli_ledger import ledger_app
-from ledger import Ledger, Request
+from ledger import Ledger
 from ledger.signing import public_key_path
-from ledger.storage import Store
 from schemas.errors import EXIT_BAD_INPUT, EXIT_INTEGRITY
-
-
-def _cli(*args):
-    res = CliRunner().invoke(ledger_app, [str(a) for a in args])
-    assert "Traceback" not in res.output
-    return res.exit_code, res.output
-
-
-def _charge(led, rid, user="u", amount=0.125):
-    led.reserve(rid, [Request(user, "ais", amount=amount)], mechanism="m", parameters={})
-
-
-def _chain(path):
-    return Store(path, 60.0, read_only=True).transact(
-        lambda con: con.execute("SELECT seq, hash FROM entries ORDER BY seq").fetchall(),
-        write=False)
-
-
-def _sha(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_a_replica_follows_the_chain_and_an_auditor_verifies_it(led, ledger_path, tmp_path):
