@@ -61,8 +61,7 @@ def release(release_id: str, data: dict[str, Any], notions: dict[str, dict[str, 
         s, unit = spread.get(d["domain"]), _unit(notions, d["domain"])
         if s:
             charges.append((esc(d["domain"]), count(s["accounts"]), amount(s["net_min"], unit),
-                            amount(s["net_median"], unit), amount(s["net_max"], unit),
-                            amount(s["net_total"], unit)))
+                            amount(s["net_median"], unit), amount(s["net_max"], unit)))
     users, nav = _keyset_pager(data["users"], offset, after, "/release", id=release_id)
     rows = [(count(u["seq"]), link(u["user_id"], "/user", id=u["user_id"]), esc(u["domain"]),
              esc(u["stream_id"]), '<span class="bad">denied</span>' if u["denied"]
@@ -71,9 +70,11 @@ def release(release_id: str, data: dict[str, Any], notions: dict[str, dict[str, 
     return (f"<h2>Release {esc(release_id)}</h2><p>State: <b>{esc(state)}</b></p>" +
             table(("Domain", "Mechanism", "Parameters", "Started", "Run by",
                    "Users admitted", "Users denied"), facts, numeric=(5, 6)) +
-            "<h3>What it charged each account (after refunds)</h3>" +
-            table(("Domain", "Accounts charged", "Smallest", "Median", "Largest", "Total"),
-                  charges, numeric=(1, 2, 3, 4, 5), empty="Nothing was charged.") +
+            "<h3>What it charged each account (after refunds)</h3><p class=\"note\">Each "
+            "amount is one account's privacy loss; a sum over accounts is no one's loss, so "
+            "none is shown.</p>" +
+            table(("Domain", "Accounts charged", "Smallest", "Median", "Largest"),
+                  charges, numeric=(1, 2, 3, 4), empty="Nothing was charged.") +
             "<h3>Users of this release, in the order they were decided</h3>" +
             table(("Entry", "User", "Domain", "Stream", "Decision", "Net charge"), rows,
                   numeric=(0, 5)) + nav)
