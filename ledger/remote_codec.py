@@ -1,0 +1,219 @@
+"""The JSON codec of the ledger service (`flows.ledger_server`, `ledger.remote`).
+
+Every value the ledger operations exchange is encoded as plain JSON with a
+small set of tags, and decoded back into the exact Python types:
+
+- ``{"$frac": "p/q"}``: an exact `fractions.Fraction` (never a float);
+- ``{"$tuple": [...]}``: a tuple; ``{"$map": [[key, value], ...]}``: a dict
+  whose keys are not all strings; ``{"$dt": "ISO 8601"}``: a datetime;
+  ``{"$date": "YYYY-MM-DD"}``: a date; ``{"$dec": "1.25"}``: a Decimal;
+- ``{"$type": NAME, "fields": {...}}``: one of the record dataclasses named
+  in `RECORDS` (requests, decisions, settlements, costs, heads, reports,
+  filters, summaries, policy domains), and nothing else.
+
+Decoding is strict: an unknown tag, an unknown record name, an unknown or
+missing field, a field of the wrong primitive type (str/int/bool/Fraction),
+or a malformed fraction raises `CodecError`; nothing is ever unpickled or
+evaluated. Floats round-trip exactly (``json`` writes their shortest repr).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ledger import heads, summaries, watermark
+from ledger.filters import Filter
+from ledger.records import (
+    Decision,
+    Request,
+    ReserveResult,
+    Settlement,
+    SignedHead,
+    VerifyReport,
+)
+from mechanisms.cost import Cost, CostItem, StepRun, WEventCost
+from schemas.errors import BadInputError
+from schemas.policy import Domain, Policy, Public
+
+#: The record types the wire carries, by name.
+RECORDS: dict[str, type] = {cls.__name__: cls for cls in (
+    Request, Decision, ReserveResult, Settlement, SignedHead, VerifyReport, Filter,
+    heads.PlainHead, summaries.Spread, summaries.DomainBudget, watermark.StreamClaim,
+    watermark.StreamRange, Cost, CostItem, StepRun, WEventCost, Domain, Public, Policy)}
+
+_MAX_DEPTH = 64
+_MAX_FRACTION_DIGITS = 4000
+
+
+class CodecError(BadInputError):
+    """A message of the ledger service that is not valid (HTTP 400 on the server)."""
+
+
+def encode(value: Any) -> Any:
+    """`value` as JSON-ready data with the tags of the module docstring.
+
+    Raises:
+        CodecError: a type the wire does not carry.
+    """
+    if value is None or isinstance(value, (bool, str, int, float)):
+        return value
+    if isinstance(value, Fraction):
+        return {"$frac": f"{value.numerator}/{value.denominator}"}
+    if isinstance(value, np.generic):
+        return encode(value.item())
+    if isinstance(value, np.ndarray):
+        return [encode(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        items = [encode(v) for v in value]
+        return items if isinstance(value, list) else {"$tuple": items}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("$") for k in value):
+            return {k: encode(v) for k, v in value.items()}
+        return {"$map": [[encode(k), encode(v)] for k, v in value.items()]}
+    if isinstance(value, datetime):
+        return {"$dt": value.isoformat()}
+    if isinstance(value, date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"$dec": str(value)}
+    if dataclasses.is_dataclass(value) and RECORDS.get(type(value).__name__) is type(value):
+        return {"$type": type(value).__name__,
+                "fields": {f.name: encode(getattr(value, f.name))
+                           for f in dataclasses.fields(value) if f.init}}
+    raise CodecError(f"the ledger service cannot carry a {type(value).__name__}")
+
+
+def dumps(value: Any) -> bytes:
+    """`encode(value)` as compact UTF-8 JSON."""
+    return json.dumps(encode(value), separators=(",", ":"), allow_nan=True).encode("utf-8")
+
+
+def loads(body: bytes) -> Any:
+    """Decode a message written by `dumps` into the exact types (strict, see the module).
+
+    Raises:
+        CodecError: not UTF-8 JSON, or a value the module docstring refuses.
+    """
+    try:
+        raw = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CodecError(f"not a JSON message: {err}") from None
+    return decode(raw)
+
+
+def _fraction(text: Any) -> Fraction:
+    if not isinstance(text, str) or len(text) > _MAX_FRACTION_DIGITS:
+        raise CodecError("a $frac must be a string p/q")
+    num, sep, den = text.partition("/")
+    if not sep or not _is_int(num) or not den.isdigit() or int(den) == 0:
+        raise CodecError(f"malformed fraction {text[:40]!r}")
+    return Fraction(int(num), int(den))
+
+
+def _is_int(text: str) -> bool:
+    return text.removeprefix("-").isdigit()
+
+
+def _tagged(tag: str, body: Any, depth: int) -> Any:
+    if tag == "$frac":
+        return _fraction(body)
+    if tag == "$tuple" and isinstance(body, list):
+        return tuple(decode(v, depth + 1) for v in body)
+    if tag == "$map" and isinstance(body, list):
+        if not all(isinstance(p, list) and len(p) == 2 for p in body):
+            raise CodecError("a $map is a list of [key, value] pairs")
+        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
+    try:
+        if tag == "$dt" and isinstance(body, str):
+            return datetime.fromisoformat(body)
+        if tag == "$date" and isinstance(body, str):
+            return date.fromisoformat(body)
+        if tag == "$dec" and isinstance(body, str):
+            return Decimal(body)
+    except (ValueError, InvalidOperation):
+        raise CodecError(f"malformed {tag} value") from None
+    raise CodecError(f"unknown or malformed tag {tag!r}")
+
+
+def decode(raw: Any, depth: int = 0) -> Any:
+    """Decode JSON data (`json.loads` output) into the exact types (strict).
+
+    Raises:
+        CodecError: see the module docstring.
+    """
+    if depth > _MAX_DEPTH:
+        raise CodecError("message nested too deeply")
+    if raw is None or isinstance(raw, (bool, str, int, float)):
+        return raw
+    if isinstance(raw, list):
+        return [decode(v, depth + 1) for v in raw]
+    if not isinstance(raw, dict):
+        raise CodecError(f"unexpected JSON value {type(raw).__name__}")
+    if "$type" in raw:
+        return _record(raw, depth)
+    tags = [k for k in raw if k.startswith("$")]
+    if tags:
+        if len(raw) != 1:
+            raise CodecError("a tagged value has exactly one key")
+        return _tagged(tags[0], raw[tags[0]], depth)
+    return {k: decode(v, depth + 1) for k, v in raw.items()}
+
+
+_PRIMITIVES = {"str": str, "int": int, "bool": bool, "Fraction": Fraction}
+
+
+def _check_field(cls: type, name: str, hint: str, value: Any) -> None:
+    """Refuse a value whose type contradicts a plain annotation (str, int, bool, Fraction)."""
+    options = [h.strip() for h in hint.split("|")]
+    if value is None:
+        if "None" not in options and all(o in _PRIMITIVES for o in options):
+            raise CodecError(f"{cls.__name__}.{name} must not be null")
+        return
+    if not all(o in _PRIMITIVES or o == "None" for o in options):
+        return  # a composite field: its own constructor and the ledger's checks decide
+    allowed = tuple(_PRIMITIVES[o] for o in options if o != "None")
+    ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+    if Fraction in allowed and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise CodecError(f"{cls.__name__}.{name} must be {hint}, not {type(value).__name__}")
+
+
+def _record(raw: dict[str, Any], depth: int) -> Any:
+    name, fields = raw.get("$type"), raw.get("fields")
+    if set(raw) != {"$type", "fields"} or not isinstance(fields, dict):
+        raise CodecError("a record is {\"$type\": NAME, \"fields\": {...}}")
+    cls = RECORDS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise CodecError(f"unknown record type {str(name)[:40]!r}")
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = set(fields) - set(known)
+    if unknown:
+        raise CodecError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))[:200]}")
+    missing = [n for n, f in known.items() if n not in fields
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise CodecError(f"missing field(s) of {name}: {', '.join(missing)}")
+    values = {k: decode(v, depth + 1) for k, v in fields.items()}
+    for k, v in values.items():
+        _check_field(cls, k, str(known[k].type), v)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError, AssertionError) as err:
+        raise CodecError(f"invalid {name}: {err}") from None
+
+
+def field_names(cls: type) -> list[str]:
+    """The constructor fields of a record type (for documentation and tests)."""
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+__all__ = ["RECORDS", "CodecError", "decode", "dumps", "encode", "field_names", "loads"
+           ]
