@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -89,7 +90,9 @@ def serve_token(
     text = (old.rstrip("\n") + "\n" if old else "") + block
     write_file(clients, text.encode("utf-8"))
     load_clients(clients)  # what was written reads back
-    console.print(token, highlight=False, markup=False)
+    sys.stdout.write(token + "\n")  # the token alone on stdout, once
+    console.print(f"client {name!r} ({role}) added to {clients}; the token above is not "
+                  "stored anywhere: give it to the client now", highlight=False, markup=False)
 
 
 def _toml_str(text: str) -> str:

@@ -401,6 +401,16 @@ class RemoteLedger:
         """The server's full verification of its file (`Ledger.verify`)."""
         return self._call("verify", expect=[tuple(e) for e in expect])
 
+    def export(self, path: str | os.PathLike[str], fmt: str = "csv", what: str = "entries"
+               ) -> int:
+        """Not served: export on the service's host (or from a replica, `ledger replicate`).
+
+        Raises:
+            ParameterError: always.
+        """
+        raise ParameterError("export is not served by `ledger serve` yet; run `privpipe ledger "
+                             "export` on the service's host or on a replica")
+
     def verify_or_raise(self, expect: Sequence[tuple[str, SignedHead | heads.PlainHead]] = ()
                         ) -> VerifyReport:
         """Like `verify`, but raise `LedgerIntegrityError` (exit 4) when it fails."""

@@ -179,6 +179,8 @@ def _check_field(cls: type, name: str, hint: str, value: Any) -> None:
     if not all(o in _PRIMITIVES or o == "None" for o in options):
         return  # a composite field: its own constructor and the ledger's checks decide
     allowed = tuple(_PRIMITIVES[o] for o in options if o != "None")
+    if cls is Request and name == "amount":  # documented: Fraction, int, float or text
+        allowed = (Fraction, int, float, str)
     ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
     if Fraction in allowed and isinstance(value, int) and not isinstance(value, bool):
         ok = True
