@@ -314,3 +314,34 @@ def test_serve_token_appends_a_client(tmp_path):
                         text=True, env=subprocess_env(), timeout=60)
     assert r3.returncode == 2
     assert Path(clients).read_text().count("[[client]]") == 2
+
+
+_RESERVER = """
+import sys
+from fractions import Fraction
+from ledger import Request
+from ledger.remote import RemoteLedger
+url, token, ca, rid = sys.argv[1:5]
+led = RemoteLedger(url, token=token, ca=ca)
+reqs = [Request(f"cc-u{i}", "ais", amount=Fraction(1, 3)) for i in range(40)]
+res = led.reserve(rid, reqs, mechanism="curves_gp", parameters={"p": 1})
+again = led.reserve(rid, reqs, mechanism="curves_gp", parameters={"p": 1})
+assert [d.user_id for d in again.admitted] == [d.user_id for d in res.admitted]
+print(len(res.admitted))
+"""
+
+
+def test_concurrent_releasers_against_one_cap(server):
+    """4 processes, 40 users, 1/3 each against a cap of 1: exactly 3 admitted per user."""
+    procs = [subprocess.Popen([PYTHON, "-c", _RESERVER, server.url, server.tokens[who],
+                               str(server.ca), f"cc-{i}"], env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, who in enumerate(("rel-a", "rel-b", "rel-a", "rel-b"))]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert sum(int(o[0]) for o in outs) == 3 * 40
+    adm = _remote(server, "adm")
+    spent = {r["user_id"]: r["spent"] for r in adm.balances("ais")
+             if r["user_id"].startswith("cc-u")}
+    assert len(spent) == 40 and set(spent.values()) == {Fraction(1)}
+    assert adm.verify().ok
