@@ -208,8 +208,9 @@ def test_roles(server):
                     parameters=PARAMS)
     with pytest.raises(LedgerAccessError, match="releaser or admin"):
         aud.noise_seeds("role-1", ["u"], ["f"], PARAMS)
-    from schemas.policy import parse_policy
     from ledger_helpers import POLICY
+
+    from schemas.policy import parse_policy
 
     with pytest.raises(LedgerAccessError, match="admin role"):
         rel.apply_policy(parse_policy(POLICY, source="p"))
