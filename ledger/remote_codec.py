@@ -20,6 +20,7 @@ evaluated. Floats round-trip exactly (``json`` writes their shortest repr).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -85,8 +86,7 @@ def encode(value: Any) -> Any:
         return {"$dec": str(value)}
     if dataclasses.is_dataclass(value) and RECORDS.get(type(value).__name__) is type(value):
         return {"$type": type(value).__name__,
-                "fields": {f.name: encode(getattr(value, f.name))
-                           for f in dataclasses.fields(value) if f.init}}
+                "fields": {k: encode(getattr(value, k)) for k in _shape(type(value))[0]}}
     raise CodecError(f"the ledger service cannot carry a {type(value).__name__}")
 
 
@@ -169,43 +169,63 @@ def decode(raw: Any, depth: int = 0) -> Any:
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "Fraction": Fraction}
 
 
-def _check_field(cls: type, name: str, hint: str, value: Any) -> None:
-    """Refuse a value whose type contradicts a plain annotation (str, int, bool, Fraction)."""
+@functools.cache
+def _rule(cls: type, name: str, hint: str) -> tuple[tuple[type, ...] | None, bool]:
+    """(allowed types or None for a composite field, whether null is allowed) of a field."""
     options = [h.strip() for h in hint.split("|")]
-    if value is None:
-        if "None" not in options and all(o in _PRIMITIVES for o in options):
-            raise CodecError(f"{cls.__name__}.{name} must not be null")
-        return
+    nullable = "None" in options
     if not all(o in _PRIMITIVES or o == "None" for o in options):
-        return  # a composite field: its own constructor and the ledger's checks decide
+        return None, True  # a composite field: its own constructor and the ledger's checks decide
     allowed = tuple(_PRIMITIVES[o] for o in options if o != "None")
+    if Fraction in allowed:
+        allowed += (int,)
     if cls is Request and name == "amount":  # documented: Fraction, int, float or text
         allowed = (Fraction, int, float, str)
-    ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
-    if Fraction in allowed and isinstance(value, int) and not isinstance(value, bool):
-        ok = True
-    if not ok:
+    return allowed, nullable
+
+
+def _check_field(cls: type, name: str, hint: str, value: Any) -> None:
+    """Refuse a value whose type contradicts a plain annotation (str, int, bool, Fraction)."""
+    allowed, nullable = _rule(cls, name, hint)
+    if value is None:
+        if not nullable:
+            raise CodecError(f"{cls.__name__}.{name} must not be null")
+        return
+    if allowed is None:
+        return
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
         raise CodecError(f"{cls.__name__}.{name} must be {hint}, not {type(value).__name__}")
+
+
+@functools.cache
+def _shape(cls: type) -> tuple[dict[str, str], frozenset[str]]:
+    """(field name -> annotation text, required field names) of a record type."""
+    known = {f.name: str(f.type) for f in dataclasses.fields(cls) if f.init}
+    required = frozenset(f.name for f in dataclasses.fields(cls) if f.init
+                         and f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+    return known, required
 
 
 def _record(raw: dict[str, Any], depth: int) -> Any:
     name, fields = raw.get("$type"), raw.get("fields")
-    if set(raw) != {"$type", "fields"} or not isinstance(fields, dict):
+    if len(raw) != 2 or not isinstance(fields, dict):
         raise CodecError("a record is {\"$type\": NAME, \"fields\": {...}}")
     cls = RECORDS.get(name) if isinstance(name, str) else None
     if cls is None:
         raise CodecError(f"unknown record type {str(name)[:40]!r}")
-    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = set(fields) - set(known)
+    known, required = _shape(cls)
+    unknown = fields.keys() - known.keys()
     if unknown:
         raise CodecError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))[:200]}")
-    missing = [n for n, f in known.items() if n not in fields
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = required - fields.keys()
     if missing:
-        raise CodecError(f"missing field(s) of {name}: {', '.join(missing)}")
-    values = {k: decode(v, depth + 1) for k, v in fields.items()}
-    for k, v in values.items():
-        _check_field(cls, k, str(known[k].type), v)
+        raise CodecError(f"missing field(s) of {name}: {', '.join(sorted(missing))}")
+    values = {}
+    for k, v in fields.items():
+        value = v if v is None or type(v) is str else decode(v, depth + 1)
+        _check_field(cls, k, known[k], value)
+        values[k] = value
     try:
         return cls(**values)
     except (TypeError, ValueError, AssertionError) as err:
