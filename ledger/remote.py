@@ -222,6 +222,19 @@ class RemoteLedger:
     def __repr__(self) -> str:
         return f"RemoteLedger({self.path!r})"
 
+    @property
+    def key_path(self) -> Path:
+        """Not available: the noise key stays with the service.
+
+        Raises:
+            ParameterError: always (what needs the key file, e.g. the recheck
+                sample of remote chunk workers, is not supported with a served ledger).
+        """
+        raise ParameterError(
+            "the noise key stays with the ledger service: remote chunk workers (whose "
+            "recheck sample is keyed by it) are not supported with --ledger https://... yet; "
+            "use a local task runner")
+
     def _call(self, op: str, **kwargs: Any) -> Any:
         status, body = self._http.post(op, codec.dumps(kwargs))
         try:
