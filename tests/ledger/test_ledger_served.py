@@ -346,3 +346,23 @@ def test_concurrent_releasers_against_one_cap(server):
              if r["user_id"].startswith("cc-u")}
     assert len(spent) == 40 and set(spent.values()) == {Fraction(1)}
     assert adm.verify().ok
+
+
+def test_new_client_is_served_without_restart_and_token_file_works(server, tmp_path):
+    """`serve-token` on the running service's clients file: the new token works at once."""
+    clients = server.args[server.args.index("--clients") + 1]
+    r = subprocess.run([PYTHON, "-m", "flows.cli", "ledger", "serve-token", "--clients",
+                        clients, "--name", "late", "--role", "auditor"], capture_output=True,
+                       text=True, env=subprocess_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    token_file = tmp_path / "token"
+    token_file.write_text(r.stdout.strip() + "\n")
+    env = server.env("aud") | {"PRIVPIPE_LEDGER_TOKEN_FILE": str(token_file)}
+    del env["PRIVPIPE_LEDGER_TOKEN"]
+    who = subprocess.run([PYTHON, "-c", "from ledger.remote import RemoteLedger; import sys; "
+                          "print(RemoteLedger(sys.argv[1]).whoami()['name'])", server.url],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert who.returncode == 0 and who.stdout.strip() == "late", who.stderr
+    env.pop("PRIVPIPE_LEDGER_TOKEN_FILE")
+    r = _cli(server, "aud", "balance", "--ledger", server.url, env=env)
+    assert r.returncode == 2 and "PRIVPIPE_LEDGER_TOKEN" in r.stderr + r.stdout
