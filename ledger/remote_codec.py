@@ -7,6 +7,8 @@ small set of tags, and decoded back into the exact Python types:
 - ``{"$tuple": [...]}``: a tuple; ``{"$map": [[key, value], ...]}``: a dict
   whose keys are not all strings; ``{"$dt": "ISO 8601"}``: a datetime;
   ``{"$date": "YYYY-MM-DD"}``: a date; ``{"$dec": "1.25"}``: a Decimal;
+- ``{"$rows": {"type": NAME, "columns": {field: [...]}}}``: a list of two or
+  more records of one type, column by column (each column checked at once);
 - ``{"$type": NAME, "fields": {...}}``: one of the record dataclasses named
   in `RECORDS` (requests, decisions, settlements, costs, heads, reports,
   filters, summaries, policy domains), and nothing else.
@@ -71,6 +73,11 @@ def encode(value: Any) -> Any:
         return encode(value.item())
     if isinstance(value, np.ndarray):
         return [encode(v) for v in value.tolist()]
+    if isinstance(value, list) and len(value) > 1 and _same_record(value):
+        names = _shape(type(value[0]))[0]
+        return {"$rows": {"type": type(value[0]).__name__,
+                          "columns": {k: encode([getattr(v, k) for v in value])
+                                      for k in names}}}
     if isinstance(value, (list, tuple)):
         items = [encode(v) for v in value]
         return items if isinstance(value, list) else {"$tuple": items}
@@ -88,6 +95,12 @@ def encode(value: Any) -> Any:
         return {"$type": type(value).__name__,
                 "fields": {k: encode(getattr(value, k)) for k in _shape(type(value))[0]}}
     raise CodecError(f"the ledger service cannot carry a {type(value).__name__}")
+
+
+def _same_record(values: list[Any]) -> bool:
+    """Whether every item is a record of one registered type (sent column by column)."""
+    cls = type(values[0])
+    return RECORDS.get(cls.__name__) is cls and all(type(v) is cls for v in values)
 
 
 def dumps(value: Any) -> bytes:
@@ -124,6 +137,8 @@ def _is_int(text: str) -> bool:
 def _tagged(tag: str, body: Any, depth: int) -> Any:
     if tag == "$frac":
         return _fraction(body)
+    if tag == "$rows":
+        return _rows(body, depth)
     if tag == "$tuple" and isinstance(body, list):
         return tuple(decode(v, depth + 1) for v in body)
     if tag == "$map" and isinstance(body, list):
@@ -153,6 +168,8 @@ def decode(raw: Any, depth: int = 0) -> Any:
     if raw is None or isinstance(raw, (bool, str, int, float)):
         return raw
     if isinstance(raw, list):
+        if all(type(v) in _PLAIN for v in raw):
+            return raw
         return [decode(v, depth + 1) for v in raw]
     if not isinstance(raw, dict):
         raise CodecError(f"unexpected JSON value {type(raw).__name__}")
@@ -167,6 +184,7 @@ def decode(raw: Any, depth: int = 0) -> Any:
 
 
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "Fraction": Fraction}
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 @functools.cache
@@ -228,6 +246,44 @@ def _record(raw: dict[str, Any], depth: int) -> Any:
         values[k] = value
     try:
         return cls(**values)
+    except (TypeError, ValueError, AssertionError) as err:
+        raise CodecError(f"invalid {name}: {err}") from None
+
+
+def _rows(body: Any, depth: int) -> list[Any]:
+    """Records of one type sent column by column, checked column by column (strict)."""
+    if not (isinstance(body, dict) and set(body) == {"type", "columns"}
+            and isinstance(body["columns"], dict)):
+        raise CodecError('$rows is {"type": NAME, "columns": {field: [values]}}')
+    name = body["type"]
+    cls = RECORDS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise CodecError(f"unknown record type {str(name)[:40]!r}")
+    known, required = _shape(cls)
+    cols = body["columns"]
+    unknown = cols.keys() - known.keys()
+    if unknown:
+        raise CodecError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))[:200]}")
+    missing = required - cols.keys()
+    if missing:
+        raise CodecError(f"missing field(s) of {name}: {', '.join(sorted(missing))}")
+    decoded = {k: decode(v, depth + 1) for k, v in cols.items()}
+    lengths = {len(v) if isinstance(v, list) else -1 for v in decoded.values()}
+    if len(lengths) != 1 or min(lengths) < 1:
+        raise CodecError(f"the columns of {name} rows must be lists of one length")
+    for k, col in decoded.items():
+        allowed, nullable = _rule(cls, k, known[k])
+        if allowed is None:
+            continue
+        permitted = set(allowed) | ({type(None)} if nullable else set())
+        if not set(map(type, col)) <= permitted:
+            bad = next(v for v in col if type(v) not in permitted)
+            _check_field(cls, k, known[k], bad)
+            raise CodecError(f"{name}.{k} must be {known[k]}, not {type(bad).__name__}")
+    names = list(decoded)
+    try:
+        return [cls(**dict(zip(names, row, strict=True))) for row in zip(*decoded.values(),
+                                                                         strict=True)]
     except (TypeError, ValueError, AssertionError) as err:
         raise CodecError(f"invalid {name}: {err}") from None
 

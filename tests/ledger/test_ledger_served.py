@@ -253,6 +253,13 @@ def test_credentials_refused_with_401_and_403(server):
     b'{"release_id": "x", "requests": [{"user_id": "u"}], "mechanism": "m", '
     b'"parameters": {}}',
     b'{"release_id": "x", "requests": [], "mechanism": "m", "parameters": {}, "extra": 1}',
+    b'{"release_id": "x", "requests": {"$rows": {"type": "Request", "columns": {"user_id": '
+    b'["a", 5], "domain": ["ais", "ais"]}}}, "mechanism": "m", "parameters": {}}',
+    b'{"release_id": "x", "requests": {"$rows": {"type": "Request", "columns": {"user_id": '
+    b'["a", "b"], "domain": ["ais"]}}}, "mechanism": "m", "parameters": {}}',
+    b'{"release_id": "x", "requests": {"$rows": {"type": "Request", "columns": {"user_id": '
+    b'["a", "b"], "domain": ["ais", "ais"], "evil": [1, 2]}}}, "mechanism": "m", '
+    b'"parameters": {}}',
 ])
 def test_malformed_messages_are_400(server, body):
     status, answer = _post(server, "reserve", body, server.tokens["rel-a"])
