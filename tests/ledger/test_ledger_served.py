@@ -373,3 +373,30 @@ def test_new_client_is_served_without_restart_and_token_file_works(server, tmp_p
     env.pop("PRIVPIPE_LEDGER_TOKEN_FILE")
     r = _cli(server, "aud", "balance", "--ledger", server.url, env=env)
     assert r.returncode == 2 and "PRIVPIPE_LEDGER_TOKEN" in r.stderr + r.stdout
+
+
+def test_serve_refuses_bad_options(tmp_path):
+    """No certificate, a bad clients file or a bad role: exit 2 with one line, nothing served."""
+    clients = tmp_path / "clients.toml"
+    clients.write_text('[[client]]\nname = "x"\nrole = "root"\ntoken_sha256 = "00"\n')
+    base = [PYTHON, "-m", "flows.cli", "ledger"]
+    runs = [
+        [*base, "serve", "--ledger", str(tmp_path / "l.duckdb"), "--listen", "127.0.0.1:1",
+         "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "none.key"),
+         "--clients", str(clients)],
+        [*base, "serve-token", "--clients", str(tmp_path / "c2.toml"), "--name", "a",
+         "--role", "root"],
+        [*base, "serve-token", "--clients", str(tmp_path / "c2.toml"), "--name", "a b",
+         "--role", "admin"],
+        [*base, "serve-token", "--clients", str(tmp_path / "c2.toml"), "--name", "a",
+         "--role", "admin", "--expires", "2001-01-01T00:00:00Z"],
+    ]
+    for args in runs:
+        r = subprocess.run(args, capture_output=True, text=True, env=subprocess_env(),
+                           timeout=60)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert not (tmp_path / "c2.toml").exists()
+    from flows.ledger_server import load_clients
+
+    with pytest.raises(ParameterError, match="role must be one of"):
+        load_clients(clients)
