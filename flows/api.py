@@ -33,6 +33,7 @@ from typing import Any
 
 from flows import preflight
 from flows.settings import privpipe_home
+from ledger.remote import as_target, is_url
 from mechanisms.cost import exact
 from schemas.errors import ParameterError, PrivpipeError
 from schemas.names import check_name
@@ -54,11 +55,19 @@ def _prefect() -> None:
 
 
 def _ledger(path: str | os.PathLike[str] | None) -> str:
+    """The ledger: `path` (a file, or an ``https://`` service URL), else the home's file."""
+    if path is not None and is_url(path):
+        return str(as_target(path))
     return str(Path(path) if path is not None else privpipe_home() / "ledger.duckdb")
 
 
 def _abs(path: str | os.PathLike[str] | None) -> str | None:
-    """An absolute path for a flow parameter (a rerun from the UI finds the same file)."""
+    """An absolute path for a flow parameter (a rerun from the UI finds the same file).
+
+    A ledger service URL is kept as it is.
+    """
+    if path is not None and is_url(path):
+        return str(as_target(path))
     return None if path is None else str(Path(path).absolute())
 
 

@@ -15,6 +15,7 @@ from flows import configure
 from flows.cli_audit import audit_app
 from flows.cli_common import err_console
 from flows.cli_ledger import ledger_app
+from flows.cli_ledger_serve import serve as _ledger_serve  # noqa: F401 - registers commands
 from flows.cli_population import population_cmd
 from flows.cli_release import (
     demo_cmd,

@@ -15,6 +15,7 @@ not independently verified). See docs/ledger.md.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime
@@ -41,6 +42,7 @@ from ledger.errors import LedgerBusyError, LedgerIntegrityError
 from ledger.filters import Filter
 from ledger.heads import manifest_heads, parse_expect_head
 from ledger.recompute import published_faults
+from ledger.remote import as_target, open_ledger, parse_url
 from ledger.signing import load_pin, pin_path, public_key_path, signing_key_path
 from mechanisms.cost import Cost, CostItem, StepRun, WEventCost, exact
 from schemas.errors import ParameterError
@@ -61,8 +63,9 @@ ledger_app.add_typer(policy_app, name="policy")
 
 LedgerOpt = Annotated[
     Path | None,
-    typer.Option("--ledger", help="Ledger file (default: $PRIVPIPE_HOME/ledger.duckdb "
-                                  "or ./.privpipe/ledger.duckdb)"),
+    typer.Option("--ledger", help="Ledger file, or https://HOST:PORT of a `ledger serve` "
+                                  "(default: $PRIVPIPE_LEDGER, else "
+                                  "$PRIVPIPE_HOME/ledger.duckdb or ./.privpipe/ledger.duckdb)"),
 ]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]
 PublicKeyOpt = Annotated[
@@ -85,18 +88,44 @@ ExpectHeadOpt = Annotated[
 ]
 
 
+def _target(ledger: Path | None) -> Path | str:
+    """--ledger, else ``$PRIVPIPE_LEDGER``, else the default file; a service URL as a str."""
+    if ledger is None:
+        ledger = Path(os.environ["PRIVPIPE_LEDGER"]) if os.environ.get(
+            "PRIVPIPE_LEDGER") else default_ledger_path()
+    return as_target(ledger)
+
+
 def _path(ledger: Path | None) -> Path:
-    return ledger if ledger is not None else default_ledger_path()
+    """The ledger file of a command that works on the file itself (refuses a service URL)."""
+    target = _target(ledger)
+    if isinstance(target, str):
+        parse_url(target)  # an http:// URL is refused as such
+        raise ParameterError(f"this command works on the ledger file and its keys, not on "
+                             f"the service {target}; run it on the service's host with "
+                             "--ledger PATH")
+    return target
+
+
+def _open(ledger: Path | None) -> Any:
+    """The ledger of a command that charges or reads: the file, or the service at a URL."""
+    return open_ledger(_target(ledger))
 
 
 def _reader(ledger: Path | None, public_key: Path | None,
-            expect_fingerprint: str | None = None) -> Ledger:
+            expect_fingerprint: str | None = None) -> Any:
     """The ledger for a read command: the operator's, or an auditor's (public key only).
 
     Auditor mode: `public_key` or `expect_fingerprint` given, or no noise key
     beside the ledger.
     """
-    path = _path(ledger)
+    target = _target(ledger)
+    if isinstance(target, str):
+        if public_key is not None or expect_fingerprint is not None:
+            raise ParameterError("--public-key and --expect-fingerprint check a ledger file; "
+                                 "a service verifies its own file (use --expect-head)")
+        return open_ledger(target)
+    path = target
     if (public_key is not None or expect_fingerprint is not None
             or (path.exists() and not key_path_for(path).exists())):
         return Ledger.open_auditor(path, public_key=public_key,
@@ -183,7 +212,7 @@ def policy_apply(
     The actor recorded is the OS user running the command (its effective uid),
     not $LOGNAME.
     """
-    led = Ledger.open(_path(ledger))
+    led = _open(ledger)
     changes = led.apply_policy(load_policy(file), reason=reason)
     for line in changes or ["no changes: the ledger already matches the policy"]:
         console.print(line, highlight=False, markup=False)
@@ -234,7 +263,7 @@ def charge(
     """Reserve and settle one charge (for operators and tests); exit 3 if denied."""
     if sum(x is not None for x in (epsilon, rho, epsilon_per_step)) != 1:
         raise ParameterError("give exactly one of --epsilon, --rho and --epsilon-per-step")
-    led = Ledger.open(_path(ledger))
+    led = _open(ledger)
     doms = {d["domain"]: d for d in led.domains()}
     if domain not in doms:
         known = ", ".join(sorted(doms)) or "(none: run `privpipe ledger policy apply`)"
@@ -284,7 +313,7 @@ def close(
     ledger: LedgerOpt = None,
 ) -> None:
     """Close a release: refund its unsettled reservations with audited entries."""
-    led = Ledger.open(_path(ledger))
+    led = _open(ledger)
     led.close(release, reason)
     console.print(f"release {release!r} closed", highlight=False, markup=False)
 
@@ -479,7 +508,7 @@ def migrate(
                          "whole definition.")] = None,
 ) -> None:
     """Upgrade an older ledger to this schema, only after its chain, balances and caps verify."""
-    led = Ledger.open(_path(ledger))
+    led = _open(ledger)
     for line in led.migrate(load_policy(policy) if policy is not None else None):
         console.print(line, highlight=False, markup=False)
 
@@ -504,7 +533,7 @@ def checkpoint(
     ledger: LedgerOpt = None,
 ) -> None:
     """Write the signed chain head to a new file; an auditor keeps it for `verify --expect-head`."""
-    h = Ledger.open(_path(ledger)).checkpoint(out)
+    h = _open(ledger).checkpoint(out)
     console.print(f"checkpoint: seq {h.seq}, hash {h.hash}, key {h.key_fingerprint[:16]}… -> "
                   f"{out}", highlight=False, markup=False)
 

@@ -32,6 +32,7 @@ from flows.cli_common import (
 from flows.outcome import ReleaseNotMadeError, counts_line
 from flows.run_logging import Verbosity
 from flows.settings import privpipe_home
+from ledger.remote import as_target, is_url, parse_url
 from reports.release_sections import WITHHELD
 from schemas.errors import EXIT_BAD_INPUT, EXIT_DENIED, ParameterError
 from schemas.names import check_name
@@ -72,8 +73,15 @@ RESULT_COLUMNS = ("release_id", "released", "denied", "rejected", "users", "fing
                   "output", "report")
 
 
-def _ledger_path(ledger: Path | None) -> Path:
-    return ledger if ledger is not None else privpipe_home() / "ledger.duckdb"
+def _ledger_path(ledger: Path | None) -> Any:
+    """--ledger, else ``$PRIVPIPE_LEDGER``, else the home's ledger; a service URL as a str."""
+    if ledger is None:
+        env = os.environ.get("PRIVPIPE_LEDGER")
+        ledger = Path(env) if env else privpipe_home() / "ledger.duckdb"
+    target = as_target(ledger)
+    if isinstance(target, str):
+        parse_url(target)  # http:// is refused before anything runs
+    return target
 
 
 def _prepare(mode: Verbosity, preload: tuple[str, ...] = ()) -> None:
@@ -82,6 +90,8 @@ def _prepare(mode: Verbosity, preload: tuple[str, ...] = ()) -> None:
 
 def _abs(path: Path | None) -> str | None:
     """A path as an absolute string (flow parameters: a rerun elsewhere finds the same file)."""
+    if path is not None and is_url(path):
+        return str(as_target(path))
     return None if path is None else str(Path(path).absolute())
 
 

@@ -99,9 +99,9 @@ def continuation_row(ledger: Path | None, domain: Domain, file: Path,
     if ledger is None or domain.kind != "streams" or domain.w is None:
         return None
     from flows.preflight import released_streams
-    from ledger import Ledger
+    from ledger.remote import open_ledger
 
-    led = Ledger(ledger)
+    led = open_ledger(ledger)
     if domain.name not in {d["domain"] for d in led.domains()}:
         return None
     found = released_streams(led, domain, file, table)
@@ -117,9 +117,9 @@ def _input_tag(ledger: Path | None, content: str) -> str | None:
     """The tag `release` would record for this content (None without --ledger)."""
     if ledger is None:
         return None
-    from ledger import Ledger
+    from ledger.remote import open_ledger
 
-    return Ledger(ledger).input_tag(content)  # refuses a missing ledger, a directory, no key
+    return open_ledger(ledger).input_tag(content)  # refuses a missing ledger, a directory, no key
 
 
 def _pick_domain(policy_path: Path | None, name: str | None, kind: str | None, file: Path,
@@ -159,11 +159,12 @@ def _default_ledger(ledger: Path | None, policy: Path | None, domain: str | None
 
 
 def _ledger_domain(name: str, kind: str | None, path: Path | None) -> Domain:
-    from ledger import Ledger, LedgerOpenError
+    from ledger import LedgerOpenError
+    from ledger.remote import open_ledger
 
     assert path is not None, "_default_ledger names the ledger of a --domain without --policy"
     try:
-        dom = Ledger(path).domain(name)
+        dom = open_ledger(path).domain(name)
     except (ParameterError, LedgerOpenError) as err:
         raise ParameterError(f"{err} (--domain without --policy reads the domain from the "
                              "ledger: pass --ledger LEDGER, or --policy FILE)") from None

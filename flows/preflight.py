@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Ledger
+from ledger.remote import open_ledger
 from mechanisms import registry
 from mechanisms.cost import exact
 from mechanisms.errors import MechanismParameterError
@@ -379,7 +380,7 @@ def _files_ledger_domain(g: _Gather, params: dict[str, Any], cli: bool, kind: st
     With `read_input`, the input's file-level checks follow (`ingest.check_input`).
     """
     _files(g, params, cli)
-    ledger = g.run("ledger_path", Ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
+    ledger = g.run("ledger_path", open_ledger, params.get("ledger_path", ".privpipe/ledger.duckdb"))
     dom = None if ledger is None else g.run(
         "domain", release_domain, ledger, params.get("policy_path"), params.get("domain"), kind)
     if read_input and dom is not None and not any(p == "input_path" for p, _ in g.problems):

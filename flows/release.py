@@ -46,7 +46,7 @@ from flows.release_stages import (
     stage,
 )
 from flows.run_labels import run_name
-from ledger import Ledger
+from ledger.remote import open_ledger
 from schemas.errors import ParameterError
 from schemas.names import check_name
 from schemas.policy import Domain
@@ -59,7 +59,7 @@ __all__ = ["default_release_id", "release_curves", "release_streams"]
 
 def _domain(ledger_path: str, policy_path: str | None, name: str, kind: str) -> Domain:
     """The ledger's definition of the domain (`flows.preflight.release_domain`)."""
-    return release_domain(Ledger(ledger_path), policy_path, name, kind)
+    return release_domain(open_ledger(ledger_path), policy_path, name, kind)
 
 
 def _framing(dom: Domain) -> CurveFraming:

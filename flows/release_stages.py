@@ -36,6 +36,7 @@ from flows.release_kinds import ReleaseKind, chunk_plans_path
 from flows.run_labels import label_run, release_tags
 from ledger import Ledger
 from ledger.recompute import chunk_claim_problem, curve_expected, stream_expected
+from ledger.remote import open_ledger
 from schemas.policy import Domain
 from schemas.units import domain_record
 from tasks.ledger_ops import reserve_budget, settle_chunk
@@ -112,7 +113,7 @@ def bind(kind: ReleaseKind, plan: StagePlan, *, dom: Domain, parameters: dict[st
          ledger_path: str, out_root: Path, staging: Path, in_flight: int,
          dry_run: bool) -> ReleaseRun:
     """Tag the input, name the release and refuse an id bound to other data or parameters."""
-    ledger = Ledger(ledger_path)
+    ledger = open_ledger(ledger_path)
     # The content hash is a function of the raw data: only its keyed tag is
     # recorded, published and used to derive the release id (`Ledger.input_tag`).
     fingerprint = ledger.input_tag(plan.fingerprint)

@@ -184,12 +184,12 @@ def _signature_problems(flow: Any, params: dict[str, Any]
 
 def _audit_problems(params: dict[str, Any]) -> list[tuple[str, str]]:
     from flows import preflight
-    from ledger import Ledger
+    from ledger.remote import open_ledger
     from schemas.errors import BadInputError
 
     out = []
     try:
-        Ledger(params.get("ledger_path", ".privpipe/ledger.duckdb"))
+        open_ledger(params.get("ledger_path", ".privpipe/ledger.duckdb"))
     except BadInputError as err:
         out.append(("ledger_path", str(err)))
     try:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from prefect import task
 
+from ledger.remote import open_ledger
 from ledger.watermark import StreamRange
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
@@ -266,9 +267,8 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
     per chunk and one HMAC pass over each stream's values.
     """
     from files.staging import read_stream_chunk
-    from ledger import Ledger
 
-    led = Ledger(ledger_path)
+    led = open_ledger(ledger_path)
     out = ReleasePlan([], [], set(), {})
     for chunk in plan.chunks if chunks is None else chunks:
         users = read_stream_chunk(chunk.path)

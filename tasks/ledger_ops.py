@@ -14,7 +14,8 @@ from typing import Any
 
 from prefect import task
 
-from ledger import Ledger, Request, Settlement
+from ledger import Request, Settlement
+from ledger.remote import open_ledger
 from tasks.privatize import ChunkResult
 from tasks.stage import StagePlan
 
@@ -54,7 +55,7 @@ def reserve_fn(ledger_path: str, release_id: str, requests: list[Request], *, me
                parameters: dict[str, Any], input_fingerprint: str,
                flow_run_id: str | None) -> tuple[set[str], list[dict[str, Any]]]:
     """Reserve every request in one ledger transaction; return admitted users and denials."""
-    ledger = Ledger(ledger_path)
+    ledger = open_ledger(ledger_path)
     result = ledger.reserve(release_id, requests, mechanism=mechanism, parameters=parameters,
                             flow_run_id=flow_run_id, input_fingerprint=input_fingerprint)
     admitted = {d.user_id for d in result.admitted}
@@ -73,7 +74,7 @@ def settle_fn(ledger_path: str, release_id: str, domain: str,
     transaction. Idempotent: a rerun writes nothing new.
     """
     results = [result] if isinstance(result, ChunkResult) else list(result)
-    ledger = Ledger(ledger_path)
+    ledger = open_ledger(ledger_path)
     ledger.settle(release_id, [
         Settlement(user_id=u, domain=domain, step=step, cost=cost, stream_id=sid)
         for r in results for u, step, cost, sid in r.costs

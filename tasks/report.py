@@ -15,6 +15,7 @@ from typing import Any
 from prefect import task
 
 from ledger import Ledger
+from ledger.remote import open_ledger
 from ledger.summaries import Spread
 from reports import kind_sections as kinds
 from reports import release_sections as sec
@@ -59,7 +60,7 @@ def user_charges(ledger: Ledger, release_id: str, notion: str) -> tuple[Spread |
 def release_context(rdir: str, manifest: dict[str, Any], denied: list[dict[str, Any]],
                     rejected: list[dict[str, Any]], ledger_path: str) -> ReleaseContext:
     """Gather what the report shows: the manifest and the ledger's figures for the release."""
-    ledger = Ledger(ledger_path)
+    ledger = open_ledger(ledger_path)
     rid = manifest["release_id"]
     charged, per_user_windows = user_charges(ledger, rid,
                                              str(manifest["parameters"].get("notion")))

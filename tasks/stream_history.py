@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ledger import Ledger
+from ledger.remote import open_ledger
 
 #: parameters that must match for two releases' reports to share one law
 _SAME_LAW = ("mechanism", "epsilon", "w", "notion")
@@ -52,7 +52,7 @@ def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
     Returns:
         One row per release: ``release_id``, ``samples`` (path) and ``created_at``.
     """
-    led = Ledger(ledger_path)
+    led = open_ledger(ledger_path)
     out: list[dict[str, Any]] = []
     skipped = [] if skipped is None else skipped
     for row in led.releases():  # in the order the releases were recorded

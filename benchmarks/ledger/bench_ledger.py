@@ -1,6 +1,8 @@
 """Ledger speed: reserve + settle for many users vs a bare DuckDB bulk insert; w-event check.
 
 Run:  .venv/bin/python benchmarks/ledger/bench_ledger.py [--users 100000] [--repeat 1]
+      [--served-users N]  (the served rows: the same reserve + settle through
+      `privpipe ledger serve` over HTTPS on 127.0.0.1; 0 skips them)
 
 Each scenario runs in its own spawned process (so peak RSS is its own), side by
 side in one run; the ratio compares the ledger's reserve + settle (hash chain,
@@ -184,6 +186,50 @@ def _wevent_run(steps: int, q: mp.Queue) -> None:
                "naive": t_naive})
 
 
+def _served_run(n: int, q: mp.Queue) -> None:
+    """Reserve + settle n users (one shared `Cost`) through `privpipe ledger serve`.
+
+    The server is a subprocess on 127.0.0.1 with TLS (a throwaway CA from the
+    tests' helpers); the client is `RemoteLedger`, one call per operation like
+    the embedded run. Wall times are the client's; ``cpu`` is the client's
+    process only (the server's CPU is not counted).
+    """
+    sys.path.insert(0, str(REPO / "tests" / "ledger"))
+    from served_helpers import start_server
+
+    from ledger import Ledger, Request, Settlement
+    from ledger.remote import RemoteLedger
+    from mechanisms.cost import Cost, CostItem
+    from schemas.policy import parse_policy
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "led" / "l.duckdb"
+        Ledger.init(path, actor="bench").apply_policy(parse_policy(
+            {"domains": {"ais": {"kind": "curves", **PUBLIC, "notion": "gp", "cap": "1.0"}}}))
+        served = start_server(path, Path(d))
+        try:
+            led = RemoteLedger(served.url, token=served.tokens["rel-a"], ca=str(served.ca))
+            eps = Fraction(1, 10)
+            reqs = [Request(f"user-{i:07d}", "ais", amount=eps) for i in range(n)]
+            cost = Cost("gp", eps, (CostItem("svt", "gp", eps / 2),
+                                    CostItem("project", "gp", eps / 2)))
+            sets = [Settlement(f"user-{i:07d}", "ais", "release", cost) for i in range(n)]
+            c0, t0 = time.process_time(), time.perf_counter()
+            res = led.reserve("bench-release", reqs, mechanism="bench",
+                              parameters={"epsilon": "0.1"})
+            t1 = time.perf_counter()
+            led.settle("bench-release", sets)
+            c2, t2 = time.process_time(), time.perf_counter()
+            again = led.reserve("bench-release", reqs, mechanism="bench",
+                                parameters={"epsilon": "0.1"})
+            t3 = time.perf_counter()
+            assert len(res.admitted) == n and all(x.replayed for x in again.admitted)
+        finally:
+            served.stop()
+        q.put({"reserve": t1 - t0, "settle": t2 - t1, "total": t2 - t0, "replay": t3 - t2,
+               "cpu": c2 - c0, "rss_peak": _rss_mb()})
+
+
 def _spawn(fn, arg):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -199,6 +245,8 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--served-users", type=int, default=None,
+                    help="users of the served row (default --users; 0 skips it)")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = ap.parse_args()
 
@@ -211,6 +259,8 @@ def main() -> None:
         # insert has as many rows as it writes entries
         base_per_runs.append(_spawn(_baseline_run, per_runs[-1]["rows"]))
     wev = _spawn(_wevent_run, args.steps)
+    n_served = args.users if args.served_users is None else args.served_users
+    served = [_spawn(_served_run, n_served) for _ in range(args.repeat)] if n_served else []
 
     def med(runs, key):
         return statistics.median(r[key] for r in runs)
@@ -250,6 +300,20 @@ def main() -> None:
         ("naive per-step sliding window (numpy)", f"{wev['steps']:,} steps", f"{wev['naive']:.4f}",
          "", "", "", ""),
     ]
+    if served:
+        rows += [
+            ("served reserve (1 call, HTTPS)", f"{n_served:,} users",
+             f"{med(served, 'reserve'):.2f}", "", "", "", ""),
+            ("served settle (1 call, HTTPS)", f"{n_served:,} users",
+             f"{med(served, 'settle'):.2f}", "", "", "", ""),
+            ("served reserve + settle (client cpu)", f"{2 * n_served:,} entries",
+             f"{med(served, 'total'):.2f}", f"{med(served, 'rss_peak'):.0f}",
+             f"{med(served, 'total') / base_t:.1f}x", *cpu(served)),
+            ("  served / embedded reserve + settle", "", f"{med(served, 'total') / led_t:.2f}x"
+             if n_served == args.users else "n/a (other size)", "", "", "", ""),
+            ("served reserve replay (all replayed)", f"{n_served:,} users",
+             f"{med(served, 'replay'):.2f}", "", "", "", ""),
+        ]
     header = ("scenario", "size", "wall s", "peak RSS MB", "vs bare insert", "cpu s",
               "cpu vs bare")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]

@@ -1,0 +1,351 @@
+"""`privpipe ledger serve`: one process owns the DuckDB ledger and serves its operations.
+
+Transport: HTTPS only (``--tls-cert``/``--tls-key``); ``POST /v1/<operation>``
+with a JSON body of keyword arguments (`ledger.remote_codec`), answered with
+``{"result": ...}`` (200) or ``{"error": {"class", "message", "attrs"}}``:
+400 a malformed message (unknown field, wrong type, unknown operation), 401 a
+missing, unknown or expired token, 403 a role or release the client may not
+use, 413 a body over `MAX_REQUEST_MB`, 422 the ledger refused the operation
+(same error class and exit code as the embedded ledger), 500 a bug.
+
+Clients (``--clients CLIENTS.toml``, re-read when it changes): one
+``[[client]]`` table per credential with ``name``, ``role`` (``releaser``,
+``auditor`` or ``admin``), ``token_sha256`` (hex SHA-256 of the bearer token;
+the token itself is never stored) and optional ``expires`` (a TOML datetime,
+UTC when it has no offset). The name is the actor recorded on every entry the
+client's calls write.
+
+Roles: an auditor reads (`READ_OPS`); a releaser also plans, reserves,
+settles, closes and records its own releases, draws noise seeds for the
+users admitted in its own release, and reads/writes the stream watermarks
+(`RELEASER_OPS`); a release belongs to the client whose credential first
+reserved it (the actor of its entries, so it survives a restart); an admin
+may do everything, including policy changes and migrations (`ADMIN_OPS`).
+
+Concurrency: every ledger operation is one DuckDB transaction (`Ledger`);
+the operations that write are serialised by one lock here, which also makes
+a release's ownership check and its write atomic. The ledger's own
+in-process file lock (`ledger.paths.file_lock`) orders reads and writes on
+the file, so a read waits for a write in progress (one short transaction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import json
+import logging
+import threading
+import tomllib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ledger import remote_codec as codec
+from ledger.checks import check_id
+from ledger.filters import Filter
+from ledger.ledger import Ledger
+from ledger.records import Request, Settlement
+from ledger.remote import LedgerAccessError
+from schemas.errors import ParameterError, PrivpipeError
+from schemas.policy import Policy
+
+MAX_REQUEST_MB = 512
+ROLES = ("releaser", "auditor", "admin")
+READ_OPS = frozenset({
+    "whoami", "schema_version", "head", "kept_head_problem", "domains", "domain",
+    "policy_history", "release", "entry_range", "balances", "near_cap_users", "history",
+    "releases", "denials", "charge_summary", "window_charge_summary", "balance_summary",
+    "release_charges", "verify"})
+OWNED_OPS = frozenset({"reserve", "settle", "close", "record_release", "noise_seeds"})
+RELEASER_OPS = READ_OPS | OWNED_OPS | {"plan", "check_binding", "input_tag",
+                                       "stream_ranges", "range_fingerprint"}
+ADMIN_OPS = RELEASER_OPS | {"apply_policy", "migrate"}
+WRITE_OPS = frozenset({"reserve", "settle", "close", "record_release", "stream_ranges",
+                       "apply_policy", "migrate"})
+ALLOWED = {"auditor": READ_OPS, "releaser": RELEASER_OPS, "admin": ADMIN_OPS}
+log = logging.getLogger("privpipe.ledger_server")
+
+
+@dataclass(frozen=True)
+class Client:
+    """One credential of the clients file."""
+
+    name: str
+    role: str
+    token_sha256: str
+    expires: datetime | None = None
+
+
+def load_clients(path: Path) -> list[Client]:
+    """The clients of a clients file, checked.
+
+    Raises:
+        ParameterError: unreadable TOML, a client without name/role/hash, an
+            unknown role or key, a hash that is not 64 hex digits, a duplicate name.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ParameterError(f"cannot read the clients file {str(path)!r}: {err}") from None
+    rows = data.get("client", [])
+    if set(data) - {"client"} or not isinstance(rows, list):
+        raise ParameterError(f"{str(path)!r}: a clients file holds [[client]] tables only")
+    out: list[Client] = []
+    for i, row in enumerate(rows, 1):
+        where = f"{str(path)!r}, client {i}"
+        if not isinstance(row, dict) or set(row) - {"name", "role", "token_sha256", "expires"}:
+            raise ParameterError(f"{where}: keys are name, role, token_sha256, expires")
+        name, role, digest = row.get("name"), row.get("role"), row.get("token_sha256")
+        check_id(name, f"{where}: name")
+        if role not in ROLES:
+            raise ParameterError(f"{where}: role must be one of {', '.join(ROLES)}")
+        if not (isinstance(digest, str) and len(digest) == 64
+                and all(c in "0123456789abcdef" for c in digest)):
+            raise ParameterError(f"{where}: token_sha256 must be 64 lower-case hex digits")
+        expires = row.get("expires")
+        if expires is not None and not isinstance(expires, datetime):
+            raise ParameterError(f"{where}: expires must be a TOML datetime")
+        if expires is not None and expires.tzinfo is None:
+            expires = expires.replace(tzinfo=UTC)
+        if any(c.name == name for c in out):
+            raise ParameterError(f"{where}: duplicate client name {name!r}")
+        out.append(Client(name, role, digest, expires))
+    return out
+
+
+def _error(status: int, err: BaseException) -> tuple[int, bytes]:
+    attrs: dict[str, Any] = {}
+    for k, v in vars(err).items():
+        try:
+            codec.encode(v)
+        except codec.CodecError:
+            continue
+        attrs[k] = v
+    body = {"error": {"class": type(err).__name__, "message": str(err), "attrs": attrs}}
+    return status, codec.dumps(body)
+
+
+def _check_args(op: str, kwargs: dict[str, Any]) -> None:
+    """Refuse arguments of the wrong record type before the ledger sees them (400)."""
+    checks = {"requests": Request, "settlements": Settlement}
+    for key, cls in checks.items():
+        if key in kwargs and not (isinstance(kwargs[key], list)
+                                  and all(isinstance(x, cls) for x in kwargs[key])):
+            raise codec.CodecError(f"{op}: {key} must be a list of {cls.__name__}")
+    if kwargs.get("where") is not None and not isinstance(kwargs["where"], Filter):
+        raise codec.CodecError(f"{op}: where must be a Filter")
+    if kwargs.get("policy_") is not None and not isinstance(kwargs["policy_"], Policy):
+        raise codec.CodecError(f"{op}: policy_ must be a Policy")
+    for key in ("users", "fingerprints"):
+        if key in kwargs and not (isinstance(kwargs[key], list)
+                                  and all(isinstance(x, str) for x in kwargs[key])):
+            raise codec.CodecError(f"{op}: {key} must be a list of strings")
+
+
+class LedgerService:
+    """The served ledger: authentication, roles, release ownership, one lock for writes."""
+
+    def __init__(self, ledger_path: Path, clients_path: Path):
+        """Open the ledger (as its owner: keys required) and read the clients file.
+
+        Raises:
+            LedgerOpenError: the ledger or its keys cannot be opened.
+            ParameterError: a bad clients file.
+        """
+        self.path, self.clients_path = Path(ledger_path), Path(clients_path)
+        self._ledgers: dict[str, Ledger] = {}
+        self._base = Ledger(self.path)
+        self._write = threading.Lock()
+        self._guard = threading.Lock()
+        self._owners: dict[str, str] = {}
+        self._admitted: dict[str, set[str]] = {}
+        self._clients: tuple[float, list[Client]] = (-1.0, [])
+        self.clients()
+
+    def clients(self) -> list[Client]:
+        """The clients file's credentials, re-read when its modification time changes."""
+        mtime = self.clients_path.stat().st_mtime
+        with self._guard:
+            if mtime != self._clients[0]:
+                self._clients = (mtime, load_clients(self.clients_path))
+            return self._clients[1]
+
+    def authenticate(self, header: str) -> Client:
+        """The client whose token the ``Authorization: Bearer`` header carries.
+
+        Raises:
+            LedgerAccessError: no bearer token, an unknown one, or an expired credential.
+        """
+        scheme, _, token = header.partition(" ")
+        if scheme != "Bearer" or not token:
+            raise LedgerAccessError("the ledger service needs a bearer token "
+                                    "(PRIVPIPE_LEDGER_TOKEN or PRIVPIPE_LEDGER_TOKEN_FILE)")
+        digest = hashlib.sha256(token.strip().encode("utf-8")).hexdigest()
+        found = None
+        for c in self.clients():  # compare with every entry: no early exit to time
+            if hmac.compare_digest(c.token_sha256, digest):
+                found = c
+        if found is None:
+            raise LedgerAccessError("the ledger service does not know this token")
+        if found.expires is not None and found.expires <= datetime.now(UTC):
+            raise LedgerAccessError(f"the credential {found.name!r} expired on "
+                                    f"{found.expires.isoformat()}")
+        return found
+
+    def ledger_for(self, client: Client) -> Ledger:
+        """The ledger opened with the client's name as the actor of what it writes."""
+        with self._guard:
+            led = self._ledgers.get(client.name)
+            if led is None:
+                led = self._ledgers[client.name] = Ledger(self.path, actor=client.name)
+            return led
+
+    def _owner(self, release_id: str) -> str | None:
+        """The client that reserved a release (the actor of its entries), None if none did."""
+        if release_id not in self._owners:
+            rows = self._base.history(where=Filter(release=release_id))
+            actors = [r["actor"] for r in rows if r.get("kind") in ("reserve", "deny")]
+            if not actors:
+                return None
+            self._owners[release_id] = actors[0]
+            self._admitted[release_id] = {r["user_id"] for r in rows
+                                          if r.get("kind") == "reserve"}
+        return self._owners[release_id]
+
+    def _check_owner(self, client: Client, op: str, kwargs: dict[str, Any]) -> None:
+        if client.role == "admin" or op not in OWNED_OPS:
+            return
+        rid = kwargs.get("release_id")
+        check_id(rid, "release_id")
+        owner = self._owner(rid)
+        if owner is not None and owner != client.name:
+            raise LedgerAccessError(f"release {rid!r} belongs to another client ({owner!r}); "
+                                    f"{op} on it needs that client or the admin role")
+        if op == "noise_seeds":
+            admitted = self._admitted.get(rid, set())
+            if owner is None or not set(kwargs["users"]) <= admitted:
+                raise LedgerAccessError(f"noise seeds are given only for users admitted in "
+                                        f"release {rid!r}, and only to its releaser")
+
+    def _note(self, client: Client, op: str, kwargs: dict[str, Any], result: Any) -> None:
+        if op == "reserve":
+            rid = kwargs["release_id"]
+            self._owners.setdefault(rid, client.name)
+            self._admitted.setdefault(rid, set()).update(d.user_id for d in result.admitted)
+
+    def call(self, client: Client, op: str, kwargs: dict[str, Any]) -> Any:
+        """Run one operation for an authenticated client (role and ownership checked).
+
+        Raises:
+            LedgerAccessError: the role or the release's owner refuses it.
+            CodecError: unknown operation or arguments of the wrong type or name.
+            PrivpipeError: what the embedded ledger raises for the same call.
+        """
+        if op not in ADMIN_OPS:
+            raise codec.CodecError(f"unknown ledger operation {op!r}")
+        if op not in ALLOWED[client.role]:
+            need = "releaser or admin" if op in RELEASER_OPS else "admin"
+            raise LedgerAccessError(f"{op} needs the {need} role; the credential "
+                                    f"{client.name!r} has the {client.role} role")
+        _check_args(op, kwargs)
+        if op == "whoami":
+            return {"name": client.name, "role": client.role}
+        led = self.ledger_for(client)
+        if op == "schema_version":
+            return led.schema_version
+        method = getattr(led, op)
+        try:
+            inspect.signature(method).bind(**kwargs)
+        except TypeError as err:
+            raise codec.CodecError(f"{op}: {err}") from None
+        if op not in WRITE_OPS and op not in OWNED_OPS:
+            return method(**kwargs)
+        with self._write:
+            self._check_owner(client, op, kwargs)
+            result = method(**kwargs)
+            self._note(client, op, kwargs, result)
+            return result
+
+    def handle(self, header: str, op: str, body: bytes) -> tuple[int, bytes]:
+        """(status, JSON body) of one request (see the module docstring for statuses)."""
+        try:
+            client = self.authenticate(header)
+        except LedgerAccessError as err:
+            return _error(401, err)
+        try:
+            kwargs = codec.loads(body) if body else {}
+            if not isinstance(kwargs, dict):
+                raise codec.CodecError("the body is a JSON object of keyword arguments")
+            result = self.call(client, op, kwargs)
+            return 200, codec.dumps({"result": result})
+        except codec.CodecError as err:
+            return _error(400, err)
+        except LedgerAccessError as err:
+            return _error(403, err)
+        except PrivpipeError as err:
+            return _error(422, err)
+        except Exception as err:  # noqa: BLE001 - a bug: logged, answered 500, server lives
+            log.exception("ledger service: %s failed", op)
+            return _error(500, RuntimeError(f"internal error in the ledger service "
+                                            f"({type(err).__name__}); see its log"))
+
+
+def make_app(service: LedgerService, *, max_request: int = MAX_REQUEST_MB * 2**20,
+             threads: int = 8) -> Any:
+    """The service's Starlette application (`threads` operations run at once)."""
+    import anyio
+    from starlette.applications import Starlette
+    from starlette.requests import Request as HttpRequest
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    limiter = anyio.CapacityLimiter(threads)
+
+    async def operation(request: HttpRequest) -> Response:
+        declared = request.headers.get("content-length", "")
+        if not declared.isdigit() or int(declared) > max_request:
+            return JSONResponse({"error": {"class": "CodecError", "attrs": {}, "message":
+                                           f"a request needs a content-length of at most "
+                                           f"{max_request} bytes"}}, status_code=413)
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > max_request:
+                return JSONResponse({"error": {"class": "CodecError", "attrs": {},
+                                               "message": "request too large"}},
+                                    status_code=413)
+        status, answer = await anyio.to_thread.run_sync(
+            service.handle, request.headers.get("authorization", ""),
+            request.path_params["op"], bytes(body), limiter=limiter)
+        return Response(answer, status_code=status, media_type="application/json")
+
+    async def health(request: HttpRequest) -> Response:
+        return Response(json.dumps({"ledger": 1}), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/health", health, methods=["GET"]),
+                             Route("/v1/{op}", operation, methods=["POST"])])
+
+
+def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
+                 clients: Path) -> None:
+    """Open the ledger and serve it over HTTPS until interrupted (module docstring).
+
+    Raises:
+        ParameterError: a bad --listen, missing certificate or key files, a bad
+            clients file.
+        LedgerOpenError: the ledger or its keys cannot be opened.
+    """
+    import uvicorn
+
+    from flows.worker_address import parse_listen
+
+    host, port = parse_listen(listen)
+    for flag, f in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--clients", clients)):
+        if not Path(f).is_file():
+            raise ParameterError(f"{flag} {str(f)!r} is not a readable file")
+    service = LedgerService(ledger, clients)
+    uvicorn.run(make_app(service), host=host, port=port, log_level="warning",
+                access_log=False, ssl_certfile=str(tls_cert), ssl_keyfile=str(tls_key))
