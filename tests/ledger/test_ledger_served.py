@@ -242,6 +242,24 @@ def test_credentials_refused_with_401_and_403(server):
         RemoteLedger(server.url, token="wrong-token-123456", ca=str(server.ca)).head()
 
 
+def test_a_token_whose_hash_shares_a_prefix_is_refused(server):
+    """The whole SHA-256 of the token is compared: a near miss is an unknown token.
+
+    The attacker searches tokens whose hash starts as a real client's does (the first
+    five hex digits: about 10^6 tries); a comparison of a prefix, or of a truncated
+    hash, would let one in as that client.
+    """
+    import hashlib
+    import itertools
+
+    real = hashlib.sha256(server.tokens["rel-a"].encode()).hexdigest()
+    near = next(t for t in (f"guess-{i}" for i in itertools.count())
+                if hashlib.sha256(t.encode()).hexdigest()[:5] == real[:5])
+    assert hashlib.sha256(near.encode()).hexdigest() != real
+    status, body = _post(server, "head", b"{}", near)
+    assert status == 401 and "does not know" in body["error"]["message"]
+
+
 @pytest.mark.parametrize("body", [
     b"not json", b"[1]", b'{"release_id": {"$frac": "1/0"}}',
     b'{"release_id": "x", "requests": [{"$type": "Request", "fields": {"user_id": "u", '
