@@ -37,6 +37,11 @@ def serve(
     clients: Annotated[Path, typer.Option(
         "--clients", help="Clients file (TOML, [[client]] name, role, token_sha256, "
                           "expires); re-read when it changes.")],
+    verify_every: Annotated[float, typer.Option(
+        "--verify-every", help="Least seconds between two whole-chain verifications run for "
+                               "releasers and auditors (writes wait during one); the same "
+                               "question at an unchanged head is answered from the last one. "
+                               "0: no limit.")] = 60.0,
 ) -> None:
     """Serve the ledger to releasers, auditors and admins on other hosts, over HTTPS.
 
@@ -46,7 +51,8 @@ def serve(
     """
     from flows.ledger_server import serve_ledger
 
-    serve_ledger(ledger, listen, tls_cert=tls_cert, tls_key=tls_key, clients=clients)
+    serve_ledger(ledger, listen, tls_cert=tls_cert, tls_key=tls_key, clients=clients,
+                 verify_every=verify_every)
 
 
 def _expiry(text: str | None) -> str:

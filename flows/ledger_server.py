@@ -37,6 +37,7 @@ import inspect
 import json
 import logging
 import threading
+import time
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from typing import Any
 
 from ledger import remote_codec as codec
 from ledger.checks import check_id
+from ledger.errors import LedgerBusyError
 from ledger.filters import Filter
 from ledger.ledger import Ledger
 from ledger.records import Request, Settlement
@@ -53,6 +55,9 @@ from schemas.errors import ParameterError, PrivpipeError
 from schemas.policy import Policy
 
 MAX_REQUEST_MB = 512
+VERIFY_EVERY = 60.0
+"""Default least interval, in seconds, between two whole-chain verifications a non-admin
+client can make the service run (`LedgerService.verify`)."""
 ROLES = ("releaser", "auditor", "admin")
 READ_OPS = frozenset({
     "whoami", "schema_version", "head", "kept_head_problem", "domains", "domain",
@@ -148,8 +153,12 @@ def _check_args(op: str, kwargs: dict[str, Any]) -> None:
 class LedgerService:
     """The served ledger: authentication, roles, release ownership, one lock for writes."""
 
-    def __init__(self, ledger_path: Path, clients_path: Path):
+    def __init__(self, ledger_path: Path, clients_path: Path, *,
+                 verify_every: float = VERIFY_EVERY):
         """Open the ledger (as its owner: keys required) and read the clients file.
+
+        `verify_every`: the least seconds between two whole-chain verifications run for
+        releasers and auditors (`verify`); 0 runs every one asked for.
 
         Raises:
             LedgerOpenError: the ledger or its keys cannot be opened.
@@ -163,6 +172,9 @@ class LedgerService:
         self._owners: dict[str, str] = {}
         self._admitted: dict[str, set[str]] = {}
         self._clients: tuple[float, list[Client]] = (-1.0, [])
+        self.verify_every = float(verify_every)
+        self._verifying = threading.Lock()
+        self._verified: tuple[Any, Any, float] | None = None  # (key, report, when)
         self.clients()
 
     def clients(self) -> list[Client]:
@@ -236,6 +248,44 @@ class LedgerService:
             self._owners.setdefault(rid, client.name)
             self._admitted.setdefault(rid, set()).update(d.user_id for d in result.admitted)
 
+    def verify(self, client: Client, led: Ledger, kwargs: dict[str, Any]) -> Any:
+        """A whole-chain verification for a client, at most one at a time.
+
+        A verification reads the whole chain while holding the ledger, so every write
+        waits for it (22.6 s at 10^6 users, benchmarks/results/audit_serve.md): a
+        non-admin client asking again and again would stop every release. So for
+        releasers and auditors: the same question at the same signed head is answered
+        from the last verification (same chain, same answer); a new one runs at most
+        every `verify_every` seconds and never beside another. Admins are not limited.
+
+        Raises:
+            LedgerBusyError: a verification is running, or the last one was too recent
+                (the message says when to ask again); exit 2, retryable.
+        """
+        if client.role == "admin":
+            return led.verify(**kwargs)
+        head = led.head()
+        key = (head.seq, head.hash, codec.dumps(kwargs))
+        if not self._verifying.acquire(blocking=False):
+            raise LedgerBusyError("the ledger service is verifying the chain for another "
+                                  "client; ask again when it ends")
+        try:
+            last = self._verified
+            if last is not None and last[0] == key:
+                return last[1]
+            ago = time.monotonic() - last[2] if last is not None else None
+            if ago is not None and ago < self.verify_every:
+                raise LedgerBusyError(
+                    f"the ledger service verified the chain {ago:.0f} s ago (up to entry "
+                    f"{last[0][0]:,}) and runs a new verification at most every "
+                    f"{self.verify_every:g} s, so that releases are not held up; ask again "
+                    f"in {self.verify_every - ago:.0f} s")
+            report = led.verify(**kwargs)
+            self._verified = (key, report, time.monotonic())
+            return report
+        finally:
+            self._verifying.release()
+
     def call(self, client: Client, op: str, kwargs: dict[str, Any]) -> Any:
         """Run one operation for an authenticated client (role and ownership checked).
 
@@ -261,6 +311,8 @@ class LedgerService:
             inspect.signature(method).bind(**kwargs)
         except TypeError as err:
             raise codec.CodecError(f"{op}: {err}") from None
+        if op == "verify":
+            return self.verify(client, led, kwargs)
         if op not in WRITE_OPS and op not in OWNED_OPS:
             return method(**kwargs)
         with self._write:
@@ -330,7 +382,7 @@ def make_app(service: LedgerService, *, max_request: int = MAX_REQUEST_MB * 2**2
 
 
 def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
-                 clients: Path) -> None:
+                 clients: Path, verify_every: float = VERIFY_EVERY) -> None:
     """Open the ledger and serve it over HTTPS until interrupted (module docstring).
 
     Raises:
@@ -346,6 +398,8 @@ def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
     for flag, f in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--clients", clients)):
         if not Path(f).is_file():
             raise ParameterError(f"{flag} {str(f)!r} is not a readable file")
-    service = LedgerService(ledger, clients)
+    if not verify_every >= 0:
+        raise ParameterError(f"--verify-every must be >= 0 seconds; got {verify_every}")
+    service = LedgerService(ledger, clients, verify_every=verify_every)
     uvicorn.run(make_app(service), host=host, port=port, log_level="warning",
                 access_log=False, ssl_certfile=str(tls_cert), ssl_keyfile=str(tls_key))

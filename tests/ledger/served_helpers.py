@@ -143,15 +143,18 @@ def wait_up(served: Served, timeout: float = 60.0) -> None:
     raise RuntimeError("ledger serve did not come up")
 
 
-def start_server(ledger: Path, tmp: Path) -> Served:
-    """Serve `ledger` on a free port of 127.0.0.1 with fresh certificates and clients."""
+def start_server(ledger: Path, tmp: Path, verify_every: float = 0) -> Served:
+    """Serve `ledger` on a free port of 127.0.0.1 with fresh certificates and clients.
+
+    `verify_every` 0 (no limit on verifications) unless a test checks the limit.
+    """
     ca, cert, key = make_certs(tmp / "tls")
     clients = tmp / "clients.toml"
     tokens = write_clients(clients)
     port = free_port()
     args = [PYTHON, "-m", "flows.cli", "ledger", "serve", "--ledger", str(ledger),
             "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert), "--tls-key", str(key),
-            "--clients", str(clients)]
+            "--clients", str(clients), "--verify-every", str(verify_every)]
     served = Served(ledger, f"https://127.0.0.1:{port}", ca, tokens, _spawn(args), args)
     wait_up(served)
     return served

@@ -418,3 +418,39 @@ def test_serve_refuses_bad_options(tmp_path):
 
     with pytest.raises(ParameterError, match="role must be one of"):
         load_clients(clients)
+
+
+def test_verifications_for_non_admins_are_limited_so_writes_are_not_held_up(tmp_path):
+    """The attack: an auditor's token asks for `verify` in a loop.
+
+    A whole-chain verification holds the ledger (a write waits 22.6 s for one at 10^6
+    users), so an unlimited loop stops every release. The service answers the same
+    question at an unchanged head from its last verification, runs a new one at most
+    every --verify-every seconds, and refuses the rest with LedgerBusyError (exit 2,
+    retryable) naming when to ask again; an admin is not limited.
+    """
+    from ledger_helpers import POLICY
+
+    from ledger.errors import LedgerBusyError
+    from schemas.policy import parse_policy
+
+    path = tmp_path / "led" / "ledger.duckdb"
+    Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
+    served = start_server(path, tmp_path, verify_every=3600)
+    try:
+        aud, rel, adm = (_remote(served, who) for who in ("aud", "rel-a", "adm"))
+        first = aud.verify()
+        assert first.ok
+        assert aud.verify() == first and rel.verify() == first  # same head: the same answer
+        rel.reserve("busy-1", [Request("u1", "ais", amount=Fraction(1, 8))], mechanism="m",
+                    parameters={})
+        with pytest.raises(LedgerBusyError, match=r"verified the chain \d+ s ago .* at most "
+                                                  r"every 3600 s"):
+            aud.verify()  # the head moved: a new verification would run within the hour
+        assert adm.verify().ok  # the admin is not limited
+        res = subprocess.run(
+            [PYTHON, "-m", "flows.cli", "ledger", "verify", "--ledger", served.url],
+            env=served.env("aud"), capture_output=True, text=True, timeout=120, check=False)
+        assert res.returncode == 2 and "ask again in" in res.stderr, res.stderr
+    finally:
+        served.stop()
