@@ -146,3 +146,38 @@ def test_server_killed_between_reserve_and_settle(tmp_path, inputs):
     kinds = [r["kind"] for r in Ledger(b).history(where=Filter(release="r1"))]
     assert kinds.count("reserve") == 6 and kinds.count("settle") == 6
     assert Ledger(b).verify().ok
+
+
+def test_client_killed_mid_release_then_rerun_from_another_home(tmp_path, inputs):
+    """SIGKILL of the releasing client after its reserve: the served ledger keeps the
+    reservation; a rerun (another PRIVPIPE_HOME, as from another worker) finishes the
+    release with the embedded run's bytes and charges every user exactly once."""
+    a, b = _ledgers(tmp_path, inputs[0])
+    _finish(_release(inputs, tmp_path / "out-a", str(a), _env(tmp_path, "home-a")))
+    served = start_server(b, tmp_path)
+    paused = tmp_path / "paused"
+    try:
+        env = _env(tmp_path, "home-b", served, PRIVPIPE_FAULT_AT="after_reserve",
+                   PRIVPIPE_FAULT_MODE="pause", PRIVPIPE_FAULT_PAUSED=str(paused),
+                   PRIVPIPE_FAULT_RESUME=str(tmp_path / "never"))
+        proc = _release(inputs, tmp_path / "out-b", served.url, env, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not paused.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)  # the client and its Prefect server die
+        proc.communicate(timeout=60)
+        held = Ledger(b).history(where=Filter(release="r1"))
+        assert [r["kind"] for r in held].count("reserve") == 6  # reserved, never settled
+        assert not any(r["kind"] == "settle" for r in held)
+        _finish(_release(inputs, tmp_path / "out-b", served.url,
+                         _env(tmp_path, "home-c", served)))
+    finally:
+        served.stop()
+    for p in (tmp_path / "out-a").rglob("*.parquet"):
+        rel = p.relative_to(tmp_path / "out-a")
+        assert p.read_bytes() == (tmp_path / "out-b" / rel).read_bytes(), rel
+    assert _charges(a) == _charges(b)
+    kinds = [r["kind"] for r in Ledger(b).history(where=Filter(release="r1"))]
+    assert kinds.count("reserve") == 6 and kinds.count("settle") == 6
+    assert Ledger(b).verify().ok
