@@ -104,8 +104,12 @@ def test_a_tls_runner_without_dask_tls_configuration_is_refused():
     assert exc.value.exit_code == 2
 
 
-def test_the_cli_accepts_tls_and_processes_runners():
+def test_the_cli_accepts_tls_and_processes_runners(monkeypatch):
     from flows.preflight import task_runner_spec
 
+    # a scheduler on another host needs a Prefect API its workers reach (test_remote_runner_api)
+    monkeypatch.setattr("flows.settings.configured_api_url",
+                        lambda: "http://prefect-server:4200/api")
     assert task_runner_spec("tls://scheduler:8786") == "tls://scheduler:8786"
+    assert task_runner_spec("tls://127.0.0.1:8786") == "tls://127.0.0.1:8786"
     assert task_runner_spec("processes") == "processes"
