@@ -229,16 +229,7 @@ def _record(raw: dict[str, Any], depth: int) -> Any:
     name, fields = raw.get("$type"), raw.get("fields")
     if len(raw) != 2 or not isinstance(fields, dict):
         raise CodecError("a record is {\"$type\": NAME, \"fields\": {...}}")
-    cls = RECORDS.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise CodecError(f"unknown record type {str(name)[:40]!r}")
-    known, required = _shape(cls)
-    unknown = fields.keys() - known.keys()
-    if unknown:
-        raise CodecError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))[:200]}")
-    missing = required - fields.keys()
-    if missing:
-        raise CodecError(f"missing field(s) of {name}: {', '.join(sorted(missing))}")
+    cls, known = _record_fields(name, fields.keys())
     values = {}
     for k, v in fields.items():
         value = v if v is None or type(v) is str else decode(v, depth + 1)
@@ -250,23 +241,32 @@ def _record(raw: dict[str, Any], depth: int) -> Any:
         raise CodecError(f"invalid {name}: {err}") from None
 
 
+def _record_fields(name: Any, given: Any) -> tuple[type, dict[str, Any]]:
+    """The record class of `name` and its field types, `given` checked against its fields.
+
+    Raises:
+        CodecError: an unknown record type, an unknown field or a missing required one.
+    """
+    cls = RECORDS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise CodecError(f"unknown record type {str(name)[:40]!r}")
+    known, required = _shape(cls)
+    unknown = given - known.keys()
+    if unknown:
+        raise CodecError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))[:200]}")
+    missing = required - given
+    if missing:
+        raise CodecError(f"missing field(s) of {name}: {', '.join(sorted(missing))}")
+    return cls, known
+
+
 def _rows(body: Any, depth: int) -> list[Any]:
     """Records of one type sent column by column, checked column by column (strict)."""
     if not (isinstance(body, dict) and set(body) == {"type", "columns"}
             and isinstance(body["columns"], dict)):
         raise CodecError('$rows is {"type": NAME, "columns": {field: [values]}}')
-    name = body["type"]
-    cls = RECORDS.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise CodecError(f"unknown record type {str(name)[:40]!r}")
-    known, required = _shape(cls)
-    cols = body["columns"]
-    unknown = cols.keys() - known.keys()
-    if unknown:
-        raise CodecError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))[:200]}")
-    missing = required - cols.keys()
-    if missing:
-        raise CodecError(f"missing field(s) of {name}: {', '.join(sorted(missing))}")
+    name, cols = body["type"], body["columns"]
+    cls, known = _record_fields(name, cols.keys())
     decoded = {k: decode(v, depth + 1) for k, v in cols.items()}
     lengths = {len(v) if isinstance(v, list) else -1 for v in decoded.values()}
     if len(lengths) != 1 or min(lengths) < 1:
