@@ -17,10 +17,11 @@ client's calls write.
 
 Roles: an auditor reads (`READ_OPS`); a releaser also plans, reserves,
 settles, closes and records its own releases, draws noise seeds for the
-users admitted in its own release, and reads/writes the stream watermarks
-(`RELEASER_OPS`); a release belongs to the client whose credential first
-reserved it (the actor of its entries, so it survives a restart); an admin
-may do everything, including policy changes and migrations (`ADMIN_OPS`).
+users admitted in its own release and the recheck keys of its chunks, and
+reads/writes the stream watermarks (`RELEASER_OPS`); a release belongs to the
+client whose credential first reserved it (the actor of its entries, so it
+survives a restart); an admin may do everything, including policy changes
+and migrations (`ADMIN_OPS`).
 
 Concurrency: every ledger operation is one DuckDB transaction (`Ledger`);
 the operations that write are serialised by one lock here, which also makes
@@ -64,7 +65,8 @@ READ_OPS = frozenset({
     "policy_history", "release", "entry_range", "balances", "near_cap_users", "history",
     "releases", "denials", "charge_summary", "window_charge_summary", "balance_summary",
     "release_charges", "verify"})
-OWNED_OPS = frozenset({"reserve", "settle", "close", "record_release", "noise_seeds"})
+OWNED_OPS = frozenset({"reserve", "settle", "close", "record_release", "noise_seeds",
+                       "recheck_keys"})
 RELEASER_OPS = READ_OPS | OWNED_OPS | {"plan", "check_binding", "input_tag",
                                        "stream_ranges", "range_fingerprint"}
 ADMIN_OPS = RELEASER_OPS | {"apply_policy", "migrate"}
@@ -144,6 +146,9 @@ def _check_args(op: str, kwargs: dict[str, Any]) -> None:
         raise codec.CodecError(f"{op}: where must be a Filter")
     if kwargs.get("policy_") is not None and not isinstance(kwargs["policy_"], Policy):
         raise codec.CodecError(f"{op}: policy_ must be a Policy")
+    if "chunks" in kwargs and not (isinstance(kwargs["chunks"], list) and all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in kwargs["chunks"])):
+        raise codec.CodecError(f"{op}: chunks must be a list of chunk indices (ints >= 0)")
     for key in ("users", "fingerprints"):
         if key in kwargs and not (isinstance(kwargs[key], list)
                                   and all(isinstance(x, str) for x in kwargs[key])):
@@ -236,6 +241,9 @@ class LedgerService:
         if owner is not None and owner != client.name:
             raise LedgerAccessError(f"release {rid!r} belongs to another client ({owner!r}); "
                                     f"{op} on it needs that client or the admin role")
+        if op == "recheck_keys" and owner != client.name:
+            raise LedgerAccessError(f"recheck keys are given only to the client that reserved "
+                                    f"release {rid!r}")
         if op == "noise_seeds":
             admitted = self._admitted.get(rid, set())
             if owner is None or not set(kwargs["users"]) <= admitted:

@@ -35,7 +35,6 @@ from prefect.utilities.annotations import quote
 
 from files.outputs import ParquetAppender
 from files.staging import read_arrow, write_arrow
-from ledger.keys import load_key
 from mechanisms.cost import float_at_most
 from schemas.policy import Domain
 from tasks.ledger_ops import by_user, plan_requests
@@ -48,7 +47,7 @@ from tasks.privatize import (
     privatize_stream_chunk,
     privatize_streams,
 )
-from tasks.recheck import CheckedFuture, curve_subchunk, sample_key, sample_users, stream_subchunk
+from tasks.recheck import CheckedFuture, curve_subchunk, sample_users, stream_subchunk
 from tasks.stage import load_curve_chunk, load_stream_chunk
 
 if TYPE_CHECKING:
@@ -329,6 +328,12 @@ class StreamRelease:
             mechanism=self.spec.mechanism)
 
 
+def _recheck_keys(run: ReleaseRun, indices: list[int]) -> dict[int, bytes]:
+    """Chunk index -> the key of its recheck sample (from the ledger: no key file needed)."""
+    got = run.ledger.recheck_keys(run.rid, indices)
+    return {i: bytes.fromhex(k) for i, k in zip(indices, got, strict=True)}
+
+
 def _checked(kind: Any, run: ReleaseRun, future: Any, payload: Any, subchunk: Any, local: Any,
              *, per_item: bool) -> Any:
     """`future`, or on a remote runner a `CheckedFuture` re-executing a secret sample locally.
@@ -344,11 +349,14 @@ def _checked(kind: Any, run: ReleaseRun, future: Any, payload: Any, subchunk: An
 
         ctx = FlowRunContext.get()
         remote = ctx is not None and is_remote(ctx.task_runner)
-        kind._recheck = (recheck_rate(), load_key(run.ledger.key_path)) if remote else None
+        kind._recheck = (recheck_rate(), _recheck_keys(run, [c.index for c in run.plan.chunks])
+                         ) if remote else None
     if kind._recheck is None:
         return future
-    rate, key = kind._recheck
-    sample = sample_users(sample_key(key, run.rid, payload.index), payload.user_ids, rate)
+    rate, keys = kind._recheck
+    if payload.index not in keys:
+        keys.update(_recheck_keys(run, [payload.index]))
+    sample = sample_users(keys[payload.index], payload.user_ids, rate)
     return CheckedFuture(future, index=payload.index, chunk_users=payload.user_ids,
                          sample=sample, subchunk=subchunk(payload, sample), local=local,
                          per_item=per_item, worker_of=worker_of)

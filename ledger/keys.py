@@ -36,6 +36,7 @@ _SEAL_LABEL_V2 = "privpipe chain seal v2"
 _SEAL_LABEL_V3 = "privpipe chain seal v3"
 _TAG_LABEL = "privpipe input tag v1"
 _SEED_LABEL = "privpipe noise seed v2"
+_SAMPLE_LABEL = "privpipe recheck sample v1"
 
 
 def key_path_for(ledger_path: str | os.PathLike[str]) -> Path:
@@ -212,3 +213,14 @@ def noise_seed(key: bytes, release_id: str, user_id: str, data_fingerprint: str,
                       str(parameters_digest)], ensure_ascii=False)
     digest = hmac.new(key, msg.encode("utf-8"), hashlib.sha256).digest()
     return int.from_bytes(digest, "big")
+
+
+def recheck_sample_key(key: bytes, release_id: str, chunk: int) -> bytes:
+    """The secret key that chooses a chunk's re-executed users (`tasks.recheck`).
+
+    HMAC-SHA256 of the noise key over the JSON array ``["privpipe recheck sample
+    v1", release_id, chunk]``: a label no noise seed uses, so it equals no seed a
+    worker receives, and it reveals nothing of the noise key (one-way).
+    """
+    msg = json.dumps([_SAMPLE_LABEL, str(release_id), int(chunk)], ensure_ascii=False)
+    return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).digest()

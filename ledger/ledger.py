@@ -635,6 +635,22 @@ class Ledger:
             out[user_id] = keys.noise_seed(self._keys.noise_key, release_id, user_id, fp, digest)
         return out
 
+    def recheck_keys(self, release_id: str, chunks: Sequence[int]) -> list[str]:
+        """The keys (hex) choosing the re-executed users of each of a release's `chunks`.
+
+        `keys.recheck_sample_key`: one-way keys derived from the noise key for this
+        release and chunk only, so a flow whose ledger is served (it has no noise
+        key) checks its remote workers on the same secret sample as an embedded one.
+        The service gives them only to the release's owner.
+
+        Raises:
+            LedgerIntegrityError: the key file does not match the ledger's fingerprint.
+        """
+        self._require_key()
+        check_id(release_id, "release_id")
+        return [keys.recheck_sample_key(self._keys.noise_key, release_id, int(c)).hex()
+                for c in chunks]
+
     def stream_ranges(self, domain: str, keys_: Iterable[tuple[str, str]]
                       ) -> dict[tuple[str, str], list[watermark.StreamRange]]:
         """The active released ranges of each (user_id, stream_id) of `domain`, in entry order.

@@ -224,16 +224,13 @@ class RemoteLedger:
 
     @property
     def key_path(self) -> Path:
-        """Not available: the noise key stays with the service.
+        """Not available: the noise key stays with the service (`recheck_keys`, `noise_seeds`).
 
         Raises:
-            ParameterError: always (what needs the key file, e.g. the recheck
-                sample of remote chunk workers, is not supported with a served ledger).
+            ParameterError: always.
         """
-        raise ParameterError(
-            "the noise key stays with the ledger service: remote chunk workers (whose "
-            "recheck sample is keyed by it) are not supported with --ledger https://... yet; "
-            "use a local task runner")
+        raise ParameterError("the noise key stays with the ledger service; what a flow needs "
+                             "of it comes through the service (noise_seeds, recheck_keys)")
 
     def _call(self, op: str, **kwargs: Any) -> Any:
         status, body = self._http.post(op, codec.dumps(kwargs))
@@ -354,6 +351,10 @@ class RemoteLedger:
         """Noise seeds of users admitted in this client's own release (`Ledger.noise_seeds`)."""
         return self._call("noise_seeds", release_id=release_id, users=list(users),
                           fingerprints=list(fingerprints), parameters=parameters)
+
+    def recheck_keys(self, release_id: str, chunks: Sequence[int]) -> list[str]:
+        """The recheck sample keys of a release's chunks (`Ledger.recheck_keys`); its owner."""
+        return self._call("recheck_keys", release_id=release_id, chunks=[int(c) for c in chunks])
 
     def stream_ranges(self, domain: str, keys_: Iterable[tuple[str, str]]
                       ) -> dict[tuple[str, str], list[watermark.StreamRange]]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ledger.keys import recheck_sample_key
 from schemas.errors import EXIT_INTEGRITY, ParameterError
 from tasks.privatize import ChunkResult, MechanismRunError
 from tasks.stage import CurveChunk, StreamChunk
@@ -50,8 +50,6 @@ __all__ = ["DEFAULT_RATE", "CheckedFuture", "RemoteResultMismatch", "check_rate"
 
 DEFAULT_RATE = 0.01
 """The share of each remote chunk's users re-executed locally (at least one user per chunk)."""
-
-_SAMPLE_LABEL = "privpipe recheck sample v1"
 
 
 class RemoteResultMismatch(MechanismRunError):
@@ -95,12 +93,11 @@ def check_rate(rate: Any, where: str = "PRIVPIPE_RECHECK_RATE") -> float:
 def sample_key(noise_key: bytes, release_id: str, chunk: int) -> bytes:
     """The secret key that chooses a chunk's re-executed users (never sent to a worker).
 
-    HMAC-SHA256 of the ledger's noise key over the JSON array
-    ``["privpipe recheck sample v1", release_id, chunk]``: a label no noise seed
-    uses, so it equals no seed a worker receives.
+    `ledger.keys.recheck_sample_key`: HMAC-SHA256 of the ledger's noise key over
+    ``["privpipe recheck sample v1", release_id, chunk]``. A flow whose ledger is
+    served gets the same keys from the service (`Ledger.recheck_keys`).
     """
-    msg = json.dumps([_SAMPLE_LABEL, str(release_id), int(chunk)], ensure_ascii=False)
-    return hmac.new(noise_key, msg.encode("utf-8"), hashlib.sha256).digest()
+    return recheck_sample_key(noise_key, release_id, chunk)
 
 
 def sample_users(key: bytes, users: Sequence[str], rate: float) -> list[str]:

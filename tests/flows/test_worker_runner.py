@@ -218,3 +218,28 @@ def test_worker_serve_refuses_plain_http_off_loopback_with_exit_2(tmp_path):
                                  "--token-file", str(token), "--insecure-loopback"])
     assert r.exit_code == 2, r.output
     assert "loopback address only" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("kind", ["curves", "streams"])
+def test_workers_with_a_served_ledger_give_the_threads_bytes(kind, workers, token_env,
+                                                             curves_csv, streams_csv,
+                                                             policy_file, tmp_path, monkeypatch):
+    """A flow whose ledger is served holds no noise key: the recheck keys of its remote
+    chunks come from the service (`recheck_keys`), and the release is the threads one."""
+    from tests.ledger.served_helpers import start_server
+
+    ledgers = _twins(tmp_path, policy_file)
+    inputs = curves_csv if kind == "curves" else streams_csv
+    threads = _release(kind, "threads", ledgers["threads"], inputs, policy_file,
+                       tmp_path / "threads" / "out")
+    served = start_server(ledgers["workers"], tmp_path / "service")
+    try:
+        monkeypatch.setenv("PRIVPIPE_LEDGER_TOKEN", served.tokens["rel-a"])
+        monkeypatch.setenv("PRIVPIPE_LEDGER_CA", str(served.ca))
+        remote = _release(kind, "privpipe+http://" + ",".join(workers), served.url, inputs,
+                          policy_file, tmp_path / "workers" / "out")
+    finally:
+        served.stop()
+    assert _digest(Path(remote["out"])) == _digest(Path(threads["out"]))
+    assert _entries(ledgers["workers"]) == _entries(ledgers["threads"])
+    assert Ledger(ledgers["workers"]).verify().ok

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger_helpers import PYTHON, subprocess_env
+from tests.ledger.ledger_helpers import PYTHON, subprocess_env
 
 TOKENS = {"rel-a": ("releaser", None), "rel-b": ("releaser", None), "aud": ("auditor", None),
           "adm": ("admin", None), "old": ("releaser", "2020-01-01T00:00:00Z")}
