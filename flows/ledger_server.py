@@ -1,6 +1,7 @@
 """`privpipe ledger serve`: one process owns the DuckDB ledger and serves its operations.
 
-Transport: HTTPS only (``--tls-cert``/``--tls-key``); ``POST /v1/<operation>``
+Transport: HTTPS only (``--tls-cert``/``--tls-key``); ``GET /v1/tables/<table>``
+for exports (`flows.ledger_server_tables`); ``POST /v1/<operation>``
 with a JSON body of keyword arguments (`ledger.remote_codec`), answered with
 ``{"result": ...}`` (200) or ``{"error": {"class", "message", "attrs"}}``:
 400 a malformed message (unknown field, wrong type, unknown operation), 401 a
@@ -385,7 +386,16 @@ def make_app(service: LedgerService, *, max_request: int = MAX_REQUEST_MB * 2**2
     async def health(request: HttpRequest) -> Response:
         return Response(json.dumps({"ledger": 1}), media_type="application/json")
 
+    async def tables(request: HttpRequest) -> Response:
+        from flows.ledger_server_tables import tables_answer
+
+        status, answer, media = await anyio.to_thread.run_sync(
+            tables_answer, service, request.headers.get("authorization", ""),
+            request.path_params["what"], limiter=limiter)
+        return Response(answer, status_code=status, media_type=media)
+
     return Starlette(routes=[Route("/v1/health", health, methods=["GET"]),
+                             Route("/v1/tables/{what}", tables, methods=["GET"]),
                              Route("/v1/{op}", operation, methods=["POST"])])
 
 

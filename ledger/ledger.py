@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from ledger import backup as backup_
 from ledger import (
@@ -757,15 +758,17 @@ class Ledger:
                 ``releases``, ``denials``, or ``all``.
         """
         queries.check_export(fmt, what)
-        if what != "all":
-            return queries.write_table(self._read(lambda con: queries.export_table(con, what)),
-                                       path, fmt)
-        tables = self._read(lambda con: {name: queries.export_table(con, name)
-                                         for name in queries.EXPORTS})
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        return sum(queries.write_table(tbl, out / f"{name}.{fmt}", fmt)
-                   for name, tbl in tables.items())
+        return queries.write_export(self.export_tables(what), path, fmt, what)
+
+    def export_tables(self, what: str) -> dict[str, pa.Table]:
+        """The export tables `export` writes (``all``: every table, read in one snapshot).
+
+        Raises:
+            ParameterError: an unknown table.
+        """
+        queries.check_export("csv", what)
+        names = list(queries.EXPORTS) if what == "all" else [what]
+        return self._read(lambda con: {name: queries.export_table(con, name) for name in names})
 
     # ------------------------------------------------------------------ verify
 

@@ -411,3 +411,17 @@ def write_table(tbl: pa.Table, path: str | os.PathLike[str], fmt: str) -> int:
         out.write_text(json.dumps(tbl.to_pylist(), default=str, ensure_ascii=False) + "\n",
                        encoding="utf-8")
     return tbl.num_rows
+
+
+def write_export(tables: dict[str, pa.Table], path: str | os.PathLike[str], fmt: str,
+                 what: str) -> int:
+    """Write `Ledger.export_tables` as `Ledger.export` does; return the row count.
+
+    One table: the file `path`. ``all``: the directory `path` (created if
+    missing) holding ``<table>.<fmt>`` for every table.
+    """
+    if what != "all":
+        return write_table(tables[what], path, fmt)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    return sum(write_table(tbl, out / f"{name}.{fmt}", fmt) for name, tbl in tables.items())

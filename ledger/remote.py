@@ -164,7 +164,12 @@ class _Transport:
         self._local.con = None
 
     def post(self, op: str, body: bytes) -> tuple[int, bytes]:
-        """(status, body) of ``POST /v1/<op>``, retrying connection errors until the deadline.
+        """(status, body) of ``POST /v1/<op>`` (`request`)."""
+        return self.request("POST", f"/v1/{op}", body)
+
+    def request(self, method: str, route: str, body: bytes | None = None
+                ) -> tuple[int, bytes]:
+        """(status, body) of one request, retrying connection errors until the deadline.
 
         Raises:
             LedgerAccessError: the server's certificate is not trusted.
@@ -174,7 +179,7 @@ class _Transport:
         while True:
             try:
                 con = self._connection()
-                con.request("POST", f"/v1/{op}", body=body, headers={
+                con.request(method, route, body=body, headers={
                     "Authorization": self.auth, "Content-Type": "application/json"})
                 resp = con.getresponse()
                 return resp.status, resp.read()
@@ -240,6 +245,20 @@ class RemoteLedger:
             answer = None
         if status == 200 and isinstance(answer, dict) and "result" in answer:
             return answer["result"]
+        self._raise(status, body, op, answer)
+
+    @staticmethod
+    def _raise(status: int, body: bytes, op: str, answer: Any = None) -> None:
+        """Raise the privpipe error of a service's error answer (same class, same exit code).
+
+        Raises:
+            PrivpipeError: always (`LedgerInternalError` for an answer without one).
+        """
+        if answer is None:
+            try:
+                answer = codec.loads(body)
+            except codec.CodecError:
+                answer = None
         err = answer.get("error") if isinstance(answer, dict) else None
         if not isinstance(err, dict):
             raise ledger_errors.LedgerInternalError(
@@ -417,13 +436,23 @@ class RemoteLedger:
 
     def export(self, path: str | os.PathLike[str], fmt: str = "csv", what: str = "entries"
                ) -> int:
-        """Not served: export on the service's host (or from a replica, `ledger replicate`).
+        """Write a table for auditors to the local `path`, as `Ledger.export` does.
+
+        The service sends the tables (``GET /v1/tables/<what>``, `ledger.export_wire`;
+        ``all`` from one snapshot) and they are written here with the embedded
+        ledger's code, so the files are those `export` writes on the service's host.
 
         Raises:
-            ParameterError: always.
+            ParameterError: an unknown format or table.
         """
-        raise ParameterError("export is not served by `ledger serve` yet; run `privpipe ledger "
-                             "export` on the service's host or on a replica")
+        from ledger import export_wire, queries
+
+        queries.check_export(fmt, what)
+        status, body = self._http.request("GET", f"/v1/tables/{what}")
+        if status != 200:
+            self._raise(status, body, "export")
+        names = list(queries.EXPORTS) if what == "all" else [what]
+        return queries.write_export(export_wire.decode_tables(body, names), path, fmt, what)
 
     def verify_or_raise(self, expect: Sequence[tuple[str, SignedHead | heads.PlainHead]] = ()
                         ) -> VerifyReport:
