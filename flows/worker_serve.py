@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.worker_address import is_loopback, parse_listen
+from ledger.keys import read_token_file
 from schemas.errors import ParameterError
 
 MAX_REQUEST_MB = 1024
@@ -129,7 +130,7 @@ def serve_worker(listen: str, *, tls_cert: Path | None, tls_key: Path | None,
     import uvicorn
 
     host, port = parse_listen(listen)
-    token = (token_file.read_text(encoding="utf-8").strip() if token_file is not None
+    token = (read_token_file(token_file, "the --token-file") if token_file is not None
              else None)
     _check_options(host, (tls_cert, tls_key), client_ca, token, insecure_loopback)
     tls: dict[str, Any] = {}

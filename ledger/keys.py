@@ -28,6 +28,7 @@ import stat
 from pathlib import Path
 
 from ledger.errors import LedgerOpenError
+from schemas.errors import ParameterError
 
 KEY_BYTES = 32
 _FINGERPRINT_LABEL = b"privpipe noise key fingerprint v1"
@@ -124,6 +125,45 @@ def _check_private(st: os.stat_result, where: str, path: str) -> None:
         raise LedgerOpenError(
             f"{where} has permissions {mode:04o}, wider than 0600; "
             f"run `chmod 600 {path}` (and consider whether the key leaked)")
+
+
+def read_token_file(path: str | os.PathLike[str], what: str) -> str:
+    """A bearer token from a file no other local user can read or replace.
+
+    Symbolic links are followed (Kubernetes mounts Secret files through them);
+    the file they reach must be a regular file owned by the user running
+    privpipe or by root, with no permission for others and not writable by its
+    group (Kubernetes: ``defaultMode: 0440`` with the pod's ``fsGroup``).
+
+    Raises:
+        ParameterError: the file is missing, unreadable, empty, or breaks a rule
+            (the message names the file, its mode and the fix); exit 2.
+    """
+    where = f"{what} {str(path)!r}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise ParameterError(f"cannot read {where}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISREG(st.st_mode):
+            raise ParameterError(f"{where} is not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise ParameterError(f"{where} is owned by uid {st.st_uid}, not by the user running "
+                                 f"privpipe (uid {os.geteuid()}) or root: another user can "
+                                 "replace it")
+        if mode & 0o027:
+            raise ParameterError(f"{where} has permissions {mode:04o}: other users can read or "
+                                 f"change the token; run `chmod 600 {path}` (in Kubernetes: "
+                                 "defaultMode 0440 and the pod's fsGroup) and consider "
+                                 "whether it leaked")
+        text = os.read(fd, 1 << 16).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+    if not text:
+        raise ParameterError(f"{where} is empty")
+    return text
 
 
 def load_key(path: Path) -> bytes:

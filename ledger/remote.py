@@ -95,7 +95,9 @@ def load_token() -> str:
     """The bearer token from ``PRIVPIPE_LEDGER_TOKEN`` or ``PRIVPIPE_LEDGER_TOKEN_FILE``.
 
     Raises:
-        LedgerAccessError: neither is set, or the file cannot be read or is empty.
+        LedgerAccessError: neither is set.
+        ParameterError: the file cannot be read, is empty, or other users can read
+            or replace it (`ledger.keys.read_token_file`).
     """
     token = os.environ.get(TOKEN_ENV, "").strip()
     if token:
@@ -104,14 +106,9 @@ def load_token() -> str:
     if not path:
         raise LedgerAccessError(f"a ledger service needs a credential: set {TOKEN_ENV} or "
                                 f"{TOKEN_FILE_ENV} (`privpipe ledger serve-token` makes one)")
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as err:
-        raise LedgerAccessError(f"cannot read {TOKEN_FILE_ENV} {path!r}: {err.strerror}"
-                                ) from None
-    if not token:
-        raise LedgerAccessError(f"{TOKEN_FILE_ENV} {path!r} is empty")
-    return token
+    from ledger.keys import read_token_file
+
+    return read_token_file(path, TOKEN_FILE_ENV)
 
 
 def _error_classes() -> dict[str, type[PrivpipeError]]:

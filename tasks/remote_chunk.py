@@ -38,6 +38,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from ledger.keys import read_token_file
 from schemas.errors import EXIT_BAD_INPUT, ParameterError
 from tasks.privatize import ChunkResult, CurveSpec, MechanismRunError, StreamSpec
 from tasks.recheck import RemoteResultMismatch
@@ -116,7 +117,7 @@ class WorkerPool:
         self.urls = list(urls)
         self._headers = {"content-type": CONTENT_TYPE, "accept-encoding": "identity"}
         if token_file:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
+            token = read_token_file(token_file, "PRIVPIPE_WORKER_TOKEN_FILE")
             self._headers["authorization"] = f"Bearer {token}"
         self.max_answer = int(_env_number("PRIVPIPE_WORKER_MAX_ANSWER_MB", 2048) * 2**20)
         ctx = ssl.create_default_context(cafile=_env_path("PRIVPIPE_WORKER_CA"))

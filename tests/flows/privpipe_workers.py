@@ -30,6 +30,7 @@ def privpipe_workers(logs: Path, n: int = 2, *, extra: Sequence[str] = (),
     if token_file is None:
         token_file = logs / "worker-token"
         token_file.write_text(TOKEN)
+        token_file.chmod(0o600)
     procs, files, addresses = [], [], []
     try:
         for i in range(n):

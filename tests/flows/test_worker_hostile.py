@@ -277,6 +277,7 @@ def hostile_worker(attack: Callable[[bytes, bytes], Answer], mark: bytes) -> Ite
 def client_env(tmp_path, monkeypatch):
     token = tmp_path / "token"
     token.write_text(TOKEN)
+    token.chmod(0o600)
     monkeypatch.setenv("PRIVPIPE_WORKER_TOKEN_FILE", str(token))
     monkeypatch.setenv("PRIVPIPE_WORKER_MAX_ANSWER_MB", "2")
 

@@ -36,6 +36,7 @@ def workers(tmp_path_factory):
 def token_env(tmp_path, monkeypatch):
     path = tmp_path / "token"
     path.write_text(TOKEN)
+    path.chmod(0o600)
     monkeypatch.setenv("PRIVPIPE_WORKER_TOKEN_FILE", str(path))
     monkeypatch.setenv("PRIVPIPE_RECHECK_RATE", "1")  # every user re-executed: no false alarm
     return path
@@ -140,6 +141,7 @@ def test_a_wrong_token_is_refused(workers, token_env, curves_csv, policy_file, l
                                   tmp_path, monkeypatch):
     bad = tmp_path / "bad-token"
     bad.write_text("not-the-token-of-this-worker-xx")
+    bad.chmod(0o600)
     monkeypatch.setenv("PRIVPIPE_WORKER_TOKEN_FILE", str(bad))
     with pytest.raises(WorkerUnavailableError, match="HTTP 401"):
         _release("curves", f"privpipe+http://{workers[0]}", ledger_path, curves_csv,
@@ -157,6 +159,7 @@ def test_plain_http_is_refused_off_loopback_on_both_sides(tmp_path):
         make_task_runner("privpipe+http://10.0.0.1:8443")
     token = tmp_path / "token"
     token.write_text(TOKEN)
+    token.chmod(0o600)
     with pytest.raises(ParameterError, match="HTTPS only"):
         serve_worker("0.0.0.0:8443", tls_cert=None, tls_key=None, client_ca=None,
                      token_file=token)
@@ -214,6 +217,7 @@ def test_worker_serve_refuses_plain_http_off_loopback_with_exit_2(tmp_path):
 
     token = tmp_path / "token"
     token.write_text(TOKEN)
+    token.chmod(0o600)
     r = CliRunner().invoke(app, ["worker", "serve", "--listen", "0.0.0.0:8443",
                                  "--token-file", str(token), "--insecure-loopback"])
     assert r.exit_code == 2, r.output

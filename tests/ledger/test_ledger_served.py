@@ -382,6 +382,7 @@ def test_new_client_is_served_without_restart_and_token_file_works(server, tmp_p
     assert r.returncode == 0, r.stderr
     token_file = tmp_path / "token"
     token_file.write_text(r.stdout.strip() + "\n")
+    token_file.chmod(0o600)
     env = server.env("aud") | {"PRIVPIPE_LEDGER_TOKEN_FILE": str(token_file)}
     del env["PRIVPIPE_LEDGER_TOKEN"]
     who = subprocess.run([PYTHON, "-c", "from ledger.remote import RemoteLedger; import sys; "
