@@ -18,9 +18,12 @@ pytestmark = pytest.mark.slow
 PRIVPIPE = Path(sys.executable).with_name("privpipe")
 
 
-def _run(args: list[str], home: Path) -> subprocess.CompletedProcess:
+def _run(args: list[str], home: Path, api_url: str | None = None) -> subprocess.CompletedProcess:
+    """The console script; its own temporary Prefect server unless `api_url` is given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PRIVPIPE_HOME"] = str(home)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
     return subprocess.run([str(PRIVPIPE), *args], capture_output=True, text=True, env=env,
                           timeout=300, check=False)
 
@@ -68,15 +71,16 @@ def test_quiet_and_verbose_releases(tmp_path, policy_file, curves_csv):
     assert "Finished in state Completed('release loud: 6 of 6 users released" in loud.stderr
 
 
-def test_verbose_release_shows_prefect_logs(tmp_path, policy_file, curves_csv):
+def test_verbose_release_shows_prefect_logs(tmp_path, policy_file, curves_csv, prefect_api):
     # an error raised inside the flow (a missing column is now refused before Prefect
-    # starts): the release id is bound to other parameters by a first run
+    # starts): the release id is bound to other parameters by a first run. Both runs use
+    # the session's Prefect server (a configured one); the other tests start their own.
     home = _home_with_ledger(tmp_path / "home", policy_file)
     args = ["release", "curves", str(curves_csv), "--domain", "tracks", "--policy",
             str(policy_file), "--out", str(tmp_path / "out"), "--release-id", "bound"]
-    first = _run([*args, "--epsilon", "1/16"], home)
+    first = _run([*args, "--epsilon", "1/16"], home, prefect_api)
     assert first.returncode == 0, first.stdout + first.stderr
-    res = _run([*args, "--epsilon", "1/8", "--verbose"], home)
+    res = _run([*args, "--epsilon", "1/8", "--verbose"], home, prefect_api)
     both = res.stdout + res.stderr
     assert res.returncode == 2, both
     assert "Encountered exception" in both

@@ -41,10 +41,11 @@ value_unit = "m"
 """
 
 
-@pytest.fixture()
-def inputs(tmp_path) -> tuple[Path, Path]:
-    """(policy file, curves CSV of six users)."""
-    pol = tmp_path / "policy.toml"
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, Path]:
+    """(policy file, curves CSV of six users), shared by the module's releases."""
+    d = tmp_path_factory.mktemp("inputs")
+    pol = d / "policy.toml"
     pol.write_text(textwrap.dedent(POLICY))
     rng = np.random.default_rng(7)
     rows = []
@@ -54,16 +55,32 @@ def inputs(tmp_path) -> tuple[Path, Path]:
         rows.append(pd.DataFrame({"user_id": f"user-{u}", "curve_id": "c0", "t": t,
                                   "x": 50 * np.sin(t / 40 + u) + 3 * t,
                                   "y": 30 * np.cos(t / 25)}))
-    csv = tmp_path / "curves.csv"
+    csv = d / "curves.csv"
     pd.concat(rows).to_csv(csv, index=False)
     return pol, csv
 
 
-def _ledgers(tmp_path: Path, pol: Path) -> tuple[Path, Path]:
-    """Two copies of one ledger (same keys): embedded ``a``, served ``b``."""
-    Ledger.init(tmp_path / "a" / "ledger.duckdb").apply_policy(load_policy(pol))
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    return tmp_path / "a" / "ledger.duckdb", tmp_path / "b" / "ledger.duckdb"
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory, inputs) -> Path:
+    """The reference: release ``r1`` on an embedded ledger, run once for the module.
+
+    Returns the directory holding ``pristine/`` (the ledger and keys before the
+    release), ``a/ledger.duckdb`` (after it) and ``out-a/`` (its outputs). Each
+    test serves its own copy of ``pristine/`` (same keys), so its release must
+    reproduce these bytes and charges.
+    """
+    d = tmp_path_factory.mktemp("embedded")
+    Ledger.init(d / "pristine" / "ledger.duckdb").apply_policy(load_policy(inputs[0]))
+    shutil.copytree(d / "pristine", d / "a")
+    _finish(_release(inputs, d / "out-a", str(d / "a" / "ledger.duckdb"), _env(d, "home-a")))
+    assert len(list((d / "out-a").rglob("*.parquet"))) >= 2, "the reference published nothing"
+    return d
+
+
+def _ledgers(tmp_path: Path, embedded: Path) -> tuple[Path, Path]:
+    """(the reference's embedded ledger ``a``, a fresh copy ``b`` of it before the release)."""
+    shutil.copytree(embedded / "pristine", tmp_path / "b")
+    return embedded / "a" / "ledger.duckdb", tmp_path / "b" / "ledger.duckdb"
 
 
 def _env(tmp_path: Path, home: str, served: Served | None = None, **extra: str) -> dict:
@@ -94,20 +111,19 @@ def _charges(path: Path) -> dict[str, tuple]:
     return {r["user_id"]: (r["spent"], r["remaining"]) for r in led.balances("tracks")}
 
 
-def test_release_through_the_service_is_byte_identical(tmp_path, inputs):
-    a, b = _ledgers(tmp_path, inputs[0])
-    _finish(_release(inputs, tmp_path / "out-a", str(a), _env(tmp_path, "home-a")))
+def test_release_through_the_service_is_byte_identical(tmp_path, inputs, embedded):
+    a, b = _ledgers(tmp_path, embedded)
     served = start_server(b, tmp_path)
     try:
         _finish(_release(inputs, tmp_path / "out-b", served.url,
                          _env(tmp_path, "home-b", served)))
     finally:
         served.stop()
-    parquet = sorted(p.relative_to(tmp_path / "out-a")
-                     for p in (tmp_path / "out-a").rglob("*.parquet"))
+    parquet = sorted(p.relative_to(embedded / "out-a")
+                     for p in (embedded / "out-a").rglob("*.parquet"))
     assert len(parquet) >= 2
     for rel in parquet:
-        assert (tmp_path / "out-a" / rel).read_bytes() == (tmp_path / "out-b" / rel).read_bytes()
+        assert (embedded / "out-a" / rel).read_bytes() == (tmp_path / "out-b" / rel).read_bytes()
     assert _charges(a) == _charges(b)
     r = subprocess.run([PYTHON, "-m", "flows.cli", "ledger", "verify", "--ledger", str(b)],
                        env=_env(tmp_path, "home-b"), capture_output=True, text=True, timeout=120)
@@ -116,10 +132,9 @@ def test_release_through_the_service_is_byte_identical(tmp_path, inputs):
     assert actors == {"rel-a"}
 
 
-def test_server_killed_between_reserve_and_settle(tmp_path, inputs):
+def test_server_killed_between_reserve_and_settle(tmp_path, inputs, embedded):
     """SIGKILL of the server mid-release: restart, the release finishes, a rerun charges once."""
-    a, b = _ledgers(tmp_path, inputs[0])
-    _finish(_release(inputs, tmp_path / "out-a", str(a), _env(tmp_path, "home-a")))
+    a, b = _ledgers(tmp_path, embedded)
     served = start_server(b, tmp_path)
     paused, resume = tmp_path / "paused", tmp_path / "resume"
     try:
@@ -148,12 +163,11 @@ def test_server_killed_between_reserve_and_settle(tmp_path, inputs):
     assert Ledger(b).verify().ok
 
 
-def test_client_killed_mid_release_then_rerun_from_another_home(tmp_path, inputs):
+def test_client_killed_mid_release_then_rerun_from_another_home(tmp_path, inputs, embedded):
     """SIGKILL of the releasing client after its reserve: the served ledger keeps the
     reservation; a rerun (another PRIVPIPE_HOME, as from another worker) finishes the
     release with the embedded run's bytes and charges every user exactly once."""
-    a, b = _ledgers(tmp_path, inputs[0])
-    _finish(_release(inputs, tmp_path / "out-a", str(a), _env(tmp_path, "home-a")))
+    a, b = _ledgers(tmp_path, embedded)
     served = start_server(b, tmp_path)
     paused = tmp_path / "paused"
     try:
@@ -174,8 +188,8 @@ def test_client_killed_mid_release_then_rerun_from_another_home(tmp_path, inputs
                          _env(tmp_path, "home-c", served)))
     finally:
         served.stop()
-    for p in (tmp_path / "out-a").rglob("*.parquet"):
-        rel = p.relative_to(tmp_path / "out-a")
+    for p in (embedded / "out-a").rglob("*.parquet"):
+        rel = p.relative_to(embedded / "out-a")
         assert p.read_bytes() == (tmp_path / "out-b" / rel).read_bytes(), rel
     assert _charges(a) == _charges(b)
     kinds = [r["kind"] for r in Ledger(b).history(where=Filter(release="r1"))]

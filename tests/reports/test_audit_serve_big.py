@@ -27,7 +27,7 @@ def big(tmp_path_factory):
     chromium()
     path = tmp_path_factory.mktemp("big") / "ledger.duckdb"
     t0 = time.perf_counter()
-    build(path, USERS, denied_pool=DENIED_POOL, log=lambda _: None)
+    build(path, USERS, batch=200_000, denied_pool=DENIED_POOL, log=lambda _: None)
     built = time.perf_counter() - t0
     con = duckdb.connect(str(path), read_only=True)
     try:
