@@ -22,11 +22,19 @@ users admitted in its own release, and reads/writes the stream watermarks
 reserved it (the actor of its entries, so it survives a restart); an admin
 may do everything, including policy changes and migrations (`ADMIN_OPS`).
 
-Concurrency: every ledger operation is one DuckDB transaction (`Ledger`);
-the operations that write are serialised by one lock here, which also makes
-a release's ownership check and its write atomic. The ledger's own
-in-process file lock (`ledger.paths.file_lock`) orders reads and writes on
-the file, so a read waits for a write in progress (one short transaction).
+Concurrency: the service holds one DuckDB instance of the ledger for its life
+(`Ledger.hold`), so it owns the file: other processes opening it wait and then
+get LedgerBusyError; read it through the service while it runs. Every ledger
+operation is one DuckDB transaction. The operations that write are serialised
+by one lock here (which also makes a release's ownership check and its write
+atomic) and by the store. Each read runs on its own cursor in a transaction, so
+it sees one consistent snapshot (DuckDB MVCC): the state committed before it
+began, never half of a write in progress, and it neither waits for a write
+nor makes one wait. `verify` is the exception: it compares the database with
+the head counter file, which a write advances after its commit, so no write
+commits while it runs (hence the `verify_every` limit). Each write checkpoints
+before it answers; while a read older than it is open DuckDB refuses, and the
+checkpoint runs when that read ends (or after the next write, or at shutdown).
 """
 
 from __future__ import annotations
