@@ -24,11 +24,19 @@ client whose credential first reserved it (the actor of its entries, so it
 survives a restart); an admin may do everything, including policy changes
 and migrations (`ADMIN_OPS`).
 
-Concurrency: every ledger operation is one DuckDB transaction (`Ledger`);
-the operations that write are serialised by one lock here, which also makes
-a release's ownership check and its write atomic. The ledger's own
-in-process file lock (`ledger.paths.file_lock`) orders reads and writes on
-the file, so a read waits for a write in progress (one short transaction).
+Concurrency: the service holds one DuckDB instance of the ledger for its life
+(`Ledger.hold`), so it owns the file: other processes opening it wait and then
+get LedgerBusyError; read it through the service while it runs. Every ledger
+operation is one DuckDB transaction. The operations that write are serialised
+by one lock here (which also makes a release's ownership check and its write
+atomic) and by the store. Each read runs on its own cursor in a transaction, so
+it sees one consistent snapshot (DuckDB MVCC): the state committed before it
+began, never half of a write in progress, and it neither waits for a write
+nor makes one wait. `verify` is the exception: it compares the database with
+the head counter file, which a write advances after its commit, so no write
+commits while it runs (hence the `verify_every` limit). Each write checkpoints
+before it answers; while a read older than it is open DuckDB refuses, and the
+checkpoint runs when that read ends (or after the next write, or at shutdown).
 """
 
 from __future__ import annotations
@@ -173,10 +181,10 @@ class LedgerService:
         self.path, self.clients_path = Path(ledger_path), Path(clients_path)
         self._ledgers: dict[str, Ledger] = {}
         self._base = Ledger(self.path)
+        self._base.hold()  # one DuckDB instance for the service's life: snapshot reads
         self._write = threading.Lock()
         self._guard = threading.Lock()
         self._owners: dict[str, str] = {}
-        self._admitted: dict[str, set[str]] = {}
         self._clients: tuple[float, list[Client]] = (-1.0, [])
         self.verify_every = float(verify_every)
         self._verifying = threading.Lock()
@@ -213,24 +221,29 @@ class LedgerService:
                                     f"{found.expires.isoformat()}")
         return found
 
+    def close(self) -> None:
+        """Checkpoint and close the ledger's held DuckDB instance (at shutdown)."""
+        self._base.unhold()
+
     def ledger_for(self, client: Client) -> Ledger:
-        """The ledger opened with the client's name as the actor of what it writes."""
+        """The ledger with the client's name as the actor of what it writes (shared instance)."""
         with self._guard:
             led = self._ledgers.get(client.name)
             if led is None:
-                led = self._ledgers[client.name] = Ledger(self.path, actor=client.name)
+                led = self._ledgers[client.name] = self._base.with_actor(client.name)
             return led
 
     def _owner(self, release_id: str) -> str | None:
-        """The client that reserved a release (the actor of its entries), None if none did."""
+        """The client that reserved a release (the actor of its first entry), None if none did.
+
+        A lookup of that release's first reserve or deny entry, remembered (an owner
+        never changes).
+        """
         if release_id not in self._owners:
-            rows = self._base.history(where=Filter(release=release_id))
-            actors = [r["actor"] for r in rows if r.get("kind") in ("reserve", "deny")]
-            if not actors:
+            owner = self._base.release_owner(release_id)
+            if owner is None:
                 return None
-            self._owners[release_id] = actors[0]
-            self._admitted[release_id] = {r["user_id"] for r in rows
-                                          if r.get("kind") == "reserve"}
+            self._owners[release_id] = owner
         return self._owners[release_id]
 
     def _check_owner(self, client: Client, op: str, kwargs: dict[str, Any]) -> None:
@@ -246,16 +259,13 @@ class LedgerService:
             raise LedgerAccessError(f"recheck keys are given only to the client that reserved "
                                     f"release {rid!r}")
         if op == "noise_seeds":
-            admitted = self._admitted.get(rid, set())
-            if owner is None or not set(kwargs["users"]) <= admitted:
+            if owner is None or not self._base.all_admitted(rid, kwargs["users"]):
                 raise LedgerAccessError(f"noise seeds are given only for users admitted in "
                                         f"release {rid!r}, and only to its releaser")
 
     def _note(self, client: Client, op: str, kwargs: dict[str, Any], result: Any) -> None:
         if op == "reserve":
-            rid = kwargs["release_id"]
-            self._owners.setdefault(rid, client.name)
-            self._admitted.setdefault(rid, set()).update(d.user_id for d in result.admitted)
+            self._owners.setdefault(kwargs["release_id"], client.name)
 
     def verify(self, client: Client, led: Ledger, kwargs: dict[str, Any]) -> Any:
         """A whole-chain verification for a client, at most one at a time.
@@ -419,5 +429,8 @@ def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
     if not verify_every >= 0:
         raise ParameterError(f"--verify-every must be >= 0 seconds; got {verify_every}")
     service = LedgerService(ledger, clients, verify_every=verify_every)
-    uvicorn.run(make_app(service), host=host, port=port, log_level="warning",
-                access_log=False, ssl_certfile=str(tls_cert), ssl_keyfile=str(tls_key))
+    try:
+        uvicorn.run(make_app(service), host=host, port=port, log_level="warning",
+                    access_log=False, ssl_certfile=str(tls_cert), ssl_keyfile=str(tls_key))
+    finally:
+        service.close()

@@ -9,6 +9,7 @@ for the guarantees (no overspend, serialised writers, idempotency, audit).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import pwd
@@ -236,6 +237,29 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r})"
+
+    def hold(self) -> None:
+        """Keep the ledger's DuckDB instance open until `close` (the ledger service).
+
+        This process then owns the file; every read sees one consistent snapshot
+        and never waits for a write (`storage.Store.hold`) until `unhold`. Give other actors
+        `with_actor` of this object: opening the file again would drop its lock.
+        """
+        self._store.hold()
+
+    def unhold(self) -> None:
+        """Checkpoint and close a held instance (`hold`); nothing to do otherwise."""
+        self._store.unhold()
+
+    def with_actor(self, actor: str) -> Ledger:
+        """This ledger, writing as `actor`: the same keys and the same (held) store.
+
+        Raises:
+            ParameterError: `actor` is not a valid id.
+        """
+        twin = copy.copy(self)
+        twin.actor = check_id(actor, "actor")
+        return twin
 
     @property
     def schema_version(self) -> int:
@@ -583,6 +607,14 @@ class Ledger:
         check_id(release_id, "release_id", allow_empty=True)
         return self._read(lambda con: releases.lookup(con, release_id))
 
+    def release_owner(self, release_id: str) -> str | None:
+        """The actor of the release's first reserve or deny entry (None: not reserved)."""
+        return self._read(lambda con: storage.release_owner(con, release_id))
+
+    def all_admitted(self, release_id: str, users: Sequence[str]) -> bool:
+        """Whether each of `users` was admitted (has a reserve entry) in the release."""
+        return self._read(lambda con: storage.all_admitted(con, release_id, users))
+
     def entry_range(self, release_id: str) -> tuple[int, int] | None:
         """(first_seq, last_seq) of a release's entries, or None if it has none."""
         check_id(release_id, "release_id", allow_empty=True)
@@ -791,7 +823,10 @@ class Ledger:
                 f"ledger integrity check failed: the noise key {str(self.key_path)!r} or the "
                 "signing key does not match the fingerprints stored in the ledger (replaced "
                 "or edited key)"))
-        return self._read(lambda con: verify_tx(con, self._keys, expect))
+        # it compares the database with the head counter file, which a write advances after
+        # its commit: no write may commit meanwhile (`storage.Store.transact`)
+        return self._store.transact(lambda con: verify_tx(con, self._keys, expect),
+                                    write=False, exclusive=True)
 
     def verify_or_raise(self, expect: Sequence[tuple[str, SignedHead | heads.PlainHead]] = ()
                         ) -> VerifyReport:

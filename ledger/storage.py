@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +44,8 @@ from ledger.errors import (
 from ledger.keyring import Keyring
 from ledger.paths import file_lock
 from ledger.schema import first_row
+
+log = logging.getLogger("privpipe.ledger")
 
 T = TypeVar("T")
 AccountKey = tuple[str, str, str]
@@ -139,6 +143,10 @@ class Store:
     path: Path
     lock_timeout: float
     read_only: bool = False
+    _held: duckdb.DuckDBPyConnection | None = field(default=None, init=False, repr=False)
+    _writing: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _cursors: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _pending: bool = field(default=False, init=False, repr=False)
 
     def _connect(self, deadline: float, attempt: int) -> duckdb.DuckDBPyConnection:
         while True:
@@ -165,10 +173,20 @@ class Store:
         _sleep_backoff(attempt, deadline)
         return attempt + 1
 
-    def _checkpoint(self, con: duckdb.DuckDBPyConnection) -> None:
+    def _checkpoint(self, con: duckdb.DuckDBPyConnection, defer: bool = False) -> None:
+        """Fold the write-ahead log into the file.
+
+        `defer` (a held instance): DuckDB refuses while a read older than the last
+        write is open (it still needs the rows the write replaced); then the fold
+        is left pending, tried again after the next read or write (`_fold_pending`).
+        """
         try:
             con.execute("CHECKPOINT")
+            self._pending = False
         except duckdb.Error as err:
+            if defer and "Cannot CHECKPOINT" in str(err):
+                self._pending = True
+                return
             cause = str(err).splitlines()[0]
             raise LedgerStorageError(
                 f"the ledger {str(self.path)!r} committed, but its write-ahead log could not be "
@@ -182,50 +200,145 @@ class Store:
             f"cannot write the ledger {str(self.path)!r}: {cause}; nothing was committed. "
             "Free space on its file system (or fix the I/O error) and run the command again")
 
-    def transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, write: bool = True
-                 ) -> T:
+    def hold(self) -> None:
+        """Keep one DuckDB database instance open until `unhold` (the ledger service).
+
+        The process then owns the file: other processes wait for it (``lock_timeout``,
+        then `LedgerBusyError`). Writes are serialised by a lock of this store, each
+        on its own cursor; each read runs on its own cursor in a transaction, so it
+        sees one consistent snapshot (DuckDB MVCC) and neither waits for a write in
+        progress nor makes one wait. Nothing else of this process may open the file
+        while it is held (`paths.file_lock` says why): share this store instead.
+
+        Raises:
+            LedgerOpenError, LedgerBusyError: as `transact`.
+        """
+        with file_lock(self.path):
+            if self._held is None:
+                deadline = time.monotonic() + self.lock_timeout
+                self._held = self._connect(deadline, 0)
+
+    def unhold(self) -> None:
+        """Fold the write-ahead log into the file and close the held instance (if any)."""
+        with self._writing:
+            held, self._held = self._held, None
+            if held is not None:
+                try:
+                    if not self.read_only:
+                        self._checkpoint(held)
+                finally:
+                    held.close()
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection | None:
+        with self._cursors:
+            return None if self._held is None else self._held.cursor()
+
+    def _attempt(self, con: duckdb.DuckDBPyConnection,
+                 fn: Callable[[duckdb.DuckDBPyConnection], T], write: bool
+                 ) -> tuple[bool, T | None]:
+        """One try of `fn` in a transaction on `con`.
+
+        (True, result), or (False, None) on a conflict to retry; other failures are
+        raised as `transact` documents.
+        """
+        try:
+            con.execute("BEGIN TRANSACTION")
+            result = fn(con)
+            con.execute("COMMIT")
+            if write and not self.read_only:
+                self._checkpoint(con, defer=self._held is not None)
+            return True, result
+        except duckdb.TransactionException as err:
+            _rollback(con)
+            if _is_conflict(err):
+                return False, None
+            if _is_write_failure(err):
+                raise self._storage_error(err) from None
+            raise _first_failure(err) from None
+        except (duckdb.IOException, duckdb.SerializationException) as err:
+            _rollback(con)
+            if _is_write_failure(err):
+                raise self._storage_error(err) from None
+            raise LedgerOpenError(
+                f"cannot read the ledger {str(self.path)!r}: "
+                f"{str(err).splitlines()[0]} (truncated or corrupted file? restore it "
+                "from backup)"
+            ) from None
+        except BaseException:
+            _rollback(con)
+            raise
+
+    def _transact_held(self, fn: Callable[[duckdb.DuckDBPyConnection], T], write: bool,
+                       exclusive: bool) -> T:
+        """`transact` on the held instance (`hold`); `exclusive`: no write commits meanwhile.
+
+        Raises:
+            LedgerOpenError: the instance was closed (the service is stopping).
+        """
+        deadline = time.monotonic() + self.lock_timeout
+        attempt = 0
+        with self._writing if write or exclusive else contextlib.nullcontext():
+            while True:
+                con = self._cursor()
+                if con is None:
+                    raise LedgerOpenError(f"the ledger {str(self.path)!r} was closed (the "
+                                          "ledger service is stopping); retry")
+                try:
+                    done, result = self._attempt(con, fn, write)
+                finally:
+                    con.close()
+                if done:
+                    break
+                attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
+        if not write:
+            self._fold_pending()
+        return result  # type: ignore[return-value]
+
+    def _fold_pending(self) -> None:
+        """After a read on a held instance: a checkpoint a read held off, if no write runs."""
+        if not self._pending or self.read_only or not self._writing.acquire(blocking=False):
+            return
+        try:
+            con = self._cursor()
+            if con is not None:
+                try:
+                    self._checkpoint(con, defer=True)
+                finally:
+                    con.close()
+        except LedgerStorageError as err:  # the write it follows was committed and answered
+            log.warning("%s", err)
+        finally:
+            self._writing.release()
+
+    def transact(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, write: bool = True,
+                 exclusive: bool = False) -> T:
         """Run `fn(con)` in one transaction, retrying on file locks and conflicts.
+
+        On a held instance (`hold`) it runs on a cursor of that instance; otherwise
+        it opens the file, runs and closes, under this process's file lock.
+        `exclusive` (a read that also reads files a write changes after its commit,
+        such as `verify` and the head counter file): on a held instance no write
+        commits while it runs.
 
         Raises:
             LedgerStorageError: the file system refused a write (nothing committed),
                 or the committed transaction could not be checkpointed.
             LedgerBusyError: the file stayed locked or conflicting past `lock_timeout`.
         """
+        if self._held is not None:
+            return self._transact_held(fn, write, exclusive)
         deadline = time.monotonic() + self.lock_timeout
         attempt = 0
         with file_lock(self.path):
             while True:
                 con = self._connect(deadline, attempt)
                 try:
-                    con.execute("BEGIN TRANSACTION")
-                    result = fn(con)
-                    con.execute("COMMIT")
-                    if write and not self.read_only:
-                        self._checkpoint(con)
-                    return result
-                except duckdb.TransactionException as err:
-                    _rollback(con)
-                    if _is_conflict(err):
-                        attempt = self._backoff(deadline, attempt,
-                                                "conflicting ledger transactions")
-                        continue
-                    if _is_write_failure(err):
-                        raise self._storage_error(err) from None
-                    raise _first_failure(err) from None
-                except (duckdb.IOException, duckdb.SerializationException) as err:
-                    _rollback(con)
-                    if _is_write_failure(err):
-                        raise self._storage_error(err) from None
-                    raise LedgerOpenError(
-                        f"cannot read the ledger {str(self.path)!r}: "
-                        f"{str(err).splitlines()[0]} (truncated or corrupted file? restore it "
-                        "from backup)"
-                    ) from None
-                except BaseException:
-                    _rollback(con)
-                    raise
+                    done, result = self._attempt(con, fn, write)
                 finally:
                     con.close()
+                if done:
+                    return result  # type: ignore[return-value]
+                attempt = self._backoff(deadline, attempt, "conflicting ledger transactions")
 
 
 def create(p: Path, kp: Path) -> None:
@@ -517,3 +630,23 @@ def runs_of(con: duckdb.DuckDBPyConnection, seqs: Sequence[int]) -> dict[int, li
     for seq, a, b, q in rows:
         out[int(seq)].append((int(a), int(b), int(q)))
     return out
+
+
+def release_owner(con: duckdb.DuckDBPyConnection, release_id: str) -> str | None:
+    """The actor of a release's first reserve or deny entry, None if it has none."""
+    row = first_row(con.execute(
+        "SELECT actor FROM entries WHERE release_id = ? AND kind IN ('reserve', 'deny') "
+        "ORDER BY seq LIMIT 1", [release_id]))
+    return None if row is None else str(row[0])
+
+
+def all_admitted(con: duckdb.DuckDBPyConnection, release_id: str, users: Sequence[str]
+                 ) -> bool:
+    """Whether every one of `users` has a reserve entry (was admitted) in the release."""
+    wanted = pa.table({"user_id": pa.array(sorted(set(users)), pa.string())})
+    with registered(con, "_pp_users", wanted):
+        row = first_row(con.execute(
+            "SELECT count(DISTINCT e.user_id) FROM entries e SEMI JOIN _pp_users u "
+            "ON u.user_id = e.user_id WHERE e.release_id = ? AND e.kind = 'reserve'",
+            [release_id]))
+    return row is not None and int(row[0]) == wanted.num_rows

@@ -12,6 +12,7 @@ import http.client
 import json
 import ssl
 import subprocess
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -455,3 +456,128 @@ def test_verifications_for_non_admins_are_limited_so_writes_are_not_held_up(tmp_
         assert res.returncode == 2 and "ask again in" in res.stderr, res.stderr
     finally:
         served.stop()
+
+
+def _in_process_service(tmp_path):
+    """A `LedgerService` in this process (no HTTP) on a fresh ledger; (service, clients)."""
+    from ledger_helpers import POLICY
+    from served_helpers import write_clients
+
+    from flows.ledger_server import LedgerService
+    from schemas.policy import parse_policy
+
+    path = tmp_path / "led" / "ledger.duckdb"
+    Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
+    write_clients(tmp_path / "clients.toml")
+    svc = LedgerService(path, tmp_path / "clients.toml", verify_every=0)
+    return svc, {c.name: c for c in svc.clients()}
+
+
+def _pause_in(monkeypatch, module, name: str, thread_name: str, first: bool = False):
+    """Make `module.name` stop after it ran (`first`: before), in the thread `thread_name`.
+
+    Returns (inside, resume): `inside` is set when that thread is paused there,
+    which lasts until the test sets `resume`.
+    """
+    real, inside, resume = getattr(module, name), threading.Event(), threading.Event()
+
+    def paused(*args, **kwargs):
+        out = None if first else real(*args, **kwargs)
+        if threading.current_thread().name == thread_name:
+            inside.set()
+            assert resume.wait(120), "the test never resumed the paused thread"
+        return real(*args, **kwargs) if first else out
+
+    monkeypatch.setattr(module, name, paused)
+    return inside, resume
+
+
+def _run(name: str, fn, box: list) -> threading.Thread:
+    def target():
+        try:
+            box.append(fn())
+        except BaseException as err:  # noqa: BLE001 - the test asserts on it
+            box.append(err)
+
+    th = threading.Thread(target=target, name=name, daemon=True)
+    th.start()
+    return th
+
+
+def test_reads_answer_from_a_snapshot_while_a_write_is_inside_its_transaction(
+        tmp_path, monkeypatch):
+    """The attack on availability: a releaser's write transaction in progress (a big
+    settle) used to hold every auditor's read. Paused inside its transaction (after its
+    rows are written, before COMMIT), the write does not stop `balances`, `history` or
+    `head`: they answer with the state before it, and after the commit with the new one."""
+    from ledger import storage
+
+    svc, who = _in_process_service(tmp_path)
+    try:
+        aud, rel = who["aud"], who["rel-a"]
+        svc.call(rel, "reserve", {"release_id": "s0", "requests": [
+            Request("u1", "ais", amount=Fraction(1, 8))], "mechanism": "m", "parameters": {}})
+        before = {op: svc.call(aud, op, {}) for op in ("balances", "history", "head")}
+        inside, resume = _pause_in(monkeypatch, storage, "head", "writer")
+        wrote, read = [], []
+        writer = _run("writer", lambda: svc.call(rel, "reserve", {
+            "release_id": "s1", "requests": [Request("u2", "ais", amount=Fraction(1, 4))],
+            "mechanism": "m", "parameters": {}}), wrote)
+        try:
+            assert inside.wait(60), wrote
+            reader = _run("reader", lambda: {op: svc.call(aud, op, {})
+                                             for op in ("balances", "history", "head")}, read)
+            reader.join(60)
+            assert not reader.is_alive(), "a read waited for the write in progress"
+            assert writer.is_alive() and not wrote  # the writer is still inside
+        finally:
+            resume.set()
+            writer.join(60)
+        assert read[0] == before
+        assert wrote and not isinstance(wrote[0], BaseException), wrote
+        after = {op: svc.call(aud, op, {}) for op in ("balances", "history", "head")}
+        assert after["head"].seq == before["head"].seq + 1
+        assert {r["user_id"] for r in after["balances"]} == {"u1", "u2"}
+        assert [r["release_id"] for r in after["history"]][-1] == "s1"
+    finally:
+        svc.close()
+
+
+def test_a_read_of_several_statements_sees_one_state_and_does_not_hold_a_write(
+        tmp_path, monkeypatch):
+    """`head` reads the head row (seq, hash, signature), then its counter, in two
+    statements. Paused between them while a reserve commits: the write does not wait
+    for the read, and the read still sees one state (the head before the write, whose
+    signature covers the counter it returns; a counter read after the commit would not
+    match). The checkpoint the open read held off runs when it ends: no WAL is left."""
+    from ledger import heads
+
+    svc, who = _in_process_service(tmp_path)
+    try:
+        adm, aud, rel = who["adm"], who["aud"], who["rel-a"]
+        svc.call(rel, "reserve", {"release_id": "v0", "requests": [
+            Request("u1", "ais", amount=Fraction(1, 8))], "mechanism": "m", "parameters": {}})
+        before = svc.call(aud, "head", {})
+        inside, resume = _pause_in(monkeypatch, heads, "head_counter", "reader", first=True)
+        read, wrote = [], []
+        reader = _run("reader", lambda: svc.call(aud, "head", {}), read)
+        try:
+            assert inside.wait(60), read
+            writer = _run("writer", lambda: svc.call(rel, "reserve", {
+                "release_id": "v1", "requests": [Request("u2", "ais", amount=Fraction(1, 4))],
+                "mechanism": "m", "parameters": {}}), wrote)
+            writer.join(60)
+            assert not writer.is_alive(), "a write waited for a read in progress"
+            assert reader.is_alive() and not read  # the read is still inside
+            assert not isinstance(wrote[0], BaseException), wrote
+        finally:
+            resume.set()
+            reader.join(60)
+        wal = Path(str(svc.path) + ".wal")
+        assert not wal.exists() or wal.stat().st_size == 0  # folded in once the read ended
+        assert read[0] == before
+        assert svc.ledger_for(adm).kept_head_problem("the read", read[0]) is None
+        assert svc.call(aud, "head", {}).seq == before.seq + 1
+        assert svc.call(adm, "verify", {}).ok
+    finally:
+        svc.close()

@@ -25,6 +25,7 @@ from ledger_helpers import PYTHON, REPO
 from served_helpers import Served, start_server
 
 from ledger import Filter, Ledger
+from ledger.remote import RemoteLedger
 from schemas.policy import load_policy
 
 pytestmark = [pytest.mark.slow]
@@ -181,7 +182,8 @@ def test_client_killed_mid_release_then_rerun_from_another_home(tmp_path, inputs
             time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGKILL)  # the client and its Prefect server die
         proc.communicate(timeout=60)
-        held = Ledger(b).history(where=Filter(release="r1"))
+        held = RemoteLedger(served.url, token=served.tokens["aud"], ca=str(served.ca)).history(
+            where=Filter(release="r1"))  # the service owns the file while it runs
         assert [r["kind"] for r in held].count("reserve") == 6  # reserved, never settled
         assert not any(r["kind"] == "settle" for r in held)
         _finish(_release(inputs, tmp_path / "out-b", served.url,
