@@ -40,6 +40,9 @@ if [ -e "$DIR" ]; then
 fi
 umask 077
 mkdir -p "$DIR"
+# An absolute path: PRIVPIPE may be a container that mounts DIR at the same path
+# but starts in its own working directory (deploy/README.md).
+DIR=$(cd "$DIR" && pwd)
 
 san() {  # "a b 127.0.0.1" -> "subjectAltName=DNS:a,DNS:b,IP:127.0.0.1"
     out=""
