@@ -216,40 +216,158 @@ class ReleasePlan:
     plans: dict[int, dict[str, dict[str, StreamPlan]]]
 
 
-def _user_plans(led: Any, domain: str, release_id: str, per_step: Fraction, user: Any,
-                history: dict[tuple[str, str], list[StreamRange]]) -> dict[str, StreamPlan]:
-    out = {}
-    for s in user.streams:
-        def fingerprint(st: np.ndarray, v: np.ndarray, sid: str = s.stream_id) -> str:
-            return led.range_fingerprint(user.user_id, domain, sid, st, v)
+#: (user, stream) keys per ledger read of released ranges (bounds the history in memory)
+HISTORY_KEYS = 50_000
 
+
+def _first_plan(release_id: str, steps: np.ndarray, per_step: Fraction,
+                fingerprint: str) -> StreamPlan:
+    """`plan_stream` of a stream the ledger never released: every step is new.
+
+    What `plan_stream` plans for an empty history (no watermark, nothing to
+    repeat): one new range over the whole stream, or nothing for no step.
+    """
+    if steps.size == 0:
+        return StreamPlan((), None, None)
+    first, last = int(steps[0]), int(steps[-1])
+    new_range = StreamRange(release_id, first, last, int(steps.size), fingerprint, per_step)
+    return StreamPlan((Segment(release_id, first, last, new=True, fingerprint=fingerprint),),
+                      None, new_range)
+
+
+def chunk_runs(steps: np.ndarray, offsets: np.ndarray) -> list[list[tuple[int, int]]]:
+    """`contiguous_ranges` of each stream of a staged chunk, all streams in one pass.
+
+    Stream k is ``steps[offsets[k]:offsets[k + 1]]``; a run ends where the next
+    step is not one more, or where the stream ends.
+    """
+    n = steps.size
+    cut = np.zeros(n + 1, dtype=bool)
+    if n > 1:
+        cut[1:n] = np.diff(steps) != 1
+    cut[offsets] = True
+    bounds = np.flatnonzero(cut)
+    starts, stops = bounds[:-1], bounds[1:]
+    a = steps[starts].tolist()
+    b = (steps[stops - 1] + 1).tolist() if starts.size else []
+    at = np.searchsorted(starts, offsets).tolist()
+    return [list(zip(a[i:j], b[i:j], strict=True)) for i, j in zip(at[:-1], at[1:], strict=True)]
+
+
+@dataclass
+class _Chunk:
+    """A staged stream chunk as arrays: its items, steps, values and each stream's runs."""
+
+    index: int
+    users: list[str]
+    streams: list[str]
+    offsets: list[int]
+    steps: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def read(cls, chunk: Any) -> _Chunk:
+        """Memory-map the chunk's files (`files.staging.read_chunk`)."""
+        from files.staging import read_chunk
+
+        items, table = read_chunk(chunk.path, "stream_id")
+        return cls(chunk.index, items.user_ids, items.keys, items.offsets.tolist(),
+                   table.column("step").to_numpy(), table.column("value").to_numpy())
+
+    def by_user(self) -> list[tuple[str, list[int]]]:
+        """Each user with its items' positions (a user's items are consecutive)."""
+        out: list[tuple[str, list[int]]] = []
+        for k, user in enumerate(self.users):
+            if out and out[-1][0] == user:
+                out[-1][1].append(k)
+            else:
+                out.append((user, [k]))
+        return out
+
+
+def _user_plans(led: Any, domain: str, release_id: str, per_step: Fraction, user: str,
+                items: list[int], chunk: _Chunk,
+                history: dict[tuple[str, str], list[StreamRange]]) -> dict[str, StreamPlan]:
+    """The plans of one user's streams; a stream without released ranges takes `_first_plan`."""
+    out = {}
+    for k in items:
+        sid = chunk.streams[k]
+        steps = chunk.steps[chunk.offsets[k]:chunk.offsets[k + 1]]
+        values = chunk.values[chunk.offsets[k]:chunk.offsets[k + 1]]
+
+        def fingerprint(st: np.ndarray, v: np.ndarray, sid: str = sid) -> str:
+            return led.range_fingerprint(user, domain, sid, st, v)
+
+        ranges = history.get((user, sid), [])
+        if not ranges:
+            out[sid] = _first_plan(release_id, steps, per_step,
+                                   fingerprint(steps, values) if steps.size else "")
+            continue
         try:
-            out[s.stream_id] = plan_stream(s.steps, s.values, history.get(
-                (user.user_id, s.stream_id), []), release_id=release_id, per_step=per_step,
-                fingerprint=fingerprint)
+            out[sid] = plan_stream(steps, values, ranges, release_id=release_id,
+                                   per_step=per_step, fingerprint=fingerprint)
         except ContinuationError as err:
-            raise ContinuationError(f"stream {s.stream_id!r}: {err}", err.rule) from None
+            raise ContinuationError(f"stream {sid!r}: {err}", err.rule) from None
     return out
 
 
-def _requests(user: Any, domain: str, plans: dict[str, StreamPlan], per_step: Fraction
-              ) -> list[Any]:
+def _requests(user: str, items: list[int], chunk: _Chunk, runs: list[list[tuple[int, int]]],
+              domain: str, plans: dict[str, StreamPlan], per_step: Fraction) -> list[Any]:
     """The w-event requests of one user's new ranges (new steps only), with their claims."""
     from ledger import Request, StreamClaim
+    from mechanisms.cost import StepRun
     from tasks.stream_draw import step_runs
 
+    position = {chunk.streams[k]: k for k in items}
     out = []
     for sid, p in sorted(plans.items()):
         r = p.new_range
         if r is None:
             continue
-        stream = next(s for s in user.streams if s.stream_id == sid)
+        k = position[sid]
+        if p.watermark is None:  # every step is new: the runs of the whole stream
+            stream_runs = tuple(StepRun(a, b, per_step) for a, b in runs[k])
+        else:
+            steps = chunk.steps[chunk.offsets[k]:chunk.offsets[k + 1]]
+            stream_runs = step_runs(steps[steps >= r.first_step], per_step)
         out.append(Request(
-            user_id=user.user_id, domain=domain, step=f"stream:{sid}", notion="wevent",
-            stream_id=sid, runs=step_runs(stream.steps[stream.steps >= r.first_step], per_step),
+            user_id=user, domain=domain, step=f"stream:{sid}", notion="wevent",
+            stream_id=sid, runs=stream_runs,
             stream_claim=StreamClaim(r.first_step, r.last_step, r.steps, r.fingerprint,
                                      p.watermark)))
     return out
+
+
+def _key_batches(chunks: list[_Chunk]) -> list[list[_Chunk]]:
+    """Consecutive chunks of at most HISTORY_KEYS streams (one chunk at least)."""
+    out: list[list[_Chunk]] = []
+    keys = 0
+    for c in chunks:
+        if not out or keys + len(c.streams) > HISTORY_KEYS:
+            out.append([])
+            keys = 0
+        out[-1].append(c)
+        keys += len(c.streams)
+    return out
+
+
+def _plan_chunk(led: Any, domain: str, release_id: str, per_step: Fraction, chunk: _Chunk,
+                history: dict[tuple[str, str], list[StreamRange]], out: ReleasePlan) -> None:
+    """Plan one chunk's users into `out` (requests, rejected, unchanged, plans)."""
+    runs = chunk_runs(chunk.steps, np.asarray(chunk.offsets, dtype=np.int64))
+    chunk_plans: dict[str, dict[str, StreamPlan]] = {}
+    for user, items in chunk.by_user():
+        try:
+            plans = _user_plans(led, domain, release_id, per_step, user, items, chunk, history)
+        except ContinuationError as err:
+            out.rejected.append({"user_id": user, "reasons": [str(err)], "rules": [err.rule]})
+            continue
+        chunk_plans[user] = plans
+        news = _requests(user, items, chunk, runs, domain, plans, per_step)
+        if not news:
+            out.unchanged.add(user)
+        out.requests.extend(news)
+    out.plans[chunk.index] = chunk_plans
 
 
 def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
@@ -264,30 +382,19 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
     noise key (`Ledger.range_fingerprint`); nothing is drawn and nothing leaves
     but ledger requests, step ranges and release ids. A rejected user gets no
     request and no output, so nothing is charged for it. Cost: one ledger read
-    per chunk and one HMAC pass over each stream's values.
+    (a join of the streams' keys with the released ranges) per HISTORY_KEYS
+    streams, one HMAC pass over each stream's values, and the step runs of a
+    chunk in one numpy pass; a stream the ledger never released skips the
+    checks of earlier ranges (`_first_plan`: what `plan_stream` plans for it).
     """
-    from files.staging import read_stream_chunk
-
     led = open_ledger(ledger_path)
     out = ReleasePlan([], [], set(), {})
-    for chunk in plan.chunks if chunks is None else chunks:
-        users = read_stream_chunk(chunk.path)
-        keys = [(u.user_id, s.stream_id) for u in users for s in u.streams]
-        history = led.stream_ranges(domain, keys)
-        chunk_plans: dict[str, dict[str, StreamPlan]] = {}
-        for user in users:
-            try:
-                plans = _user_plans(led, domain, release_id, per_step, user, history)
-            except ContinuationError as err:
-                out.rejected.append({"user_id": user.user_id, "reasons": [str(err)],
-                                     "rules": [err.rule]})
-                continue
-            chunk_plans[user.user_id] = plans
-            news = _requests(user, domain, plans, per_step)
-            if not news:
-                out.unchanged.add(user.user_id)
-            out.requests.extend(news)
-        out.plans[chunk.index] = chunk_plans
+    staged = [_Chunk.read(c) for c in (plan.chunks if chunks is None else chunks)]
+    for batch in _key_batches(staged):
+        history = led.stream_ranges(domain, [key for c in batch
+                                             for key in zip(c.users, c.streams, strict=True)])
+        for chunk in batch:
+            _plan_chunk(led, domain, release_id, per_step, chunk, history, out)
     return out
 
 

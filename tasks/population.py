@@ -23,6 +23,7 @@ samples file), then each chunk reads its own.
 from __future__ import annotations
 
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,25 @@ def _chunks(con: duckdb.DuckDBPyConnection, cell_sql: str, n_rows: int,
     return [(a, min(a + per - 1, hi)) for a in range(int(lo), int(hi) + 1, per)]
 
 
+def _mean_table(y: np.ndarray, st: np.ndarray, period: int | None, epsilon_per_step: float,
+                confidence: float) -> pd.DataFrame:
+    """The mean rows of one chunk's reports (sorted by step, then y)."""
+    m = population_mean(y, steps=st, epsilon_per_step=epsilon_per_step, period=period,
+                        confidence=confidence)
+    return pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
+                         "lower": m.lower, "upper": m.upper})
+
+
+def _distribution_table(y: np.ndarray, st: np.ndarray, period: int | None,
+                        epsilon_per_step: float) -> pd.DataFrame:
+    """The distribution rows of one chunk's reports (sorted by step, then y)."""
+    d = population_distribution(y, steps=st, epsilon_per_step=epsilon_per_step,
+                                period=period, quantile_levels=QUANTILES)
+    return pd.DataFrame({"cell": d.cells, "reports": d.reports, "mean": d.mean,
+                         **{f"q{int(100 * q)}": d.quantiles[:, i]
+                            for i, q in enumerate(QUANTILES)}})
+
+
 def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step: float,
            confidence: float, n_rows: int, n_cells: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Mean and distribution tables over steps (period None) or phases, chunk by chunk.
@@ -65,13 +85,17 @@ def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step:
     The reports are first split by chunk in one scan (a Parquet file per chunk
     in a private temporary directory), so each chunk then reads only its own
     rows: one pass over the release whatever its size, where a query per
-    chunk over all reports would read them once per chunk.
+    chunk over all reports would read them once per chunk. DuckDB reads and
+    sorts chunk k + 1 while a worker thread computes chunk k's tables (numpy),
+    so the two overlap on two cores; at most two chunks are in memory, and the
+    tables are joined in chunk order (the same tables as one chunk after another).
     """
     cell_sql = "step" if period is None else f"(step % {int(period)})"
     chunks = _chunks(con, cell_sql, n_rows, n_cells)
     lo, per = chunks[0][0], chunks[0][1] - chunks[0][0] + 1
-    means, dists = [], []
-    with tempfile.TemporaryDirectory(prefix="privpipe-population-") as tmp:
+    tables: list[tuple[Future[pd.DataFrame], Future[pd.DataFrame]]] = []
+    with tempfile.TemporaryDirectory(prefix="privpipe-population-") as tmp, \
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="population") as pool:
         scratch = tmp.replace("'", "''")  # a path quoted for SQL
         # bounded: DuckDB flushes the open partitions (and spills) within the limit
         con.execute(f"SET temp_directory = '{scratch}/spill'")
@@ -92,18 +116,14 @@ def _cells(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step:
             ).fetchnumpy().values()
             if len(y) == 0:
                 continue
-            y = np.asarray(y, dtype=np.float64)
-            st = np.asarray(st, dtype=np.int64)
-            m = population_mean(y, steps=st, epsilon_per_step=epsilon_per_step, period=period,
-                                confidence=confidence)
-            d = population_distribution(y, steps=st, epsilon_per_step=epsilon_per_step,
-                                        period=period, quantile_levels=QUANTILES)
-            means.append(pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
-                                       "lower": m.lower, "upper": m.upper}))
-            dists.append(pd.DataFrame({"cell": d.cells, "reports": d.reports, "mean": d.mean,
-                                       **{f"q{int(100 * q)}": d.quantiles[:, i]
-                                          for i, q in enumerate(QUANTILES)}}))
-    return pd.concat(means, ignore_index=True), pd.concat(dists, ignore_index=True)
+            if tables:  # chunk k - 1 done: at most two chunks in memory
+                wait(tables[-1])
+            y, st = np.asarray(y, dtype=np.float64), np.asarray(st, dtype=np.int64)
+            tables.append((pool.submit(_mean_table, y, st, period, epsilon_per_step, confidence),
+                           pool.submit(_distribution_table, y, st, period, epsilon_per_step)))
+        done = [(m.result(), d.result()) for m, d in tables]
+    return (pd.concat([m for m, _ in done], ignore_index=True),
+            pd.concat([d for _, d in done], ignore_index=True))
 
 
 def _csv_bytes(df: pd.DataFrame) -> bytes:

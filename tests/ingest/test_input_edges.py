@@ -73,3 +73,19 @@ def test_a_control_character_in_an_id_rejects_that_user_only_naming_the_row(tmp_
         (6, "user_id", "id without control characters")]
     table = _validate(tmp_path, rows, fmt="table").output
     assert "\x00" not in table and "\x1b" not in table and "u\\x002" in table
+
+
+def test_a_bad_id_over_several_rows_names_every_row_of_it(tmp_path):
+    # ids are checked once per run of equal ids (ingest.batch._missing_or_empty_runs):
+    # every row of a bad run is named, runs cut by the other id column included
+    rows = ["u1,s1,0,1", "u1,s1,1,1", "u\x002,s1,0,1", "u\x002,s1,1,1", "u\x002,s1,2,1",
+            "u3,s1,0,1", "u3,s\x1b2,0,1", "u3,s\x1b2,1,1", "u3,s3,0,1", "u4,s\x1b2,0,1",
+            "u5,s1,0,1"]
+    probs = _problems(_validate(tmp_path, rows))
+    assert [(p["row"], p["column"], p["rule"]) for p in probs] == [
+        (3, "user_id", "id without control characters"),
+        (4, "user_id", "id without control characters"),
+        (5, "user_id", "id without control characters"),
+        (7, "stream_id", "id without control characters"),
+        (8, "stream_id", "id without control characters"),
+        (10, "stream_id", "id without control characters")]

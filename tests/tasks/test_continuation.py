@@ -198,3 +198,110 @@ def test_chunk_plans_wait_on_disk_unchanged(tmp_path):
             if plan.new_range is not None:
                 assert astuple(got.new_range) == astuple(plan.new_range)
     assert back["u1"]["s0"].segments[0].parameters == '{"epsilon": "1"}'
+
+
+class _FakeLedger:
+    """The ledger calls `plan_release_fn` makes: released ranges and keyed fingerprints."""
+
+    def __init__(self, ranges):
+        self.ranges, self.reads = ranges, 0
+
+    def stream_ranges(self, domain, keys):
+        self.reads += 1
+        return {k: list(self.ranges.get(k, [])) for k in keys}
+
+    def range_fingerprint(self, user, domain, sid, steps, values):
+        return fp(steps, values) + f":{user}:{sid}"
+
+
+def _reference(users, ranges, rid):
+    """Each stream planned alone by `plan_stream` (the pre-vectorised planner's loop)."""
+    from ledger import Request, StreamClaim
+    from tasks.stream_draw import step_runs
+
+    requests, rejected, plans = [], [], {}
+    for u in users:
+        try:
+            mine = {s.stream_id: plan_stream(
+                s.steps, s.values, ranges.get((u.user_id, s.stream_id), []), release_id=rid,
+                per_step=EPS, fingerprint=lambda st, v, s=s, u=u: fp(st, v) +
+                f":{u.user_id}:{s.stream_id}") for s in u.streams}
+        except ContinuationError as err:
+            rejected.append((u.user_id, err.rule))
+            continue
+        plans[u.user_id] = mine
+        for sid, p in sorted(mine.items()):
+            steps = next(s.steps for s in u.streams if s.stream_id == sid)
+            if p.new_range is not None:
+                r = p.new_range
+                requests.append(Request(
+                    user_id=u.user_id, domain="d", step=f"stream:{sid}", notion="wevent",
+                    stream_id=sid, runs=step_runs(steps[steps >= r.first_step], EPS),
+                    stream_claim=StreamClaim(r.first_step, r.last_step, r.steps, r.fingerprint,
+                                             p.watermark)))
+    return requests, rejected, plans
+
+
+@pytest.mark.parametrize("history_keys", [50_000, 1])
+def test_the_chunk_planner_plans_what_plan_stream_plans_stream_by_stream(
+        tmp_path, monkeypatch, history_keys):
+    # first releases (with holes: several step runs), continued streams, a changed
+    # history (rejected), a rerun, across two chunks: the same requests, plans and
+    # rejections as planning each stream alone; one ledger read per HISTORY_KEYS keys
+    from files.staging import StagedChunk, stage_stream_chunk
+    from ingest import Stream, UserStreams
+    from tasks import continuation as C
+
+    d0, d1 = _day(0), _day(1)
+    both = (np.concatenate([d0[0], d1[0]]), np.concatenate([d0[1], d1[1]]))
+    holes = (np.array([3, 4, 5, 9, 12, 13]), np.linspace(0, 1, 6))
+    users = [UserStreams("a", [Stream("s1", *holes), Stream("s2", *d0)], ""),
+             UserStreams("b", [Stream("s1", *both)], ""),
+             UserStreams("c", [Stream("s1", both[0], both[1][::-1].copy())], ""),
+             UserStreams("d", [Stream("s0", *d0), Stream("s1", *both)], ""),
+             UserStreams("e", [Stream("s1", *d0)], ""),
+             UserStreams("f", [Stream("s1", *both)], "")]
+    ranges = {("b", "s1"): [_released("r1", *d0)], ("c", "s1"): [_released("r1", *d0)],
+              ("d", "s1"): [_released("r1", *d0)], ("e", "s1"): [_released("r1", *d0)],
+              ("f", "s1"): [_released("r1", *d0), _released("r2", *d1)]}
+    ranges = {k: [StreamRange(r.release_id, r.first_step, r.last_step, r.steps,
+                              r.fingerprint + f":{k[0]}:{k[1]}", r.epsilon_per_step)
+                  for r in v] for k, v in ranges.items()}
+    chunks = []
+    for i, part in enumerate((users[:2], users[2:])):
+        path = tmp_path / f"chunk-{i:05d}.arrow"
+        stage_stream_chunk(part, path)
+        chunks.append(StagedChunk(i, str(path), tuple(u.user_id for u in part)))
+    led = _FakeLedger(ranges)
+    monkeypatch.setattr(C, "open_ledger", lambda path: led)
+    monkeypatch.setattr(C, "HISTORY_KEYS", history_keys)
+    got = C.plan_release_fn("ledger", "r2", "d", type("P", (), {"chunks": chunks})(), EPS)
+    requests, rejected, plans = _reference(users, ranges, "r2")
+    assert got.requests == requests
+    assert [r.runs for r in got.requests][0] == step_runs_of([(3, 6), (9, 10), (12, 14)])
+    assert [(r["user_id"], r["rules"][0]) for r in got.rejected] == rejected == [
+        ("c", "stream_changed_history")]
+    assert got.unchanged == {"e"}
+    assert {u: p for c in got.plans.values() for u, p in c.items()} == plans
+    assert plans["f"]["s1"].new_range.release_id == "r2"  # the rerun's own range
+    assert led.reads == (1 if history_keys > 10 else 2)  # at least a chunk per read
+
+
+def step_runs_of(pairs):
+    """StepRuns of [a, b) pairs at EPS each."""
+    from mechanisms.cost import StepRun
+
+    return tuple(StepRun(a, b, EPS) for a, b in pairs)
+
+
+def test_chunk_runs_are_contiguous_ranges_stream_by_stream():
+    from tasks.continuation import chunk_runs
+    from tasks.stage import contiguous_ranges
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        lengths = rng.integers(0, 6, rng.integers(1, 6))
+        streams = [np.sort(rng.choice(12, n, replace=False)).astype(np.int64) for n in lengths]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        steps = np.concatenate(streams) if streams else np.empty(0, np.int64)
+        assert chunk_runs(steps, offsets) == [contiguous_ranges(s) for s in streams]
