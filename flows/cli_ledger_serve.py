@@ -42,6 +42,10 @@ def serve(
                                "releasers and auditors (writes wait during one); the same "
                                "question at an unchanged head is answered from the last one. "
                                "0: no limit.")] = 60.0,
+    max_published_mb: Annotated[int, typer.Option(
+        "--max-published-mb", help="Largest published file (MB) a releaser may keep in the "
+                                   "ledger's store (PUT /v1/published/...); larger: 413.",
+        min=1)] = 4096,
 ) -> None:
     """Serve the ledger to releasers, auditors and admins on other hosts, over HTTPS.
 
@@ -52,7 +56,7 @@ def serve(
     from flows.ledger_server import serve_ledger
 
     serve_ledger(ledger, listen, tls_cert=tls_cert, tls_key=tls_key, clients=clients,
-                 verify_every=verify_every)
+                 verify_every=verify_every, max_published_mb=max_published_mb)
 
 
 def _expiry(text: str | None) -> str:

@@ -24,6 +24,16 @@ client whose credential first reserved it (the actor of its entries, so it
 survives a restart); an admin may do everything, including policy changes
 and migrations (`ADMIN_OPS`).
 
+Published files (`flows.ledger_server_published`, `ledger.published`): the
+ledger keeps a copy of each stream release's ``samples.parquet`` in its store
+(``published/`` beside the ledger file), so a release on another host with
+another output root continues it. ``PUT /v1/published/<release_id>/<name>``
+streams the bytes in (releaser owning the release, or admin; at most
+``--max-published-mb``; kept only if they are the file the release's settled
+manifest names, by SHA-256, else 422 and nothing kept);
+``GET /v1/published/<release_id>/<name>`` streams them out (any role; 404:
+no copy kept); the client re-checks the digest.
+
 Concurrency: the service holds one DuckDB instance of the ledger for its life
 (`Ledger.hold`), so it owns the file: other processes opening it wait and then
 get LedgerBusyError; read it through the service while it runs. Every ledger
@@ -365,8 +375,12 @@ class LedgerService:
 
 
 def make_app(service: LedgerService, *, max_request: int = MAX_REQUEST_MB * 2**20,
-             threads: int = 8) -> Any:
-    """The service's Starlette application (`threads` operations run at once)."""
+             threads: int = 8, max_published: int | None = None) -> Any:
+    """The service's Starlette application (`threads` operations run at once).
+
+    `max_published`: the largest published file kept (bytes; default
+    `flows.ledger_server_published.MAX_PUBLISHED_MB`).
+    """
     import anyio
     from starlette.applications import Starlette
     from starlette.requests import Request as HttpRequest
@@ -404,13 +418,18 @@ def make_app(service: LedgerService, *, max_request: int = MAX_REQUEST_MB * 2**2
             request.path_params["what"], limiter=limiter)
         return Response(answer, status_code=status, media_type=media)
 
-    return Starlette(routes=[Route("/v1/health", health, methods=["GET"]),
+    from flows.ledger_server_published import MAX_PUBLISHED_MB, published_routes
+
+    files = published_routes(service, limiter,
+                             max_bytes=max_published or MAX_PUBLISHED_MB * 2**20)
+    return Starlette(routes=[Route("/v1/health", health, methods=["GET"]), *files,
                              Route("/v1/tables/{what}", tables, methods=["GET"]),
                              Route("/v1/{op}", operation, methods=["POST"])])
 
 
 def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
-                 clients: Path, verify_every: float = VERIFY_EVERY) -> None:
+                 clients: Path, verify_every: float = VERIFY_EVERY,
+                 max_published_mb: int | None = None) -> None:
     """Open the ledger and serve it over HTTPS until interrupted (module docstring).
 
     Raises:
@@ -429,8 +448,10 @@ def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
     if not verify_every >= 0:
         raise ParameterError(f"--verify-every must be >= 0 seconds; got {verify_every}")
     service = LedgerService(ledger, clients, verify_every=verify_every)
+    cap = None if max_published_mb is None else int(max_published_mb) * 2**20
     try:
-        uvicorn.run(make_app(service), host=host, port=port, log_level="warning",
-                    access_log=False, ssl_certfile=str(tls_cert), ssl_keyfile=str(tls_key))
+        uvicorn.run(make_app(service, max_published=cap), host=host, port=port,
+                    log_level="warning", access_log=False, ssl_certfile=str(tls_cert),
+                    ssl_keyfile=str(tls_key))
     finally:
         service.close()

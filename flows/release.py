@@ -33,7 +33,7 @@ from flows.preflight import (
     release_domain,
 )
 from flows.release_kinds import CurveRelease, ReleaseKind, StreamRelease
-from flows.release_publish import publish
+from flows.release_publish import keep_published, publish
 from flows.release_stages import (
     ChunkOutputs,
     ReleaseRun,
@@ -112,6 +112,7 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
             if early is not None:
                 if not dry_run:
                     signals.say(f"release {run.rid}: already published; replayed")
+                    keep_published(run, run.out_root / run.rid, early["manifest"])
                     signals.published(early)
                 return early
             admission = reserve(run)

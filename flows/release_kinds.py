@@ -261,7 +261,8 @@ class StreamRelease:
 
             self._published_samples = {
                 r["release_id"]: r["samples"] for r in earlier_releases(
-                    run.ledger_path, run.dom.name, run.parameters, str(run.out_root), run.rid)}
+                    run.ledger_path, run.dom.name, run.parameters, str(run.out_root), run.rid,
+                    staging=str(run.staging))}
         return self._published_samples
 
     def post_process(self, run: ReleaseRun, results: list[ChunkResult],
@@ -279,7 +280,8 @@ class StreamRelease:
         from tasks.stream_history import earlier_releases, history_reports
 
         post.history = earlier_releases(run.ledger_path, run.dom.name, run.parameters,
-                                        str(run.out_root), run.rid, skipped=post.history_skipped)
+                                        str(run.out_root), run.rid, skipped=post.history_skipped,
+                                        staging=str(run.staging))
         history_paths = [h["samples"] for h in post.history]
         pending: deque[Any] = deque()
 

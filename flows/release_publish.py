@@ -4,7 +4,9 @@ The release's Parquet files are finished from the appender (in the kind's
 order), the per-user-unit outputs written beside them, the manifest assembled
 (common entries, then the kind's), the report rendered, the manifest sealed
 with every file's SHA-256, the release recorded as settled in the ledger, and
-only then the release directory published (`files.release_dir.ReleaseBuild`).
+only then the release directory published (`files.release_dir.ReleaseBuild`);
+a stream release's samples are then kept in the ledger's store too
+(`keep_published`).
 Nothing here draws noise or charges budget: it writes what the settled chunks
 and the post-processing produced.
 """
@@ -16,11 +18,12 @@ from typing import Any
 
 from files.outputs import ParquetAppender
 from files.release_dir import ReleaseBuild
-from flows import faults
+from flows import faults, signals
 from flows.outcome import rejection_counts
 from flows.release_kinds import PostProcessed
 from flows.release_stages import Admission, ChunkOutputs, ReleaseRun, result
 from tasks.report import write_release_report
+from tasks.stream_history import keep_in_ledger
 from tasks.user_units import write_user_unit_outputs
 
 
@@ -41,7 +44,20 @@ def publish(run: ReleaseRun, appender: ParquetAppender, admission: Admission,
     faults.fault_point("after_manifest")
     run.ledger.record_release(run.rid, manifest, "settled")
     faults.fault_point("before_publish")
-    return result(run.rid, build.publish(manifest), manifest)
+    rdir = build.publish(manifest)
+    keep_published(run, rdir, manifest)
+    return result(run.rid, rdir, manifest)
+
+
+def keep_published(run: ReleaseRun, rdir: Path, manifest: dict[str, Any]) -> None:
+    """Keep a published stream release's samples in the ledger's store (a warning if not).
+
+    After publication, so a failure here neither unpublishes nor charges
+    anything; a rerun of the release keeps them (`tasks.stream_history.keep_in_ledger`).
+    """
+    problem = keep_in_ledger(run.ledger, run.rid, rdir, manifest)
+    if problem is not None:
+        signals.run_logger().warning(problem)
 
 
 def _finish_tables(appender: ParquetAppender, rdir: Path, names: tuple[str, ...]

@@ -23,6 +23,7 @@ from ledger.errors import (
     LedgerStorageError,
     NotionMismatchError,
     PolicyChangeError,
+    PublishedFileError,
     ReplayConflictError,
 )
 from ledger.filters import Filter, parse_time
@@ -53,6 +54,7 @@ __all__ = [
     "LedgerStorageError",
     "NotionMismatchError",
     "PolicyChangeError",
+    "PublishedFileError",
     "ReplayConflictError",
     "Request",
     "ReserveResult",

@@ -94,6 +94,10 @@ class ReplayConflictError(ParameterError):
     """A release id is reused for a different request or settlement than the recorded one."""
 
 
+class PublishedFileError(BadInputError):
+    """A published file the ledger's store refuses or does not keep (`ledger.published`)."""
+
+
 class PolicyChangeError(BadInputError):
     """A policy change would alter the meaning of budget already charged."""
 

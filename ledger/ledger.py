@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import duckdb
 import numpy as np
@@ -34,6 +34,7 @@ from ledger import (
     history,
     keys,
     policy,
+    published,
     queries,
     releases,
     signing,
@@ -601,6 +602,44 @@ class Ledger:
         self._transact(lambda con: releases.record(con, self._keys.noise_key, release_id, text,
                                                    state,
                                                    storage.now()))
+
+    def put_published(self, release_id: str, name: str,
+                      data: bytes | str | os.PathLike[str] | BinaryIO) -> dict[str, Any]:
+        """Keep a settled release's published file `name` in the ledger's store.
+
+        The store is ``published/`` beside the ledger (`ledger.published`).
+
+        `data` is the file's bytes, its path or an open binary stream. Accepted
+        only when the release's manifest in the ledger names `name` with exactly
+        the SHA-256 of `data`; storing the same bytes again changes nothing.
+
+        Returns:
+            ``sha256``, ``size`` and ``stored`` (False: already kept).
+
+        Raises:
+            PublishedFileError: no settled release names that file with that digest,
+                or the store directory is unsafe (a symlink, another user's).
+            LedgerIntegrityError: an auditor's ledger (read-only).
+        """
+        self._require_key()
+        check_id(release_id, "release_id")
+        return published.put(published.store_dir(self.path), self.release(release_id),
+                             release_id, name, published.blocks_of(data))
+
+    def published(self, release_id: str, name: str, to: str | os.PathLike[str]) -> Path:
+        """Copy a release's published file from the ledger's store to the new file `to`.
+
+        The bytes are checked against the SHA-256 the release's manifest records
+        while they are copied; nothing is left at `to` when they differ.
+
+        Raises:
+            PublishedFileError: no settled release names that file, or the store
+                keeps no copy of it.
+            OutputIntegrityError: the stored copy was edited or replaced (not used).
+        """
+        check_id(release_id, "release_id")
+        return published.copy_out(published.store_dir(self.path), self.release(release_id),
+                                  release_id, name, Path(to))
 
     def release(self, release_id: str) -> dict[str, Any] | None:
         """A release's record (state, manifest as a dict, timestamps) or None if unknown."""

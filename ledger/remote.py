@@ -350,6 +350,20 @@ class RemoteLedger:
         """Store a release's manifest and state (`Ledger.record_release`)."""
         self._call("record_release", release_id=release_id, manifest=manifest, state=state)
 
+    def put_published(self, release_id: str, name: str,
+                      data: bytes | str | os.PathLike[str]) -> dict[str, Any]:
+        """Stream a published file to the service's store (`Ledger.put_published`)."""
+        from ledger import remote_published
+
+        return remote_published.upload(self._http, release_id, name, data)
+
+    def published(self, release_id: str, name: str, to: str | os.PathLike[str]) -> Path:
+        """Download a published file, checked against its manifest (`Ledger.published`)."""
+        from ledger import published, remote_published
+
+        expected = published.expected_sha256(self.release(release_id), release_id, name)
+        return remote_published.download(self._http, release_id, name, expected, Path(to))
+
     def release(self, release_id: str) -> dict[str, Any] | None:
         """A release's record or None (`Ledger.release`)."""
         return self._call("release", release_id=release_id)

@@ -3,9 +3,11 @@
 A scheduled stream release continues yesterday's: its reconstruction uses
 every report released so far for each (user, stream), not only today's. The
 earlier reports are read from the earlier releases' own outputs
-(``<out>/<release_id>/samples.parquet``), found through the ledger's release
-records: settled releases of the same domain with the same mechanism, ε and
-w (so every report has the same Square Wave law), in ledger order. Reading
+(``<out>/<release_id>/samples.parquet``, or the copy the ledger keeps of it
+when this run writes to another output root, `ledger.published`), found
+through the ledger's release records: settled releases of the same domain
+with the same mechanism, ε and w (so every report has the same Square Wave
+law), in ledger order. Reading
 released outputs is post-processing: it charges nothing and reads no raw data.
 
 A step released by several of them (an overlapping release) is taken from
@@ -25,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ledger.remote import open_ledger
+from schemas.errors import PrivpipeError
 
 #: parameters that must match for two releases' reports to share one law
 _SAME_LAW = ("mechanism", "epsilon", "w", "notion")
@@ -38,16 +41,34 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _from_store(led: Any, rid: str, name: str, staging: str | None,
+                digest: str | None) -> tuple[str | None, str]:
+    """(path, "") of the ledger's checked copy of `rid`'s samples in `staging`, or (None, why)."""
+    if staging is None:
+        return None, "no private staging to fetch the ledger's copy into"
+    dest = Path(staging) / f"history-{rid}-{name}"
+    if dest.is_file() and not dest.is_symlink() and _sha256(dest) == digest:
+        return str(dest), ""  # fetched earlier in this run and checked again now
+    try:
+        led.published(rid, name, dest)
+    except (PrivpipeError, OSError) as err:
+        return None, str(err)
+    return str(dest), ""
+
+
 def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
                      out_root: str, release_id: str,
-                     skipped: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                     skipped: list[dict[str, Any]] | None = None,
+                     staging: str | None = None) -> list[dict[str, Any]]:
     """Settled stream releases of `domain` recorded before `release_id`, same law, oldest first.
 
     Only releases recorded before this one count, so a rerun of an old
     release reads the history it read the first time (same outputs). A
-    release's samples file is used only if it is there and matches the SHA-256
-    its manifest (MAC'd in the ledger) records; the others are appended to
-    `skipped` with the reason.
+    release's samples file is used only if it matches the SHA-256 its
+    manifest (MAC'd in the ledger) records: the one under `out_root` when it is
+    there and matches, else the ledger's copy (`ledger.published`, fetched into
+    the run's private `staging` and checked again); the others are appended
+    to `skipped` with the reason.
 
     Returns:
         One row per release: ``release_id``, ``samples`` (path) and ``created_at``.
@@ -68,16 +89,49 @@ def earlier_releases(ledger_path: str, domain: str, parameters: dict[str, Any],
                 or any(str(params.get(k)) != str(parameters.get(k)) for k in _SAME_LAW)):
             continue
         name = (man.get("files") or {}).get("samples", "samples.parquet")
+        digest = (man.get("sha256") or {}).get(name)
         path = Path(out_root) / rid / name
         if not path.is_file():
-            skipped.append({"release_id": rid, "reason": "its samples file is missing"})
-        elif _sha256(path) != (man.get("sha256") or {}).get(name):
-            skipped.append({"release_id": rid, "reason": "its samples file does not match the "
-                            "digest in its manifest (edited or replaced): not used"})
+            local = "its samples file is missing under the output root"
+        elif _sha256(path) != digest:
+            local = ("its samples file does not match the digest in its manifest (edited or "
+                     "replaced)")
         else:
             out.append({"release_id": rid, "samples": str(path),
                         "created_at": str(row["created_at"])})
+            continue
+        found, why = _from_store(led, rid, name, staging, digest)
+        if found is None:
+            skipped.append({"release_id": rid, "reason": f"{local}, and the ledger's copy "
+                            f"cannot be used ({why}): not used"})
+        else:
+            out.append({"release_id": rid, "samples": found,
+                        "created_at": str(row["created_at"])})
     return out
+
+
+def keep_in_ledger(ledger: Any, release_id: str, rdir: Path,
+                   manifest: dict[str, Any]) -> str | None:
+    """Keep a published stream release's samples in the ledger's store (`ledger.published`).
+
+    So that a later release with another output root (another host) continues
+    it. Nothing else of the release depends on it: the release stays published
+    and charged once whatever happens here, and a rerun of the release keeps
+    the file then (idempotent by digest).
+
+    Returns:
+        None when kept (or nothing to keep), else why it was not.
+    """
+    name = (manifest.get("files") or {}).get("samples")
+    if manifest.get("flow") != "release_streams" or not name:
+        return None
+    try:
+        ledger.put_published(release_id, name, rdir / name)
+    except (PrivpipeError, OSError) as err:
+        return (f"release {release_id}: its samples were not kept in the ledger's store "
+                f"({err}); a release with another output root cannot continue it until a "
+                "rerun of this release keeps them")
+    return None
 
 
 def history_reports(paths: list[str], users: list[str]) -> pd.DataFrame:

@@ -92,6 +92,10 @@ def test_an_edited_earlier_output_is_not_used(meters, policy_file, ledger_path, 
     table = pq.read_table(path).to_pandas()
     table["y"] = table["y"].max()
     table.to_parquet(path, index=False)
+    stored = sorted((ledger_path.parent / "published").glob("*.parquet"))
+    assert len(stored) == 1  # the ledger's own copy (the fallback of another output root)
+    stored[0].chmod(0o600)
+    stored[0].write_bytes(path.read_bytes())  # edited there too
     second = _release(_csv(day34, tmp_path / "d34.csv"), policy_file, ledger_path, tmp_path)
     hist = second["manifest"]["history"]
     assert hist["releases"] == []

@@ -1,0 +1,133 @@
+"""The client of the ledger service's published-file routes (`RemoteLedger.put_published`).
+
+``PUT /v1/published/<release_id>/<name>`` streams a file's bytes to the
+service's store (releaser owning the release, or admin); ``GET`` of the
+same path streams them back (any role). Bodies are raw bytes, not JSON; an
+error is answered with the usual JSON error body. The client re-checks the
+bytes it downloads against the SHA-256 of the release's manifest, as the
+embedded ledger does (`ledger.published`). A connection error is retried
+until ``PRIVPIPE_LEDGER_RETRY_SECONDS``: both routes are idempotent (a file
+is named by its digest). Standard library only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+from urllib.parse import quote
+
+from ledger import errors as ledger_errors
+from ledger import published
+from schemas.names import check_name
+
+T = TypeVar("T")
+
+
+def route(release_id: str, name: str) -> str:
+    """The URL path of a release's published file (both parts checked as safe names)."""
+    check_name(release_id, "release_id")
+    check_name(name, "file name")
+    return f"/v1/published/{quote(release_id, safe='')}/{quote(name, safe='')}"
+
+
+def _retrying(tr: Any, call: Callable[[http.client.HTTPSConnection], T]) -> T:
+    """`call` on a new connection, retried on connection errors until the deadline."""
+    from ledger.remote import LedgerAccessError
+
+    deadline, attempt = time.monotonic() + tr.retry_seconds, 0
+    while True:
+        con = http.client.HTTPSConnection(tr.host, tr.port, context=tr.context,
+                                          timeout=600)
+        try:
+            return call(con)
+        except ssl.SSLCertVerificationError as err:
+            raise LedgerAccessError(
+                f"the ledger service https://{tr.host}:{tr.port} presented a certificate "
+                f"this client does not trust ({err.verify_message})") from None
+        except (OSError, http.client.HTTPException) as err:
+            if time.monotonic() >= deadline:
+                raise ledger_errors.LedgerBusyError(
+                    f"the ledger service https://{tr.host}:{tr.port} did not answer for "
+                    f"{tr.retry_seconds:g} s ({type(err).__name__}: {err}); run the "
+                    "command again when it is up (it is idempotent)") from None
+            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+            attempt += 1
+        finally:
+            con.close()
+
+
+def _raise_answer(status: int, body: bytes, what: str) -> None:
+    """Raise the privpipe error of a non-200 answer (same class as the embedded ledger's)."""
+    from ledger.remote import rebuild_error
+
+    try:
+        err = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        err = None
+    if not isinstance(err, dict):
+        raise ledger_errors.LedgerInternalError(
+            f"the ledger service answered {what} with HTTP {status} and no privpipe error")
+    raise rebuild_error(str(err.get("class")), str(err.get("message")),
+                        err.get("attrs") or {})
+
+
+def upload(tr: Any, release_id: str, name: str,
+           data: bytes | str | os.PathLike[str]) -> dict[str, Any]:
+    """PUT a published file's bytes (or the file at a path) to the service's store.
+
+    Returns:
+        The service's answer: ``sha256``, ``size``, ``stored``.
+    """
+    path = route(release_id, name)
+    size = len(data) if isinstance(data, bytes) else os.stat(data).st_size
+
+    def call(con: http.client.HTTPSConnection) -> dict[str, Any]:
+        body: bytes | BinaryIO
+        if isinstance(data, bytes):
+            body = data
+        else:
+            body = os.fdopen(os.open(data, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+        try:
+            con.request("PUT", path, body=body, headers={
+                "Authorization": tr.auth, "Content-Type": "application/octet-stream",
+                "Content-Length": str(size)})
+            resp = con.getresponse()
+            answer = resp.read()
+        finally:
+            if not isinstance(body, bytes):
+                body.close()
+        if resp.status != 200:
+            _raise_answer(resp.status, answer, f"PUT {path}")
+        return dict(json.loads(answer)["result"])
+
+    return _retrying(tr, call)
+
+
+def download(tr: Any, release_id: str, name: str, expected: str, dest: Path) -> Path:
+    """GET a published file into the new file `dest`, checked against `expected` (SHA-256).
+
+    Raises:
+        OutputIntegrityError: the bytes do not match (nothing is left at `dest`).
+        PublishedFileError: the service keeps no copy, or no settled release names it.
+    """
+    path = route(release_id, name)
+
+    def call(con: http.client.HTTPSConnection) -> Path:
+        con.request("GET", path, headers={"Authorization": tr.auth})
+        resp = con.getresponse()
+        if resp.status != 200:
+            _raise_answer(resp.status, resp.read(), f"GET {path}")
+
+        def blocks() -> Iterator[bytes]:
+            yield from iter(lambda: resp.read(published.BLOCK), b"")
+
+        return published.receive(blocks(), expected, dest, f"{release_id}/{name}")
+
+    return _retrying(tr, call)
