@@ -143,10 +143,12 @@ def wait_up(served: Served, timeout: float = 60.0) -> None:
     raise RuntimeError("ledger serve did not come up")
 
 
-def start_server(ledger: Path, tmp: Path, verify_every: float = 0) -> Served:
+def start_server(ledger: Path, tmp: Path, verify_every: float = 0,
+                 extra: tuple[str, ...] = ()) -> Served:
     """Serve `ledger` on a free port of 127.0.0.1 with fresh certificates and clients.
 
-    `verify_every` 0 (no limit on verifications) unless a test checks the limit.
+    `verify_every` 0 (no limit on verifications) unless a test checks the limit;
+    `extra`: more `ledger serve` options.
     """
     ca, cert, key = make_certs(tmp / "tls")
     clients = tmp / "clients.toml"
@@ -154,7 +156,18 @@ def start_server(ledger: Path, tmp: Path, verify_every: float = 0) -> Served:
     port = free_port()
     args = [PYTHON, "-m", "flows.cli", "ledger", "serve", "--ledger", str(ledger),
             "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert), "--tls-key", str(key),
-            "--clients", str(clients), "--verify-every", str(verify_every)]
+            "--clients", str(clients), "--verify-every", str(verify_every), *extra]
     served = Served(ledger, f"https://127.0.0.1:{port}", ca, tokens, _spawn(args), args)
     wait_up(served)
     return served
+
+
+def serve_new_ledger(tmp: Path, extra: tuple[str, ...] = ()) -> Served:
+    """A new ledger in `tmp` with the tests' `POLICY` (ledger_helpers), served."""
+    from ledger import Ledger
+    from schemas.policy import parse_policy
+    from tests.ledger.ledger_helpers import POLICY
+
+    path = tmp / "led" / "ledger.duckdb"
+    Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
+    return start_server(path, tmp, extra=extra)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from ledger_helpers import PYTHON, subprocess_env
-from served_helpers import Served, make_certs, start_server
+from served_helpers import Served, make_certs, serve_new_ledger, start_server
 
 from ledger import Filter, Ledger, ReplayConflictError, Request, Settlement
 from ledger.errors import BudgetExceededError
@@ -37,14 +37,7 @@ def _gp(total, *parts):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Served:
     """One service for the module (tests use their own release ids)."""
-    from ledger_helpers import POLICY
-
-    from schemas.policy import parse_policy
-
-    tmp = tmp_path_factory.mktemp("served")
-    path = tmp / "led" / "ledger.duckdb"
-    Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
-    served = start_server(path, tmp)
+    served = serve_new_ledger(tmp_path_factory.mktemp("served"))
     yield served
     served.stop()
 

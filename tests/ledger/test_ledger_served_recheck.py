@@ -13,21 +13,16 @@ import json
 from fractions import Fraction
 
 import pytest
-from ledger_helpers import POLICY
-from served_helpers import Served, start_server
+from served_helpers import Served, serve_new_ledger
 
-from ledger import Ledger, Request
+from ledger import Request
 from ledger.keys import key_path_for
 from ledger.remote import LedgerAccessError, RemoteLedger
-from schemas.policy import parse_policy
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Served:
-    tmp = tmp_path_factory.mktemp("recheck")
-    path = tmp / "led" / "ledger.duckdb"
-    Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
-    served = start_server(path, tmp)
+    served = serve_new_ledger(tmp_path_factory.mktemp("recheck"))
     yield served
     served.stop()
 

@@ -16,7 +16,7 @@ import ssl
 from fractions import Fraction
 
 import pytest
-from served_helpers import Served, start_server
+from served_helpers import Served, serve_new_ledger
 
 from ledger import Ledger, PublishedFileError, Request
 from ledger.published import store_dir, stored_files
@@ -122,16 +122,7 @@ def test_symlinks_planted_in_the_store_are_not_followed(led, tmp_path):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Served:
-    from ledger_helpers import POLICY
-
-    from schemas.policy import parse_policy
-
-    tmp = tmp_path_factory.mktemp("served")
-    path = tmp / "led" / "ledger.duckdb"
-    Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
-    served = start_server(path, tmp)
-    served.args += ["--max-published-mb", "1"]
-    served.restart()
+    served = serve_new_ledger(tmp_path_factory.mktemp("served"), ("--max-published-mb", "1"))
     yield served
     served.stop()
 
