@@ -89,7 +89,12 @@ def test_a_redraw_that_drifted_is_never_published(day1, monkeypatch):
 
 def test_a_repeated_range_whose_samples_are_gone_is_not_released_again(day1):
     tmp, ledger = day1
-    (tmp / "out" / "day1" / "samples.parquet").unlink()  # e.g. day 2 runs on another host
+    # e.g. day 2 runs on another host, and the ledger's copy was lost too (with the
+    # ledger's copy kept, day 2 continues from it: tests/flows/test_stream_history_store.py)
+    (tmp / "out" / "day1" / "samples.parquet").unlink()
+    stored = sorted((ledger.parent / "published").glob("*.parquet"))
+    assert len(stored) == 1, "the ledger keeps a copy of day 1's samples"
+    stored[0].unlink()
     with pytest.raises(Exception, match="published samples are missing"):
         _day(tmp, ledger, range(0, 20), "day2")
     assert not (tmp / "out" / "day2").exists()
