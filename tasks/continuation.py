@@ -412,20 +412,44 @@ def seeded_segments(ledger: Any, release_id: str, parameters: dict[str, Any],
     redrawn with exactly the seed it was drawn with (the same bytes, charged
     once), and a range of other values never gets the same noise. Seeds stay
     in memory (they travel to the task in its `StreamChunk`, never to disk).
+    Cost: one `noise_seeds` call per (release, parameters) and per stream rank
+    of a user (`_seed_batches`), not one per segment: the same seeds.
 
     Raises:
         LedgerIntegrityError: the noise key does not match the ledger.
     """
-    out = {}
+    layout: dict[tuple[str, str], tuple[Segment, ...]] = {}
+    asks: dict[tuple[str, str | None], list[tuple[str, str, int, str]]] = {}
     for user in users:
         for sid, p in plans[user].items():
-            segs = []
-            for g in p.segments:
-                params = parameters if g.new else json.loads(g.parameters or "{}")
-                seed = ledger.noise_seeds(g.release_id, [user], [g.fingerprint], params)[user]
-                segs.append(SeededSegment(g.first_step, g.last_step, g.new, seed))
-            out[(user, sid)] = tuple(segs)
-    return out
+            layout[(user, sid)] = p.segments
+            for i, g in enumerate(p.segments):
+                key = (g.release_id, None if g.new else (g.parameters or "{}"))
+                asks.setdefault(key, []).append((user, sid, i, g.fingerprint))
+    seeds: dict[tuple[str, str, int], int] = {}
+    for (rid, bound), items in asks.items():
+        params = parameters if bound is None else json.loads(bound)
+        for batch in _seed_batches(items):
+            got = ledger.noise_seeds(rid, [a[0] for a in batch], [a[3] for a in batch], params)
+            seeds.update(((u, sid, i), got[u]) for u, sid, i, _ in batch)
+    return {key: tuple(SeededSegment(g.first_step, g.last_step, g.new, seeds[(*key, i)])
+                       for i, g in enumerate(segs)) for key, segs in layout.items()}
+
+
+def _seed_batches(items: list[tuple[str, str, int, str]]) -> list[list[tuple[str, str, int, str]]]:
+    """The asks split so that no user appears twice in a batch (seeds come keyed by user).
+
+    A user's k-th ask goes to batch k: one batch when every user has one stream.
+    """
+    batches: list[list[tuple[str, str, int, str]]] = []
+    seen: dict[str, int] = {}
+    for item in items:
+        k = seen.get(item[0], 0)
+        seen[item[0]] = k + 1
+        if k == len(batches):
+            batches.append([])
+        batches[k].append(item)
+    return batches
 
 
 def _range_record(r: StreamRange) -> list[Any]:
