@@ -256,23 +256,35 @@ def chunk_runs(steps: np.ndarray, offsets: np.ndarray) -> list[list[tuple[int, i
 
 @dataclass
 class _Chunk:
-    """A staged stream chunk as arrays: its items, steps, values and each stream's runs."""
+    """A staged stream chunk as arrays: its items, then (`load`) its steps and values."""
 
     index: int
+    path: str
     users: list[str]
     streams: list[str]
     offsets: list[int]
-    steps: np.ndarray
-    values: np.ndarray
+    steps: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @classmethod
     def read(cls, chunk: Any) -> _Chunk:
-        """Memory-map the chunk's files (`files.staging.read_chunk`)."""
+        """The chunk's items only: who holds which rows (its samples are not touched)."""
         from files.staging import read_chunk
 
-        items, table = read_chunk(chunk.path, "stream_id")
-        return cls(chunk.index, items.user_ids, items.keys, items.offsets.tolist(),
-                   table.column("step").to_numpy(), table.column("value").to_numpy())
+        items, _ = read_chunk(chunk.path, "stream_id")
+        return cls(chunk.index, chunk.path, items.user_ids, items.keys, items.offsets.tolist())
+
+    def load(self) -> None:
+        """Map the chunk's samples (`files.staging.read_chunk`), checked against its items."""
+        from files.staging import read_chunk
+
+        _, table = read_chunk(self.path, "stream_id")
+        self.steps = table.column("step").to_numpy()
+        self.values = table.column("value").to_numpy()
+
+    def unload(self) -> None:
+        """Drop the mapped samples (a group's chunks are never all mapped at once)."""
+        self.steps, self.values = np.empty(0, np.int64), np.empty(0)
 
     def by_user(self) -> list[tuple[str, list[int]]]:
         """Each user with its items' positions (a user's items are consecutive)."""
@@ -394,7 +406,9 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
         history = led.stream_ranges(domain, [key for c in batch
                                              for key in zip(c.users, c.streams, strict=True)])
         for chunk in batch:
+            chunk.load()
             _plan_chunk(led, domain, release_id, per_step, chunk, history, out)
+            chunk.unload()
     return out
 
 
