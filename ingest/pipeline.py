@@ -31,7 +31,8 @@ the domain, rows of a curve are ordered by t in the batch instead.
 One module per step: `ingest.plan` (the columns checked, the converting SQL),
 `ingest.rows` (the scan in record order), `ingest.straight` (the read with no
 copy, and `NeedsSpill`), `ingest.spill` (the private file, read back or
-sorted), `ingest.blocks` (whole users per block), `ingest.batch` (conversion,
+sorted), `ingest.blocks` (whole users per block, read ahead by a thread:
+`ingest.prefetch`), `ingest.batch` (conversion,
 validation, users), `ingest.summary` (what `scan` reports). This module holds
 the public functions and the choice between the straight and the spilled read.
 """
@@ -48,6 +49,7 @@ import pandas as pd
 from ingest.batch import _Batch
 from ingest.blocks import _blocks
 from ingest.plan import INPUT_TIME_UNITS, _check_parameters, _Plan, _plan
+from ingest.prefetch import prefetched
 from ingest.source import OpenedSource, open_source
 from ingest.straight import NeedsSpill
 from ingest.summary import _Summary
@@ -162,7 +164,8 @@ def _iter_users(source: str | Path | pd.DataFrame, domain: Domain, table: str | 
     """The users of one read of the input (see `iter_users`)."""
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _read_plan(src, domain, input_time_unit, how)
-        for block in _blocks(src, plan, batch_rows, how.spill):
+        # the next block is read (DuckDB) while this one is validated (ingest.prefetch)
+        for block in prefetched(_blocks(src, plan, batch_rows, how.spill)):
             yield from _Batch(block, plan).results(max_problems)
 
 
@@ -235,7 +238,7 @@ def _scan(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
     summary = _Summary(domain)
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _read_plan(src, domain, input_time_unit, how)
-        for block in _blocks(src, plan, batch_rows, how.spill):
+        for block in prefetched(_blocks(src, plan, batch_rows, how.spill)):
             summary.rows += block.num_rows
             for r in _Batch(block, plan).results(max_problems_per_user):
                 summary.add(r)

@@ -256,23 +256,35 @@ def chunk_runs(steps: np.ndarray, offsets: np.ndarray) -> list[list[tuple[int, i
 
 @dataclass
 class _Chunk:
-    """A staged stream chunk as arrays: its items, steps, values and each stream's runs."""
+    """A staged stream chunk as arrays: its items, then (`load`) its steps and values."""
 
     index: int
+    path: str
     users: list[str]
     streams: list[str]
     offsets: list[int]
-    steps: np.ndarray
-    values: np.ndarray
+    steps: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @classmethod
     def read(cls, chunk: Any) -> _Chunk:
-        """Memory-map the chunk's files (`files.staging.read_chunk`)."""
+        """The chunk's items only: who holds which rows (its samples are not touched)."""
         from files.staging import read_chunk
 
-        items, table = read_chunk(chunk.path, "stream_id")
-        return cls(chunk.index, items.user_ids, items.keys, items.offsets.tolist(),
-                   table.column("step").to_numpy(), table.column("value").to_numpy())
+        items, _ = read_chunk(chunk.path, "stream_id")
+        return cls(chunk.index, chunk.path, items.user_ids, items.keys, items.offsets.tolist())
+
+    def load(self) -> None:
+        """Map the chunk's samples (`files.staging.read_chunk`), checked against its items."""
+        from files.staging import read_chunk
+
+        _, table = read_chunk(self.path, "stream_id")
+        self.steps = table.column("step").to_numpy()
+        self.values = table.column("value").to_numpy()
+
+    def unload(self) -> None:
+        """Drop the mapped samples (a group's chunks are never all mapped at once)."""
+        self.steps, self.values = np.empty(0, np.int64), np.empty(0)
 
     def by_user(self) -> list[tuple[str, list[int]]]:
         """Each user with its items' positions (a user's items are consecutive)."""
@@ -394,7 +406,9 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
         history = led.stream_ranges(domain, [key for c in batch
                                              for key in zip(c.users, c.streams, strict=True)])
         for chunk in batch:
+            chunk.load()
             _plan_chunk(led, domain, release_id, per_step, chunk, history, out)
+            chunk.unload()
     return out
 
 
@@ -412,20 +426,44 @@ def seeded_segments(ledger: Any, release_id: str, parameters: dict[str, Any],
     redrawn with exactly the seed it was drawn with (the same bytes, charged
     once), and a range of other values never gets the same noise. Seeds stay
     in memory (they travel to the task in its `StreamChunk`, never to disk).
+    Cost: one `noise_seeds` call per (release, parameters) and per stream rank
+    of a user (`_seed_batches`), not one per segment: the same seeds.
 
     Raises:
         LedgerIntegrityError: the noise key does not match the ledger.
     """
-    out = {}
+    layout: dict[tuple[str, str], tuple[Segment, ...]] = {}
+    asks: dict[tuple[str, str | None], list[tuple[str, str, int, str]]] = {}
     for user in users:
         for sid, p in plans[user].items():
-            segs = []
-            for g in p.segments:
-                params = parameters if g.new else json.loads(g.parameters or "{}")
-                seed = ledger.noise_seeds(g.release_id, [user], [g.fingerprint], params)[user]
-                segs.append(SeededSegment(g.first_step, g.last_step, g.new, seed))
-            out[(user, sid)] = tuple(segs)
-    return out
+            layout[(user, sid)] = p.segments
+            for i, g in enumerate(p.segments):
+                key = (g.release_id, None if g.new else (g.parameters or "{}"))
+                asks.setdefault(key, []).append((user, sid, i, g.fingerprint))
+    seeds: dict[tuple[str, str, int], int] = {}
+    for (rid, bound), items in asks.items():
+        params = parameters if bound is None else json.loads(bound)
+        for batch in _seed_batches(items):
+            got = ledger.noise_seeds(rid, [a[0] for a in batch], [a[3] for a in batch], params)
+            seeds.update(((u, sid, i), got[u]) for u, sid, i, _ in batch)
+    return {key: tuple(SeededSegment(g.first_step, g.last_step, g.new, seeds[(*key, i)])
+                       for i, g in enumerate(segs)) for key, segs in layout.items()}
+
+
+def _seed_batches(items: list[tuple[str, str, int, str]]) -> list[list[tuple[str, str, int, str]]]:
+    """The asks split so that no user appears twice in a batch (seeds come keyed by user).
+
+    A user's k-th ask goes to batch k: one batch when every user has one stream.
+    """
+    batches: list[list[tuple[str, str, int, str]]] = []
+    seen: dict[str, int] = {}
+    for item in items:
+        k = seen.get(item[0], 0)
+        seen[item[0]] = k + 1
+        if k == len(batches):
+            batches.append([])
+        batches[k].append(item)
+    return batches
 
 
 def _range_record(r: StreamRange) -> list[Any]:

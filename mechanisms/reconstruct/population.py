@@ -129,6 +129,21 @@ def _debiased(y: np.ndarray, epsilon_per_step: float) -> tuple[np.ndarray, np.nd
     return xhat, (v0 + gamma * (xhat - 0.5) ** 2) / (1.0 + gamma)
 
 
+def _cells_of(cell: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(cell, return_inverse=True)``, without its sort when `cell` is sorted.
+
+    Reports read in step order (the population view's) have sorted steps: the
+    distinct cells are then where the value changes, and each report's index
+    the count of changes before it. The same arrays as `np.unique`.
+    """
+    if cell.size and np.all(cell[1:] >= cell[:-1]):
+        start = np.empty(cell.size, dtype=bool)
+        start[0] = True
+        np.not_equal(cell[1:], cell[:-1], out=start[1:])
+        return cell[start], np.cumsum(start) - 1
+    return np.unique(cell, return_inverse=True)
+
+
 def population_mean(y: object, *, steps: object, epsilon_per_step: float,
                     period: int | None = None, confidence: float = 0.95,
                     family_size: int | None = None) -> PopulationMean:
@@ -160,7 +175,7 @@ def population_mean(y: object, *, steps: object, epsilon_per_step: float,
         raise MechanismParameterError("family_size must be a positive integer")
     arr, cell = _check_reports(y, steps, epsilon_per_step, period)
     xhat, var = _debiased(arr, epsilon_per_step)
-    cells, idx = np.unique(cell, return_inverse=True)
+    cells, idx = _cells_of(cell)
     count = np.bincount(idx, minlength=cells.size).astype(np.float64)
     mean = np.bincount(idx, weights=xhat, minlength=cells.size) / count
     se = np.sqrt(np.bincount(idx, weights=var, minlength=cells.size)) / count
@@ -235,7 +250,7 @@ def population_distribution(y: object, *, steps: object, epsilon_per_step: float
     if lv.ndim != 1 or np.any((lv < 0) | (lv > 1)):
         raise MechanismParameterError("quantile levels must be in [0, 1]")
     arr, cell = _check_reports(y, steps, epsilon_per_step, period)
-    cells, idx = np.unique(cell, return_inverse=True)
+    cells, idx = _cells_of(cell)
     fit = sw_em(arr, epsilon_per_step=epsilon_per_step, grid_size=grid_size,
                 smoothing=smoothing, max_iter=max_iter, groups=idx)
     return PopulationDistribution(

@@ -305,3 +305,75 @@ def test_chunk_runs_are_contiguous_ranges_stream_by_stream():
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         steps = np.concatenate(streams) if streams else np.empty(0, np.int64)
         assert chunk_runs(steps, offsets) == [contiguous_ranges(s) for s in streams]
+
+
+def test_seeds_asked_in_batches_are_the_seeds_asked_one_segment_at_a_time():
+    # one noise_seeds call per (release, parameters) and stream rank: users with two
+    # streams, earlier ranges of two releases bound to other parameters, new ranges
+    from ledger.keys import noise_seed
+    from ledger.ledger import parameters_digest
+
+    class Keyed:
+        def __init__(self):
+            self.calls = 0
+
+        def noise_seeds(self, rid, users, fps, params):
+            self.calls += 1
+            assert len(set(users)) == len(users)  # seeds come back keyed by user
+            return {u: noise_seed(b"k" * 32, rid, u, f, parameters_digest(params))
+                    for u, f in zip(users, fps, strict=True)}
+
+    plans = {}
+    for n, u in enumerate(["a", "b", "c"]):
+        d0, d1 = _day(0, np.linspace(0, 1, 48) / (n + 1)), _day(1)
+        both = (np.concatenate([d0[0], d1[0]]), np.concatenate([d0[1], d1[1]]))
+        rid = "r0" if n == 0 else "r1"
+        bound = '{"epsilon":"1"}' if n < 2 else '{"epsilon":"2"}'
+        earlier = StreamRange(rid, 0, 47, 48, fp(*d0), EPS, parameters=bound)
+        plans[u] = {"s1": _plan(*both, [earlier]), "s2": _plan(*d1, [], rid="r2")}
+    params = {"epsilon": "1", "reconstruct": "none"}
+    led = Keyed()
+    got = seeded_segments(led, "r2", params, plans, ["a", "b", "c"])
+    want = {}
+    for u, streams in plans.items():
+        for sid, p in streams.items():
+            want[(u, sid)] = tuple(
+                (g.first_step, g.last_step, g.new, Keyed().noise_seeds(
+                    g.release_id, [u], [g.fingerprint],
+                    params if g.new else json.loads(g.parameters))[u]) for g in p.segments)
+    assert {k: tuple((g.first_step, g.last_step, g.new, g.seed) for g in v)
+            for k, v in got.items()} == want
+    assert list(got) == list(want)
+    # r0 {"epsilon":"1"}, r1 {"epsilon":"1"}, r1 {"epsilon":"2"}, r2 new ranges of two ranks
+    assert led.calls == 5
+
+
+def test_a_group_maps_one_chunk_of_samples_at_a_time(tmp_path, monkeypatch):
+    # memory: a group of chunks shares one ledger read, but its samples are mapped
+    # chunk by chunk (all of a 5x10^4-stream group at once had peaked at 1.1 GB)
+    from files.staging import StagedChunk, stage_stream_chunk
+    from ingest import Stream, UserStreams
+    from tasks import continuation as C
+
+    chunks = []
+    for i in range(3):
+        path = tmp_path / f"chunk-{i:05d}.arrow"
+        stage_stream_chunk([UserStreams(f"u{i}", [Stream("s", *_day(0))], "")], path)
+        chunks.append(StagedChunk(i, str(path), (f"u{i}",)))
+    mapped, most = set(), []
+    load, unload = C._Chunk.load, C._Chunk.unload
+
+    def counted_load(self):
+        load(self)
+        mapped.add(self.index)
+        most.append(len(mapped))
+
+    def counted_unload(self):
+        unload(self)
+        mapped.discard(self.index)
+
+    monkeypatch.setattr(C._Chunk, "load", counted_load)
+    monkeypatch.setattr(C._Chunk, "unload", counted_unload)
+    monkeypatch.setattr(C, "open_ledger", lambda path: _FakeLedger({}))
+    got = C.plan_release_fn("ledger", "r1", "d", type("P", (), {"chunks": chunks})(), EPS)
+    assert len(got.requests) == 3 and most == [1, 1, 1] and not mapped

@@ -180,3 +180,15 @@ def test_mean_stays_unbiased_at_the_edge_of_the_range():
     assert abs(err.mean()) < 3 * err.std() / np.sqrt(err.size)
     assert res.mean.min() < 0.0  # not clipped: the band is, the estimate is not
     assert res.lower.min() == 0.0
+
+
+def test_cells_of_sorted_reports_are_np_unique_without_the_sort():
+    from mechanisms.reconstruct.population import _cells_of
+
+    rng = np.random.default_rng(3)
+    for cell in (np.sort(rng.integers(0, 50, 1000)), rng.integers(0, 50, 1000),
+                 np.array([7], np.int64), np.zeros(0, np.int64), np.arange(5) % 2):
+        cells, idx = _cells_of(cell)
+        want_cells, want_idx = np.unique(cell, return_inverse=True)
+        assert cells.dtype == want_cells.dtype and idx.dtype == want_idx.dtype
+        assert np.array_equal(cells, want_cells) and np.array_equal(idx, want_idx)
