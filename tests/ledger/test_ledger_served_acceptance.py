@@ -219,7 +219,7 @@ def test_verify_through_the_service_is_ok(run):
     r = subprocess.run([PYTHON, "-m", "flows.cli", "ledger", "verify", "--ledger",
                         run.served.url], env=_env(run.root, "home-v", run.served, "aud"),
                        cwd=run.root, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "ok" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert r.returncode == 0 and "ok:" in r.stdout + r.stderr, (r.stdout, r.stderr)
 
 
 def _charges(rows: list[dict]) -> list[tuple]:
