@@ -208,14 +208,18 @@ class StreamRelease:
         (`by_user`), to be reserved before the next group is planned. So only one
         group's requests and plans are ever in memory. Each user's plan reads only
         that user's released ranges, so planning group by group plans what one pass
-        would. A group with no request yields nothing.
+        would. A group with no request yields nothing. Through a ledger service, a
+        group repeating ranges of another client's release stops the release before
+        its reserve (`tasks.redraw_owners`: the service would refuse their seeds).
         """
         from tasks.continuation import plan_release, write_chunk_plans
+        from tasks.redraw_owners import check_redraw_owners
 
         plan = run.plan
         for group in _chunk_groups(plan.chunks, RESERVE_BATCH):
             cont = plan_release(run.ledger_path, run.rid, run.dom.name, quote(plan),
                                 self.spec.epsilon_per_step, chunks=quote(group))
+            check_redraw_owners(run.ledger, run.rid, cont.plans)
             plan.rejected.extend(cont.rejected)
             plan.users -= len(cont.rejected)
             unchanged |= cont.unchanged
