@@ -101,11 +101,16 @@ def _inputs(d: Path) -> SimpleNamespace:
                            day1=d / "day1.csv", days12=d / "days12.csv")
 
 
+#: the Prefect API every client reports to (hosts of one organisation share one Prefect
+#: server); set by the module fixture from the session's harness
+PREFECT = {}
+
+
 def _env(root: Path, home: str, served: Served | None, who: str = "rel-a", **extra) -> dict:
     """A client's environment: its own PRIVPIPE_HOME; `who`'s credential for `served`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVPIPE_"))}
     env.update(PRIVPIPE_HOME=str(root / home), HOME=str(root / home), PYTHONPATH=str(REPO),
-               **extra)
+               **PREFECT, **extra)
     if served is not None:
         env |= {k: v for k, v in served.env(who).items() if k.startswith("PRIVPIPE_")}
     return env
@@ -175,8 +180,9 @@ def _curve_release_killed_mid_release(root: Path, inp, served: Served) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> SimpleNamespace:
+def run(tmp_path_factory, prefect_api) -> SimpleNamespace:
     """Every release of the scenario, served and embedded; the server still up."""
+    PREFECT["PREFECT_API_URL"] = prefect_api
     root = tmp_path_factory.mktemp("accept")
     inp = _inputs(root / "inputs")
     served, twin = _served_ledger(root, inp)
