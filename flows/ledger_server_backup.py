@@ -27,14 +27,12 @@ that may not (a releaser; an auditor asking for keys), 422 the backup failed
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tarfile
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from flows.ledger_server import LedgerService, _error
@@ -60,15 +58,6 @@ def check_backup_role(client: Any, include_keys: bool) -> None:
                                 f"{client.role} role")
 
 
-def _order(d: Path) -> list[str]:
-    """The backup's files as tar names: the snapshot, keys, published files, manifest last."""
-    top = sorted(n for n in os.listdir(d) if n != backup_.MANIFEST_NAME
-                 and (d / n).is_file() and not (d / n).is_symlink())
-    store = d / "published"
-    files = sorted(f"published/{n}" for n in os.listdir(store)) if store.is_dir() else []
-    return [*top, *files, backup_.MANIFEST_NAME]
-
-
 def take_backup(service: LedgerService, include_keys: bool
                 ) -> tuple[dict[str, Any], list[tuple[str, BinaryIO, int]]]:
     """Back up the held ledger into a new private directory; (manifest, open files).
@@ -77,20 +66,11 @@ def take_backup(service: LedgerService, include_keys: bool
     """
     base = service._base
     tmp = service.path.parent / f".served-backup-{uuid.uuid4().hex}"
-    opened: list[tuple[str, BinaryIO, int]] = []
     try:
         manifest = backup_.backup(service.path, base._keys, tmp,
                                   lock_timeout=base.lock_timeout, created_at=storage.now(),
                                   include_keys=include_keys, store=base._store)
-        for name in _order(tmp):
-            fd = os.open(tmp / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            f = os.fdopen(fd, "rb")
-            opened.append((name, f, os.fstat(fd).st_size))
-        return manifest, opened
-    except BaseException:
-        for _, f, _ in opened:
-            f.close()
-        raise
+        return manifest, backup_.open_backup_dir(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -158,6 +138,10 @@ class _Route:
             return _fail(400, err)
         except PrivpipeError as err:
             return _fail(422, err)
+        except Exception as err:  # noqa: BLE001 - a bug: logged, answered 500, server lives
+            log.exception("ledger service: backup failed")
+            return _fail(500, RuntimeError(f"internal error in the ledger service "
+                                           f"({type(err).__name__}); see its log"))
         mtime = int(time.time())
         head = manifest["head"]
         return StreamingResponse(self._stream(files, mtime), media_type="application/x-tar",

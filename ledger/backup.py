@@ -110,13 +110,41 @@ def _out_dir(out: Path) -> None:
         raise ParameterError(f"--out {str(out)!r}: cannot create it: {err.strerror}") from None
 
 
+def q(ident: str) -> str:
+    """`ident` as one quoted SQL identifier (its ``"`` doubled)."""
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def open_backup_dir(d: Path) -> list[tuple[str, Any, int]]:
+    """(name, open file, size) of a backup directory's files, in the order a stream sends them.
+
+    The snapshot and key files, then ``published/...``, then the manifest last;
+    opened without following a link (the caller closes them).
+    """
+    top = sorted(n for n in os.listdir(d) if n != MANIFEST_NAME)
+    store = d / backup_published.STORE_DIR
+    names = [n for n in top if n != backup_published.STORE_DIR]
+    if store.is_dir():
+        names += [f"{backup_published.STORE_DIR}/{n}" for n in sorted(os.listdir(store))]
+    opened: list[tuple[str, Any, int]] = []
+    try:
+        for name in [*names, MANIFEST_NAME]:
+            f = os.fdopen(os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+            opened.append((name, f, os.fstat(f.fileno()).st_size))
+    except BaseException:
+        for _, f, _ in opened:
+            f.close()
+        raise
+    return opened
+
+
 def _copy_tx(tmp: Path, alias: str) -> Any:
     def tx(con: duckdb.DuckDBPyConnection) -> tuple[int, str, int]:
         head = (*storage.head(con), storage.head_counter(con))  # fixes the read snapshot
         db = con.execute("SELECT current_database()").fetchall()[0][0]
         quoted = str(tmp).replace("'", "''")  # a path with a quote stays one literal
-        con.execute(f"ATTACH '{quoted}' AS {alias} (READ_WRITE)")
-        con.execute(f'COPY FROM DATABASE "{db.replace(chr(34), chr(34) * 2)}" TO {alias}')
+        con.execute(f"ATTACH '{quoted}' AS {q(alias)} (READ_WRITE)")
+        con.execute(f'COPY FROM DATABASE "{db.replace(chr(34), chr(34) * 2)}" TO {q(alias)}')
         return head
     return tx
 
@@ -127,17 +155,39 @@ def _snapshot(path: Path, tmp: Path, lock_timeout: float, store: storage.Store |
 
     `store`: the held store of the ledger service (`storage.Store.hold`): the
     copy runs on a cursor of its instance (one MVCC snapshot; writes go on and
-    are not waited for), under a name of its own, detached afterwards.
+    are not waited for) into a file of its own, checkpointed (under the store's
+    write lock, held only for that: DuckDB refuses while a write runs) and detached;
+    DuckDB may keep that file's handle open until the transactions that began
+    meanwhile end, so its bytes (complete after the checkpoint) are copied to
+    `tmp`, which no instance has open.
     """
     if store is None:
         return storage.Store(path, lock_timeout, read_only=True).transact(
             _copy_tx(tmp, "pp_snapshot"), write=False)
     alias = f"pp_snapshot_{uuid.uuid4().hex}"
+    attached = tmp.with_name(f"{tmp.name}.{alias}")
     try:
-        return store.transact(_copy_tx(tmp, alias), write=False)
+        head = store.transact(_copy_tx(attached, alias), write=False)
+        with store._writing:  # DuckDB checkpoints no file while a write transaction runs
+            con = store._cursor()
+            if con is None:
+                raise LedgerOpenError(f"the ledger {str(path)!r} was closed (the ledger "
+                                      "service is stopping); retry")
+            try:
+                con.execute(f"CHECKPOINT {q(alias)}")
+            finally:
+                con.close()
     finally:
-        store.transact(lambda con: con.execute(f"DETACH DATABASE IF EXISTS {alias}"),
+        store.transact(lambda con: con.execute(f"DETACH DATABASE IF EXISTS {q(alias)}"),
                        write=False)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(attached, "rb") as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    finally:
+        attached.unlink(missing_ok=True)
+        Path(f"{attached}.wal").unlink(missing_ok=True)
+    return head
 
 
 def _snapshot_keyring(key: Keyring, con: duckdb.DuckDBPyConnection, where: Path) -> Keyring:
