@@ -262,13 +262,16 @@ def _named_in(tmp: Path) -> dict[str, dict[str, str]]:
 
 
 def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_at: str,
-           include_keys: bool = False, store: storage.Store | None = None) -> dict[str, Any]:
+           include_keys: bool = False, store: storage.Store | None = None,
+           with_published: bool = True) -> dict[str, Any]:
     """Snapshot the ledger at `path` into the new directory `out`, verify it, write its manifest.
 
     The files of the ledger's store that the snapshot's settled releases name
     are copied into ``out/published/``, each checked against its digest
     (`ledger.backup_published`). `store`: the ledger service's held store
-    (`_snapshot`); by default the file is opened read-only.
+    (`_snapshot`); by default the file is opened read-only. `with_published`
+    False (the auditors' replica, `ledger.replica`): the store is not copied
+    and the manifest lists no published file.
 
     Returns:
         The manifest.
@@ -292,7 +295,8 @@ def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_
         if (head.seq, head.hash, head.counter) != (seq, last_hash, count):
             raise LedgerIntegrityError("the snapshot's head is not the head read while copying; "
                                        "this is a bug")
-        listed = backup_published.back_up_store(published.store_dir(path), _named_in(tmp), out)
+        listed = backup_published.back_up_store(published.store_dir(path), _named_in(tmp),
+                                                out) if with_published else []
         manifest = _manifest(path, key, head, n, tmp, created_at, include_keys, listed)
         os.rename(tmp, final)
         made.append(final)
