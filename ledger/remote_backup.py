@@ -129,6 +129,9 @@ def fetch_backup(url: str, out: Path, *, include_keys: bool = False,
             remote_published._raise_answer(resp.status, resp.read(), f"GET {route}")
         try:
             _extract(resp, out)
+        except FileExistsError as err:  # a name sent twice: not a connection error to retry
+            raise LedgerIntegrityError(f"the ledger service sent {err.filename!r} twice; "
+                                       "nothing was kept") from None
         except (tarfile.TarError, EOFError) as err:
             raise LedgerIntegrityError(f"the backup the ledger service sent is not a "
                                        f"complete tar ({err}); nothing was kept") from None

@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "ledger")
 
 
 def _build(path: Path, users: int, batch: int) -> None:
-    from ledger import Ledger, Request
     from ledger_helpers import POLICY
+
+    from ledger import Ledger, Request
     from schemas.policy import parse_policy
 
     led = Ledger.init(path, actor="bench")
@@ -72,10 +73,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     a = ap.parse_args()
+    from served_helpers import start_server
+
     from ledger import Ledger
     from ledger.remote import RemoteLedger
     from ledger.remote_backup import fetch_backup
-    from served_helpers import start_server
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-backup-"))
     path = tmp / "led" / "ledger.duckdb"

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import json
 import os
 import shutil
 import ssl
+import tarfile
 import threading
 import time
 from fractions import Fraction
@@ -183,3 +185,29 @@ def test_a_wrong_public_key_or_an_edited_store_file_keeps_nothing(server, tmp_pa
     finally:
         stored.unlink(missing_ok=True)
         _remote(server, "adm").put_published("kept", NAME, DATA)
+
+
+@pytest.mark.parametrize("name,kind", [("../evil", tarfile.REGTYPE),
+                                       ("published/../../evil", tarfile.REGTYPE),
+                                       ("ledger.duckdb", tarfile.SYMTYPE),
+                                       ("notes.txt", tarfile.REGTYPE)])
+def test_a_tar_member_that_is_not_a_backup_file_is_refused(tmp_path, name, kind):
+    """Attack: the answer names a path outside --out, a link, or a file a backup has not."""
+    from ledger.errors import LedgerIntegrityError
+    from ledger.remote_backup import _extract
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        if kind == tarfile.SYMTYPE:
+            info.linkname = "/etc/passwd"
+            tar.addfile(info)
+        else:
+            info.size = 4
+            tar.addfile(info, io.BytesIO(b"evil"))
+    out = tmp_path / "sub" / "out"
+    out.mkdir(parents=True)
+    with pytest.raises(LedgerIntegrityError, match="not a file of a backup"):
+        _extract(io.BytesIO(buf.getvalue()), out)
+    assert os.listdir(out) == [] and os.listdir(tmp_path / "sub") == ["out"]
