@@ -546,17 +546,39 @@ def backup(
     include_keys: Annotated[bool, typer.Option(
         "--include-keys", help="Also copy the secret noise and signing keys, the public key "
                                "and the pin (mode 0600). Default: the keys are NOT included; "
-                               "keep them in their own backup.")] = False,
+                               "keep them in their own backup. Through a service: admin "
+                               "role only.")] = False,
+    public_key: Annotated[Path | None, typer.Option(
+        "--public-key", help="Through a service (--ledger https://...): check the "
+                             "snapshot's signatures with this public key file (default: the "
+                             "key the snapshot records, pinned to its manifest's "
+                             "fingerprint).")] = None,
 ) -> None:
     """Take a consistent snapshot while releases run, verify it, and write its manifest.
 
-    Exit 0 when the snapshot verified; 2 bad input (--out not empty, keys
-    missing); 4 the snapshot does not verify (nothing is kept).
+    Also copies the ledger's store of published files (the files its settled
+    releases name, each checked against its SHA-256). With --ledger
+    https://HOST:PORT the service takes the backup of the ledger it holds and
+    streams it (admin or auditor role; --include-keys admin only); it is
+    verified again here. Exit 0 when the snapshot verified; 2 bad input
+    (--out not empty, keys missing, a role that may not, the service busy);
+    4 the snapshot or a published file does not verify (nothing is kept).
     """
-    m = Ledger.open(_path(ledger)).backup(out, include_keys=include_keys)
+    target = _target(ledger)
+    if isinstance(target, str):
+        from ledger.remote_backup import fetch_backup
+
+        m = fetch_backup(target, out, include_keys=include_keys, public_key=public_key)
+    elif public_key is not None:
+        raise ParameterError("--public-key checks a backup taken through a service "
+                             "(--ledger https://...); a local backup is verified with the "
+                             "ledger's own keys")
+    else:
+        m = Ledger.open(target).backup(out, include_keys=include_keys)
     h = m["head"]
     console.print(f"backup: {m['entries']} entries verified, head seq {h['seq']} hash "
-                  f"{h['hash']} (counter {h.get('counter', 0)}), sha256 {m['sha256']}, keys "
+                  f"{h['hash']} (counter {h.get('counter', 0)}), sha256 {m['sha256']}, "
+                  f"{len(m.get('published', []))} published files, keys "
                   f"{'included' if include_keys else 'NOT included'} -> {out}",
                   highlight=False, markup=False)
 

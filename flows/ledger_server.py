@@ -32,7 +32,8 @@ streams the bytes in (releaser owning the release, or admin; at most
 ``--max-published-mb``; kept only if they are the file the release's settled
 manifest names, by SHA-256, else 422 and nothing kept);
 ``GET /v1/published/<release_id>/<name>`` streams them out (any role; 404:
-no copy kept); the client re-checks the digest.
+no copy kept); the client re-checks the digest. ``GET /v1/backup`` streams an
+online, verified backup (`flows.ledger_server_backup`; admin or auditor, keys admin only).
 
 Concurrency: the service holds one DuckDB instance of the ledger for its life
 (`Ledger.hold`), so it owns the file: other processes opening it wait and then
@@ -418,10 +419,12 @@ def make_app(service: LedgerService, *, max_request: int = MAX_REQUEST_MB * 2**2
             request.path_params["what"], limiter=limiter)
         return Response(answer, status_code=status, media_type=media)
 
+    from flows.ledger_server_backup import backup_routes
     from flows.ledger_server_published import MAX_PUBLISHED_MB, published_routes
 
     files = published_routes(service, limiter,
                              max_bytes=max_published or MAX_PUBLISHED_MB * 2**20)
+    files += backup_routes(service, limiter)  # GET /v1/backup (flows.ledger_server_backup)
     return Starlette(routes=[Route("/v1/health", health, methods=["GET"]), *files,
                              Route("/v1/tables/{what}", tables, methods=["GET"]),
                              Route("/v1/{op}", operation, methods=["POST"])])

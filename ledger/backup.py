@@ -16,6 +16,14 @@ SHA-256 and size of the snapshot, the noise key's HMAC fingerprint and the
 signing key's fingerprint) and, only with ``include_keys``, the secret key
 files, public key and pin (0600). The head counter file is never copied: it
 records the live ledger's latest head, which a snapshot is behind by design.
+It also holds ``published/``: the files of the ledger's store of published
+files that the snapshot's settled releases name, each hashed against its
+digest while copied (an edited one is refused, named), listed in the
+manifest's ``published`` (`ledger.backup_published`).
+
+**Served.** `ledger serve` takes the same backup of the database it holds
+(`_snapshot` on a cursor of its instance: one MVCC snapshot, writes are not
+stopped) and streams it (`flows.ledger_server_backup`).
 
 **Restore.** The snapshot is copied beside the target (a new temporary file,
 hashed against the manifest while copying), verified with the keys beside the
@@ -24,7 +32,10 @@ head, the head its counter file records, each ``--expect-head``), given a
 head counter above every counter the target ever recorded (a new seal and
 signature over the same seq and hash), fsynced and renamed over the target
 in one step. A snapshot whose chain does not contain one of those heads is
-refused unless `accept_loss` names exactly the newest head lost.
+refused unless `accept_loss` names exactly the newest head lost. The
+backup's published files are hashed against the snapshot's settled manifests
+before anything is replaced and kept in the target's store
+(``<ledger dir>/published/``, 0700) just before the rename.
 """
 
 from __future__ import annotations
@@ -34,14 +45,16 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from ledger import counter, heads, keys, signing, storage
+from ledger import backup_published, counter, heads, keys, published, signing, storage
 from ledger.errors import LedgerBusyError, LedgerIntegrityError, LedgerOpenError
 from ledger.keyring import Keyring
 from ledger.paths import check_private, file_lock
@@ -97,14 +110,84 @@ def _out_dir(out: Path) -> None:
         raise ParameterError(f"--out {str(out)!r}: cannot create it: {err.strerror}") from None
 
 
-def _copy_tx(tmp: Path) -> Any:
+def q(ident: str) -> str:
+    """`ident` as one quoted SQL identifier (its ``"`` doubled)."""
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def open_backup_dir(d: Path) -> list[tuple[str, Any, int]]:
+    """(name, open file, size) of a backup directory's files, in the order a stream sends them.
+
+    The snapshot and key files, then ``published/...``, then the manifest last;
+    opened without following a link (the caller closes them).
+    """
+    top = sorted(n for n in os.listdir(d) if n != MANIFEST_NAME)
+    store = d / backup_published.STORE_DIR
+    names = [n for n in top if n != backup_published.STORE_DIR]
+    if store.is_dir():
+        names += [f"{backup_published.STORE_DIR}/{n}" for n in sorted(os.listdir(store))]
+    opened: list[tuple[str, Any, int]] = []
+    try:
+        for name in [*names, MANIFEST_NAME]:
+            f = os.fdopen(os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+            opened.append((name, f, os.fstat(f.fileno()).st_size))
+    except BaseException:
+        for _, f, _ in opened:
+            f.close()
+        raise
+    return opened
+
+
+def _copy_tx(tmp: Path, alias: str) -> Any:
     def tx(con: duckdb.DuckDBPyConnection) -> tuple[int, str, int]:
+        head = (*storage.head(con), storage.head_counter(con))  # fixes the read snapshot
         db = con.execute("SELECT current_database()").fetchall()[0][0]
         quoted = str(tmp).replace("'", "''")  # a path with a quote stays one literal
-        con.execute(f"ATTACH '{quoted}' AS pp_snapshot (READ_WRITE)")
-        con.execute(f'COPY FROM DATABASE "{db.replace(chr(34), chr(34) * 2)}" TO pp_snapshot')
-        return (*storage.head(con), storage.head_counter(con))
+        con.execute(f"ATTACH '{quoted}' AS {q(alias)} (READ_WRITE)")
+        con.execute(f'COPY FROM DATABASE "{db.replace(chr(34), chr(34) * 2)}" TO {q(alias)}')
+        return head
     return tx
+
+
+def _snapshot(path: Path, tmp: Path, lock_timeout: float, store: storage.Store | None
+              ) -> tuple[int, str, int]:
+    """Copy the ledger into the new file `tmp` in one read transaction; the head it copied.
+
+    `store`: the held store of the ledger service (`storage.Store.hold`): the
+    copy runs on a cursor of its instance (one MVCC snapshot; writes go on and
+    are not waited for) into a file of its own, checkpointed (under the store's
+    write lock, held only for that: DuckDB refuses while a write runs) and detached;
+    DuckDB may keep that file's handle open until the transactions that began
+    meanwhile end, so its bytes (complete after the checkpoint) are copied to
+    `tmp`, which no instance has open.
+    """
+    if store is None:
+        return storage.Store(path, lock_timeout, read_only=True).transact(
+            _copy_tx(tmp, "pp_snapshot"), write=False)
+    alias = f"pp_snapshot_{uuid.uuid4().hex}"
+    attached = tmp.with_name(f"{tmp.name}.{alias}")
+    try:
+        head = store.transact(_copy_tx(attached, alias), write=False)
+        with store._writing:  # DuckDB checkpoints no file while a write transaction runs
+            con = store._cursor()
+            if con is None:
+                raise LedgerOpenError(f"the ledger {str(path)!r} was closed (the ledger "
+                                      "service is stopping); retry")
+            try:
+                con.execute(f"CHECKPOINT {q(alias)}")
+            finally:
+                con.close()
+    finally:
+        store.transact(lambda con: con.execute(f"DETACH DATABASE IF EXISTS {q(alias)}"),
+                       write=False)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(attached, "rb") as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    finally:
+        attached.unlink(missing_ok=True)
+        Path(f"{attached}.wal").unlink(missing_ok=True)
+    return head
 
 
 def _snapshot_keyring(key: Keyring, con: duckdb.DuckDBPyConnection, where: Path) -> Keyring:
@@ -156,24 +239,54 @@ def _read_key_file(path: Path, *, secret: bool) -> bytes:
         return f.read()
 
 
+def _manifest(path: Path, key: Keyring, head: SignedHead, n: int, tmp: Path,
+              created_at: str, include_keys: bool, listed: list[dict[str, Any]]
+              ) -> dict[str, Any]:
+    return {"format": BACKUP_FORMAT, "created_at": created_at,
+            "ledger": str(path.resolve()), "ledger_id": key.ledger_id,
+            "schema_version": head.schema_version, "entries": n,
+            "head": head.to_dict(), "snapshot": SNAPSHOT_NAME,
+            "sha256": _sha256_file(tmp), "size": tmp.stat().st_size,
+            "key_fingerprint": keys.key_fingerprint(key.noise_key),
+            "signing_key_fingerprint": head.key_fingerprint,
+            "includes_keys": bool(include_keys), "published": listed}
+
+
+def _named_in(tmp: Path) -> dict[str, dict[str, str]]:
+    """The published files the settled releases of the (verified) copy `tmp` name."""
+    con = duckdb.connect(str(tmp), read_only=True)
+    try:
+        return backup_published.named_files(con)
+    finally:
+        con.close()
+
+
 def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_at: str,
-           include_keys: bool = False) -> dict[str, Any]:
+           include_keys: bool = False, store: storage.Store | None = None,
+           with_published: bool = True) -> dict[str, Any]:
     """Snapshot the ledger at `path` into the new directory `out`, verify it, write its manifest.
+
+    The files of the ledger's store that the snapshot's settled releases name
+    are copied into ``out/published/``, each checked against its digest
+    (`ledger.backup_published`). `store`: the ledger service's held store
+    (`_snapshot`); by default the file is opened read-only. `with_published`
+    False (the auditors' replica, `ledger.replica`): the store is not copied
+    and the manifest lists no published file.
 
     Returns:
         The manifest.
 
     Raises:
         ParameterError: `out` exists and is not empty, or cannot be created.
-        LedgerIntegrityError: the snapshot does not verify (nothing is left in `out`).
+        LedgerIntegrityError: the snapshot does not verify, or a stored published
+            file does not match its digest (nothing is left in `out`).
         LedgerBusyError: the ledger stayed locked past `lock_timeout`.
     """
     _out_dir(out)
     tmp, final = out / f".{SNAPSHOT_NAME}.tmp", out / SNAPSHOT_NAME
     made = [tmp, Path(f"{tmp}.wal")]
     try:
-        seq, last_hash, count = storage.Store(path, lock_timeout, read_only=True).transact(
-            _copy_tx(tmp), write=False)
+        seq, last_hash, count = _snapshot(path, tmp, lock_timeout, store)
         con = duckdb.connect(str(tmp))
         con.execute("CHECKPOINT")
         con.close()
@@ -182,14 +295,9 @@ def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_
         if (head.seq, head.hash, head.counter) != (seq, last_hash, count):
             raise LedgerIntegrityError("the snapshot's head is not the head read while copying; "
                                        "this is a bug")
-        manifest = {"format": BACKUP_FORMAT, "created_at": created_at,
-                    "ledger": str(path.resolve()), "ledger_id": key.ledger_id,
-                    "schema_version": head.schema_version, "entries": n,
-                    "head": head.to_dict(), "snapshot": SNAPSHOT_NAME,
-                    "sha256": _sha256_file(tmp), "size": tmp.stat().st_size,
-                    "key_fingerprint": keys.key_fingerprint(key.noise_key),
-                    "signing_key_fingerprint": head.key_fingerprint,
-                    "includes_keys": bool(include_keys)}
+        listed = backup_published.back_up_store(published.store_dir(path), _named_in(tmp),
+                                                out) if with_published else []
+        manifest = _manifest(path, key, head, n, tmp, created_at, include_keys, listed)
         os.rename(tmp, final)
         made.append(final)
         if include_keys:
@@ -204,6 +312,7 @@ def backup(path: Path, key: Keyring, out: Path, *, lock_timeout: float, created_
     except BaseException:
         for f in made:
             f.unlink(missing_ok=True)
+        shutil.rmtree(out / backup_published.STORE_DIR, ignore_errors=True)
         raise
 
 
@@ -408,8 +517,12 @@ def restore(snap: Snapshot, target: Path, *, lock_timeout: float,
         try:
             _copy_in(snap, tmp)
             _verify_copy(tmp, kr)
+            entries, named = snap.manifest.get("published", []), _named_in(tmp)
+            backup_published.check_backup_store(snap.path.parent, entries, named)
             hold = _hold(target, lock_timeout)
             head, c = _prepare(tmp, kr, target, hold, expect, accept_loss)
+            backup_published.restore_store(snap.path.parent, entries, named,
+                                           published.store_dir(target))
             _fsync_file(tmp)
             wal = Path(f"{target}.wal")
             if wal.exists():  # a crashed writer's log must not be replayed into the snapshot

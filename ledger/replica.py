@@ -129,7 +129,7 @@ def replicate(path: Path, key: Keyring, replica: Path, *, lock_timeout: float,
         work = replica / f"{ROUND_PREFIX}{os.getpid()}"
         try:
             manifest = backup.backup(path, key, work, lock_timeout=lock_timeout,
-                                     created_at=created_at)
+                                     created_at=created_at, with_published=False)
             if held is not None:
                 _extends(work / backup.SNAPSHOT_NAME, int(manifest["entries"]), held,
                          key.ledger_id)
