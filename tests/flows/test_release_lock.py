@@ -69,8 +69,9 @@ def test_a_second_run_waits_for_the_first_and_replays(tmp_path, policy_file, cur
         try:
             assert _until(lambda: paused.exists() or a.poll() is not None), "A never paused"
             assert a.poll() is None, (tmp_path / "a.err").read_text()
-            b = subprocess.Popen([*args, "--format", "json"], env=_env(home, tmp_path / "b", prefect_api),
-                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=err_b, text=True)
+            env_b = _env(home, tmp_path / "b", prefect_api)
+            b = subprocess.Popen([*args, "--format", "json"], env=env_b, cwd=tmp_path,
+                                 stdout=subprocess.PIPE, stderr=err_b, text=True)
             b_err = tmp_path / "b.err"
             assert _until(lambda: WAITING in b_err.read_text() or b.poll() is not None)
             assert b.poll() is None and WAITING in b_err.read_text(), (
