@@ -45,9 +45,15 @@ def _charge(led, release: str, users: list[int], amount_of) -> int:  # noqa: ANN
     res = led.reserve(release, reqs, mechanism="privfuncseg",
                       parameters={"epsilon": "per user", "basis": "linear"})
     admitted = {d.user_id for d in res.admitted}
-    sets = [Settlement(user_id(i), "ais", "release",
-                       Cost("gp", amount_of(i), (CostItem("svt", "gp", amount_of(i) / 2),
-                                                 CostItem("project", "gp", amount_of(i) / 2))))
+    costs: dict[Fraction, Cost] = {}   # one frozen Cost per amount, shared by its users
+
+    def cost(amount: Fraction) -> Cost:
+        if amount not in costs:
+            costs[amount] = Cost("gp", amount, (CostItem("svt", "gp", amount / 2),
+                                                CostItem("project", "gp", amount / 2)))
+        return costs[amount]
+
+    sets = [Settlement(user_id(i), "ais", "release", cost(amount_of(i)))
             for i in users if user_id(i) in admitted]
     if sets:
         led.settle(release, sets)

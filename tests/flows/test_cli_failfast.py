@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +20,21 @@ import pytest
 PRIVPIPE = Path(sys.executable).with_name("privpipe")
 
 
-@pytest.fixture()
-def home(tmp_path, policy_file) -> Path:
+@pytest.fixture(scope="module")
+def home_built(tmp_path_factory, policy_file) -> Path:
+    """A PRIVPIPE_HOME with a ledger under the test policy, built once per module."""
     from ledger import Ledger
     from schemas.policy import load_policy
 
-    h = tmp_path / "home"
+    h = tmp_path_factory.mktemp("failfast") / "home"
     Ledger.init(h / "ledger.duckdb").apply_policy(load_policy(policy_file))
     return h
+
+
+@pytest.fixture()
+def home(home_built, tmp_path) -> Path:
+    """A private copy of `home_built` (ledger, keys, pin, counter; modes kept)."""
+    return Path(shutil.copytree(home_built, tmp_path / "home", symlinks=True))
 
 
 def _run(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess:

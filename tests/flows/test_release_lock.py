@@ -30,9 +30,10 @@ PRIVPIPE = Path(sys.executable).with_name("privpipe")
 WAITING = "another run of it is in progress"
 
 
-def _env(home: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(home: Path, tmp_path: Path, api_url: str, **extra: str) -> dict[str, str]:
+    """The runs' environment: the session's Prefect server (the lock is files, not Prefect)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "PRIVPIPE_"))}
-    env.update(PRIVPIPE_HOME=str(home), HOME=str(tmp_path), **extra)
+    env.update(PRIVPIPE_HOME=str(home), HOME=str(tmp_path), PREFECT_API_URL=api_url, **extra)
     return env
 
 
@@ -45,7 +46,8 @@ def _until(condition, seconds: float = 300.0) -> bool:
     return True
 
 
-def test_a_second_run_waits_for_the_first_and_replays(tmp_path, policy_file, curves_csv):
+def test_a_second_run_waits_for_the_first_and_replays(tmp_path, policy_file, curves_csv,
+                                                     prefect_api):
     from ledger import Ledger
     from schemas.policy import load_policy
 
@@ -55,7 +57,7 @@ def test_a_second_run_waits_for_the_first_and_replays(tmp_path, policy_file, cur
     args = [str(PRIVPIPE), "release", "curves", str(curves_csv), "--domain", "tracks",
             "--epsilon", "1/8", "--out", str(out), "--release-id", "twice", "--chunk-users", "2"]
     paused, resume = tmp_path / "a.paused", tmp_path / "a.resume"
-    env_a = _env(home, tmp_path / "a", PRIVPIPE_FAULT_AT="after_reserve",
+    env_a = _env(home, tmp_path / "a", prefect_api, PRIVPIPE_FAULT_AT="after_reserve",
                  PRIVPIPE_FAULT_MODE="pause", PRIVPIPE_FAULT_PAUSED=str(paused),
                  PRIVPIPE_FAULT_RESUME=str(resume))
     (tmp_path / "a").mkdir()
@@ -67,8 +69,9 @@ def test_a_second_run_waits_for_the_first_and_replays(tmp_path, policy_file, cur
         try:
             assert _until(lambda: paused.exists() or a.poll() is not None), "A never paused"
             assert a.poll() is None, (tmp_path / "a.err").read_text()
-            b = subprocess.Popen([*args, "--format", "json"], env=_env(home, tmp_path / "b"),
-                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=err_b, text=True)
+            env_b = _env(home, tmp_path / "b", prefect_api)
+            b = subprocess.Popen([*args, "--format", "json"], env=env_b, cwd=tmp_path,
+                                 stdout=subprocess.PIPE, stderr=err_b, text=True)
             b_err = tmp_path / "b.err"
             assert _until(lambda: WAITING in b_err.read_text() or b.poll() is not None)
             assert b.poll() is None and WAITING in b_err.read_text(), (

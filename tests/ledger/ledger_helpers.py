@@ -117,3 +117,15 @@ def charge_ais(led: object, rid: str, user: str = "u", amount: float = 0.125) ->
 
     led.reserve(rid, [Request(user, "ais", amount=amount)], mechanism="m",  # type: ignore[attr-defined]
                 parameters={})
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    """Copy a directory built once per module (a ledger, its keys, pin, counter; modes kept).
+
+    The per-test fixtures that attack a ledger start from such a copy instead of
+    rebuilding the same ledger through the same calls for every test.
+    """
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+    return dst

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from ledger_helpers import POLICY, PYTHON, REPO, subprocess_env
+from ledger_helpers import POLICY, PYTHON, REPO, copy_tree, subprocess_env
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -55,16 +55,24 @@ def _spent(path, user="u"):
         con.close()
 
 
-@pytest.fixture
-def three(tmp_path):
-    """A ledger with three charges of 1/4 to user u (r1, r2, r3) and the auditor's copies."""
-    path = tmp_path / "ops" / "ledger.duckdb"
+@pytest.fixture(scope="module")
+def three_built(tmp_path_factory) -> Path:
+    """The directory of `three`, built once per module (each test attacks its own copy)."""
+    root = tmp_path_factory.mktemp("three")
+    path = root / "ops" / "ledger.duckdb"
     path.parent.mkdir()
     Ledger.init(path).apply_policy(parse_policy(POLICY))
     for r in ("r1", "r2", "r3"):
         assert _charge(path, r)[0] == EXIT_OK
-    keep = tmp_path / "AUDITOR.pub"
-    shutil.copy2(signing.public_key_path(path), keep)
+    shutil.copy2(signing.public_key_path(path), root / "AUDITOR.pub")
+    return root
+
+
+@pytest.fixture
+def three(three_built, tmp_path):
+    """A ledger with three charges of 1/4 to user u (r1, r2, r3) and the auditor's copies."""
+    copy_tree(three_built, tmp_path)
+    path, keep = tmp_path / "ops" / "ledger.duckdb", tmp_path / "AUDITOR.pub"
     assert _spent(path) == 3 * QUARTER
     return path, keep
 

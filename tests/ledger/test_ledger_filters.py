@@ -13,13 +13,14 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from ledger_helpers import POLICY_TOML
+from ledger_helpers import POLICY, POLICY_TOML, copy_tree
 from typer.testing import CliRunner
 
 from flows.cli_ledger import ledger_app
 from ledger import Ledger, Request, storage
 from ledger.filters import Filter
 from mechanisms.cost import StepRun
+from schemas.policy import parse_policy
 
 runner = CliRunner()
 
@@ -35,27 +36,37 @@ def _at(monkeypatch, when: str) -> None:
     monkeypatch.setattr(storage, "now", lambda: when)
 
 
+@pytest.fixture(scope="module")
+def dated_built(tmp_path_factory) -> Path:
+    """The directory of `dated`'s ledger, built once per module."""
+    root = tmp_path_factory.mktemp("dated")
+    led = Ledger.init(root / "ledger.duckdb", actor="pytest")
+    led.apply_policy(parse_policy(POLICY, source="test-policy"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _at(monkeypatch, DAY1)
+        led.reserve("r1", [Request("a", "ais", amount=Fraction(1, 2)),
+                           Request("b", "ais", amount=Fraction(1, 4))], mechanism="m",
+                    parameters={})
+        _at(monkeypatch, DAY2)
+        led.reserve("r2", [Request("a", "ais", amount=Fraction(1, 2)),
+                           Request("b", "ais", amount=3)], mechanism="m", parameters={})
+        _at(monkeypatch, DAY3)
+        led.reserve("r3", [Request("a", "ais", amount=Fraction(3, 4)),
+                           Request("u", "power", notion="wevent", stream_id="s",
+                                   runs=(StepRun(0, 8, Fraction(1, 8)),))],
+                    mechanism="m", parameters={})
+    return root
+
+
 @pytest.fixture
-def dated(led: Ledger, monkeypatch) -> Ledger:
-    """Three releases on three days.
+def dated(dated_built, tmp_path: Path) -> Ledger:
+    """Three releases on three days (a private copy of the module's ledger).
 
     r1 (DAY1): a 0.5 ε, b 0.25 ε (ais); r2 (DAY2): a 0.5 ε (ais, fills it), b 3 ε denied;
     r3 (DAY3, exactly midnight): a 0.75 ε denied (a has 0 left), power: u steps 0..8 at
     1/8 per step (1/2 per window of 4 steps, 1 over all 8 steps).
     """
-    _at(monkeypatch, DAY1)
-    led.reserve("r1", [Request("a", "ais", amount=Fraction(1, 2)),
-                       Request("b", "ais", amount=Fraction(1, 4))], mechanism="m", parameters={})
-    _at(monkeypatch, DAY2)
-    led.reserve("r2", [Request("a", "ais", amount=Fraction(1, 2)),
-                       Request("b", "ais", amount=3)], mechanism="m", parameters={})
-    _at(monkeypatch, DAY3)
-    led.reserve("r3", [Request("a", "ais", amount=Fraction(3, 4)),
-                       Request("u", "power", notion="wevent", stream_id="s",
-                               runs=(StepRun(0, 8, Fraction(1, 8)),))],
-                mechanism="m", parameters={})
-    monkeypatch.undo()
-    return led
+    return Ledger(copy_tree(dated_built, tmp_path) / "ledger.duckdb", actor="pytest")
 
 
 def test_bad_times_and_empty_ranges_name_the_flag():
@@ -143,19 +154,27 @@ def test_a_filter_value_is_data_not_sql(dated):
     assert dated.releases(Filter(domain=hostile)) == []
 
 
-@pytest.fixture
-def cli_dated(tmp_path: Path, monkeypatch) -> Path:
-    pol = tmp_path / "policy.toml"
+@pytest.fixture(scope="module")
+def cli_dated_built(tmp_path_factory) -> Path:
+    """The directory of `cli_dated`, built once per module through the CLI."""
+    root = tmp_path_factory.mktemp("cli-dated")
+    pol = root / "policy.toml"
     pol.write_text(POLICY_TOML)
-    path = tmp_path / "l.duckdb"
+    path = root / "l.duckdb"
     assert run("init", "--ledger", path, "--policy", pol).exit_code == 0
-    for day, rel, eps in (("2026-01-10", "r1", "0.5"), ("2026-01-20", "r2", "0.75")):
-        _at(monkeypatch, f"{day} 09:00:00.000000")
-        r = run("charge", "--ledger", path, "--user", "a", "--domain", "ais", "--epsilon", eps,
-                "--release", rel)
-        assert r.exit_code in (0, 3), r.output
-    monkeypatch.undo()
-    return path
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for day, rel, eps in (("2026-01-10", "r1", "0.5"), ("2026-01-20", "r2", "0.75")):
+            _at(monkeypatch, f"{day} 09:00:00.000000")
+            r = run("charge", "--ledger", path, "--user", "a", "--domain", "ais", "--epsilon",
+                    eps, "--release", rel)
+            assert r.exit_code in (0, 3), r.output
+    return root
+
+
+@pytest.fixture
+def cli_dated(cli_dated_built, tmp_path: Path) -> Path:
+    """A private copy of a ledger charged on two days through the CLI (a: 0.5 in r1, r2 denied)."""
+    return copy_tree(cli_dated_built, tmp_path) / "l.duckdb"
 
 
 def test_cli_filters_and_json(cli_dated):

@@ -4,23 +4,44 @@ from __future__ import annotations
 
 import hashlib
 from fractions import Fraction
+from pathlib import Path
 
 import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledger_helpers import POLICY_ENTRIES
+from ledger_helpers import POLICY, POLICY_ENTRIES, copy_tree
 
 from ledger import Ledger, LedgerIntegrityError, Request, Settlement
 from ledger.chain import HASHED_COLUMNS, BatchEncoder, canonical
 from mechanisms.cost import Cost, CostItem, StepRun
 from schemas.errors import EXIT_INTEGRITY
+from schemas.policy import parse_policy
 
 P = POLICY_ENTRIES  # the fixture's policy writes these entries (seq 1..P) before any charge
 
 
+@pytest.fixture(scope="module")
+def filled_built(tmp_path_factory) -> Path:
+    """The directory of `filled`'s ledger, built once per module."""
+    root = tmp_path_factory.mktemp("filled")
+    led = Ledger.init(root / "ledger.duckdb", actor="pytest")
+    led.apply_policy(parse_policy(POLICY, source="test-policy"))
+    _fill(led)
+    return root
+
+
 @pytest.fixture
-def filled(led):
+def filled(filled_built, ledger_path):
+    """A private copy of the filled ledger at `ledger_path` (each test tampers with its own)."""
+    copy_tree(filled_built, ledger_path.parent)
+    led = Ledger(ledger_path, actor="pytest")
+    assert led.verify().ok
+    return led
+
+
+def _fill(led):
+    """Four reservations of a and b, one settlement of a, one w-event reservation of c."""
     for i in range(4):
         led.reserve(f"r{i}", [Request("a", "ais", amount=0.1), Request("b", "ais", amount=0.2)],
                     mechanism="m", parameters={"i": i})
@@ -30,7 +51,6 @@ def filled(led):
                               runs=(StepRun(0, 6, Fraction(1, 4)),))],
                 mechanism="sw", parameters={})
     assert led.verify().ok
-    return led
 
 
 def _sql(path, *stmts):

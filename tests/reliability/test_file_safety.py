@@ -126,12 +126,44 @@ def test_symlink_planted_before_the_first_run_is_refused(planted, setup, tmp_pat
     assert Ledger(ledger).release("planted") is None
 
 
+@pytest.fixture(scope="module")
+def published(setup, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Releases "swapped" and "tampered", each published once: (ledger, out) per release id.
+
+    The tests below attack a copy each (`_copy_published`): the attack is on the
+    published files, so one untouched release per id serves them all.
+    """
+    made = {}
+    for rid in ("swapped", "tampered"):
+        root = tmp_path_factory.mktemp(f"published-{rid}")
+        ledger = harness.clone_ledger(setup.template, root / "home")
+        _run(setup, rid, root / "out", ledger)
+        made[rid] = (ledger, root / "out")
+    return made
+
+
+def _copy_published(original: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """A private copy (ledger with its keys, the whole OUT tree, modes kept) of a release."""
+    ledger, out = original
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy, symlinks=True)
+    return harness.clone_ledger(ledger, tmp_path / "home"), copy
+
+
+def test_an_untouched_copy_of_a_published_release_reruns_as_published(setup, tmp_path,
+                                                                      published):
+    """The copies the attacks below start from are sound: untouched, a rerun accepts them."""
+    for rid in ("swapped", "tampered"):
+        ledger, out = _copy_published(published[rid], tmp_path / rid)
+        files = _inodes(out / rid)
+        assert _run(setup, rid, out, ledger)["release_id"] == rid
+        assert _inodes(out / rid) == files
+
+
 @pytest.mark.parametrize("planted", ["report.md", "manifest.json", "values.parquet"])
 def test_symlink_swapped_into_a_published_release_is_refused_on_rerun(planted, setup,
-                                                                       tmp_path):
-    ledger = harness.clone_ledger(setup.template, tmp_path / "home")
-    out = tmp_path / "out"
-    _run(setup, "swapped", out, ledger)
+                                                                       tmp_path, published):
+    ledger, out = _copy_published(published["swapped"], tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     target = out / "swapped" / planted
@@ -178,10 +210,9 @@ def test_rerun_of_a_published_release_verifies_it_instead_of_rewriting(setup, tm
 @pytest.mark.parametrize("tamper", ["flip a byte of values.parquet", "truncate report.html",
                                     "add an extra file", "delete segments.parquet",
                                     "edit manifest.json"])
-def test_rerun_of_a_tampered_release_names_the_file(tamper, setup, tmp_path):
-    ledger = harness.clone_ledger(setup.template, tmp_path / "home")
-    out = tmp_path / "out"
-    rdir = Path(_run(setup, "tampered", out, ledger)["out"])
+def test_rerun_of_a_tampered_release_names_the_file(tamper, setup, tmp_path, published):
+    ledger, out = _copy_published(published["tampered"], tmp_path)
+    rdir = out / "tampered"
     if tamper.startswith("flip"):
         data = bytearray((rdir / "values.parquet").read_bytes())
         data[len(data) // 2] ^= 1
