@@ -37,6 +37,7 @@ from prefect import task
 from files.safe_files import make_dirs, write_file
 from mechanisms.reconstruct import population_distribution, population_mean
 from schemas.errors import ParameterError
+from tasks.population_scan import cell_tables, scan_sums
 
 #: rows read per chunk (every report of a chunk's steps or phases)
 CHUNK_ROWS = 2_000_000
@@ -188,8 +189,11 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
     tables: dict[str, pd.DataFrame] = {}
     try:
         cuts = [("step", None, n_steps)] + ([("phase", period, period)] if period else [])
+        sums = scan_sums(con, epsilon_per_step)  # one pass; None: report by report
         for cell, per, n_cells in cuts:
-            mean, dist = _cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
+            mean, dist = (_cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
+                          if sums is None else
+                          cell_tables(sums, per, epsilon_per_step, confidence, n_cells))
             for kind, df in (("mean", mean), ("distribution", dist)):
                 name = f"population/{cell}_{kind}.csv"
                 tables[f"{cell}_{kind}"] = _in_units(df, to_units, cell)
