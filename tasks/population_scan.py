@@ -23,7 +23,6 @@ support, or at a negative step) are left to the report-by-report path
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -58,7 +57,7 @@ c AS (
          TRY_CAST(least(greatest(floor(u * $nb - 0.5) + 1, 0), $nb) AS INTEGER) AS hi0
   FROM r)
 SELECT step, {_LO} AS lo, {_HI} AS hi, count(*) AS n,
-       CAST(sum(k) AS VARCHAR) AS s1, CAST(sum(k::HUGEINT * k) AS VARCHAR) AS s2,
+       sum(k)::HUGEINT AS s1, sum(k::HUGEINT * k) AS s2,
        bool_and(coalesce(k::DOUBLE = y * $inv, false)) AS on_grid,
        min(y) AS ymin, max(y) AS ymax
 FROM c GROUP BY step, lo, hi
@@ -68,21 +67,21 @@ FROM c GROUP BY step, lo, hi
 def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.DataFrame | None:
     """Per (step, lo, hi): n, Σk, Σk² of the reports of view ``s``; None if not all valid.
 
-    One pass over the reports. Rows sorted by (step, lo, hi); ``s1``/``s2``
-    are Python ints (exact). None when a report is off the release grid, not
-    finite, outside [−b, 1 + b] (with `SUPPORT_SLACK`) or at a negative step:
-    the report-by-report path handles (and names) those.
+    One pass over the reports, into the connection's temporary table
+    ``population_sums`` (Σk, Σk² as exact HUGEINTs) for `cell_tables`;
+    returns its (step, lo, hi, n) sorted. None when a report is off the
+    release grid, not finite, outside [−b, 1 + b] (with `SUPPORT_SLACK`) or
+    at a negative step: the report-by-report path handles (and names) those.
     """
     b, _, _ = square_wave_params(epsilon_per_step)
-    df = con.execute(_SCAN, {"b": b, "inv": 1.0 / STREAM_GRID, "nb": float(GRID_SIZE)}).df()
-    if df.empty or not bool(df["on_grid"].all()) or int(df["step"].min()) < 0:
+    con.execute("CREATE OR REPLACE TEMP TABLE population_sums AS " + _SCAN,
+                {"b": b, "inv": 1.0 / STREAM_GRID, "nb": float(GRID_SIZE)})
+    ok, step_min, ymin, ymax = con.execute(
+        "SELECT bool_and(on_grid), min(step), min(ymin), max(ymax) FROM population_sums"
+    ).fetchone()
+    if not ok or step_min < 0 or ymin < -b - SUPPORT_SLACK or ymax > 1 + b + SUPPORT_SLACK:
         return None
-    if df["ymin"].min() < -b - SUPPORT_SLACK or df["ymax"].max() > 1 + b + SUPPORT_SLACK:
-        return None
-    df = df.sort_values(["step", "lo", "hi"], kind="stable", ignore_index=True)
-    df["s1"] = [int(v) for v in df["s1"]]
-    df["s2"] = [int(v) for v in df["s2"]]
-    return df[["step", "lo", "hi", "n", "s1", "s2"]]
+    return con.execute("SELECT step, lo, hi, n FROM population_sums ORDER BY step, lo, hi").df()
 
 
 def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:
@@ -93,32 +92,31 @@ def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:
     return (cell - int(cell.min())) // per
 
 
-def cell_tables(sums: pd.DataFrame, period: int | None, epsilon_per_step: float,
+def cell_tables(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step: float,
                 confidence: float, n_cells: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The mean and distribution tables over steps (period None) or phases from `scan_sums`.
 
-    The same columns and rows as `tasks.population._cells`; the EM runs on
-    the same batches of cells (chunks), so its π are the same bits.
+    Phases are exact (HUGEINT) sums of their steps. The same columns and rows
+    as `tasks.population._cells`; the EM runs on the same batches of cells
+    (chunks), so its π are the same bits.
     """
-    df = sums.assign(cell=sums["step"] if period is None else sums["step"] % int(period))
-    by = df.groupby(["cell", "lo", "hi"], sort=True).agg(
-        n=("n", "sum"), s1=("s1", _exact_sum), s2=("s2", _exact_sum)).reset_index()
-    per_cell = by.groupby("cell", sort=True).agg(
-        n=("n", "sum"), s1=("s1", _exact_sum), s2=("s2", _exact_sum))
-    cells = per_cell.index.to_numpy(dtype=np.int64)
+    cell = "step" if period is None else f"(step % {int(period)})"
+    per_cell = con.execute(
+        f"SELECT {cell} AS cell, sum(n)::BIGINT AS n, CAST(sum(s1) AS VARCHAR) AS s1, "  # noqa: S608
+        f"CAST(sum(s2) AS VARCHAR) AS s2 FROM population_sums GROUP BY 1 ORDER BY 1").df()
+    by = con.execute(
+        f"SELECT {cell} AS cell, lo, hi, sum(n)::BIGINT AS n FROM population_sums "  # noqa: S608
+        f"GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").df()
     m = population_mean_from_sums(
-        cells, per_cell["n"].to_numpy(), [Fraction(v) * STREAM_GRID for v in per_cell["s1"]],
-        [Fraction(v) * STREAM_GRID**2 for v in per_cell["s2"]],
+        per_cell["cell"].to_numpy(dtype=np.int64), per_cell["n"].to_numpy(),
+        [Fraction(int(v)) * STREAM_GRID for v in per_cell["s1"]],
+        [Fraction(int(v)) * STREAM_GRID**2 for v in per_cell["s2"]],
         epsilon_per_step=epsilon_per_step, confidence=confidence)
     mean = pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
                          "lower": m.lower, "upper": m.upper})
     chunk = _chunk_of(by["cell"].to_numpy(dtype=np.int64), int(per_cell["n"].sum()), n_cells)
     dist = [_distribution(part, epsilon_per_step) for _, part in by.groupby(chunk, sort=True)]
     return mean, pd.concat(dist, ignore_index=True)
-
-
-def _exact_sum(values: Any) -> int:
-    return sum(int(v) for v in values)
 
 
 def _distribution(part: pd.DataFrame, epsilon_per_step: float) -> pd.DataFrame:

@@ -68,10 +68,10 @@ def test_the_aggregates_are_the_estimators_on_the_reports(tmp_path):
     df = _samples(tmp_path / "samples.parquet", users=30, steps=40, seed=8)
     con = duckdb.connect()
     con.read_parquet(str(tmp_path / "samples.parquet")).create_view("s")
-    sums = population_scan.scan_sums(con, E0)
+    assert population_scan.scan_sums(con, E0) is not None
     df = df.sort_values(["step", "y"])
     for period in (None, 7):
-        mean, dist = population_scan.cell_tables(sums, period, E0, 0.9, 40 if period is None
+        mean, dist = population_scan.cell_tables(con, period, E0, 0.9, 40 if period is None
                                                  else period)
         m = population_mean(df["y"].to_numpy(), steps=df["step"].to_numpy(),
                             epsilon_per_step=E0, period=period, confidence=0.9)
