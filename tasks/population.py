@@ -14,10 +14,11 @@ released users or a chosen group of at least `min_users`:
 
 Values are in the domain's declared units (its public value range maps [0, 1]
 back to them). Nothing here draws noise or touches the ledger: it charges
-nothing. Reads go through DuckDB in chunks of steps (or phases), so memory is
-bounded by the chunk, not by the release: one scan splits the reports by
-chunk into a private temporary directory (about the size of the release's
-samples file), then each chunk reads its own.
+nothing. A release's reports (on its 2^-24 grid) take one DuckDB aggregation
+(`tasks.population_scan`). Other reports are read in chunks of steps (or
+phases), so memory is bounded by the chunk, not by the release: one scan
+splits the reports by chunk into a private temporary directory (about the
+size of the samples file), then each chunk reads its own.
 """
 
 from __future__ import annotations
