@@ -39,49 +39,57 @@ from tasks.stream_draw import STREAM_GRID
 #: B of the population distribution (`population_distribution`'s default)
 GRID_SIZE = 64
 
-# lo = #{j: g_j < t}, hi = #{j: g_j <= u} for the grid g_j = (j + ½)/B
-# (`em._intervals`): a first guess from t·B, then one step either way, checked
-# against the grid's own doubles so that the integers are searchsorted's.
-_G = "((({j})::DOUBLE + 0.5) / $nb)"
-_LO = (f"(lo0 - (lo0 > 0 AND {_G.format(j='lo0 - 1')} >= t)::INTEGER"
-       f" + (lo0 < $nb AND {_G.format(j='lo0')} < t)::INTEGER)")
-_HI = (f"(hi0 - (hi0 > 0 AND {_G.format(j='hi0 - 1')} > u)::INTEGER"
-       f" + (hi0 < $nb AND {_G.format(j='hi0')} <= u)::INTEGER)")
-# constant SQL (only the grid helpers above are formatted in); values bound as $b, $inv, $nb
-_SCAN = f"""
-WITH r AS (
-  SELECT step, y, y - $b AS t, y + $b AS u, TRY_CAST(round(y * $inv) AS BIGINT) AS k FROM s),
-c AS (
-  SELECT step, y, t, u, k,
-         TRY_CAST(least(greatest(ceil(t * $nb - 0.5), 0), $nb) AS INTEGER) AS lo0,
-         TRY_CAST(least(greatest(floor(u * $nb - 0.5) + 1, 0), $nb) AS INTEGER) AS hi0
-  FROM r)
-SELECT step, {_LO} AS lo, {_HI} AS hi, count(*) AS n,
-       sum(k)::HUGEINT AS s1, sum(k::HUGEINT * k) AS s2,
+# lo = #{j: g_j < t}, hi = #{j: g_j <= u} for the grid g_j = (j + ½)/B, t = y − b,
+# u = y + b (`em._intervals`), as ceil(tB − ½) and floor(uB − ½) + 1 clamped to
+# [0, B]. Exact for B a power of two: g_j, tB and uB are exact doubles, and
+# x − ½ is exact for x >= ½ (a multiple of ulp(x) below x); for x = tB (uB)
+# < ½ the rounded x − ½ is still negative, so both clamp to 0, as the counts
+# are (t, u < g_0). Tested against searchsorted at exact ties.
+assert GRID_SIZE & (GRID_SIZE - 1) == 0, "the interval SQL needs a power-of-two grid"
+# constant SQL; values bound as $b, $inv, $nb
+_MOMENTS = """
+SELECT step, count(*) AS n, sum(k)::HUGEINT AS s1, sum(k::HUGEINT * k) AS s2,
        bool_and(coalesce(k::DOUBLE = y * $inv, false)) AS on_grid,
        min(y) AS ymin, max(y) AS ymax
-FROM c GROUP BY step, lo, hi
+FROM (SELECT step, y, TRY_CAST(round(y * $inv) AS BIGINT) AS k FROM s) GROUP BY step
+"""
+# one BIGINT key per (step, lo, hi): a one-column GROUP BY (cheaper than three columns)
+_INTERVALS = """
+WITH c AS (
+  SELECT step,
+         CAST(least(greatest(ceil(t * $nb - 0.5), 0), $nb) AS BIGINT) AS lo0,
+         CAST(least(greatest(floor(u * $nb - 0.5) + 1, 0), $nb) AS BIGINT) AS hi0
+  FROM (SELECT step, y - $b AS t, y + $b AS u FROM s))
+SELECT key // (($nb + 1) * ($nb + 1))::BIGINT AS step,
+       (key // ($nb + 1)::BIGINT) % ($nb + 1)::BIGINT AS lo, key % ($nb + 1)::BIGINT AS hi, n
+FROM (SELECT (step * ($nb + 1)::BIGINT + lo0) * ($nb + 1)::BIGINT + hi0 AS key,
+             count(*) AS n FROM c GROUP BY key)
 """  # noqa: S608
 
 
 def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.DataFrame | None:
-    """Per (step, lo, hi): n, Σk, Σk² of the reports of view ``s``; None if not all valid.
+    """Per (step, lo, hi) the number of reports of view ``s``; None if not all valid.
 
-    One pass over the reports, into the connection's temporary table
-    ``population_sums`` (Σk, Σk² as exact HUGEINTs) for `cell_tables`;
-    returns its (step, lo, hi, n) sorted. None when a report is off the
-    release grid, not finite, outside [−b, 1 + b] (with `SUPPORT_SLACK`) or
-    at a negative step: the report-by-report path handles (and names) those.
+    Two aggregations over the reports, into the connection's temporary
+    tables for `cell_tables`: ``population_moments`` (per step: n, Σk, Σk²
+    as exact HUGEINTs) and ``population_intervals`` (per step and grid
+    interval: n), which is returned sorted. None (and no interval pass) when
+    a report is off the release grid, not finite, outside [−b, 1 + b] (with
+    `SUPPORT_SLACK`) or at a negative step: the report-by-report path
+    handles (and names) those.
     """
     b, _, _ = square_wave_params(epsilon_per_step)
-    con.execute("CREATE OR REPLACE TEMP TABLE population_sums AS " + _SCAN,
-                {"b": b, "inv": 1.0 / STREAM_GRID, "nb": float(GRID_SIZE)})
+    con.execute("CREATE OR REPLACE TEMP TABLE population_moments AS " + _MOMENTS,
+                {"inv": 1.0 / STREAM_GRID})
     ok, step_min, ymin, ymax = con.execute(
-        "SELECT bool_and(on_grid), min(step), min(ymin), max(ymax) FROM population_sums"
+        "SELECT bool_and(on_grid), min(step), min(ymin), max(ymax) FROM population_moments"
     ).fetchone()
     if not ok or step_min < 0 or ymin < -b - SUPPORT_SLACK or ymax > 1 + b + SUPPORT_SLACK:
         return None
-    return con.execute("SELECT step, lo, hi, n FROM population_sums ORDER BY step, lo, hi").df()
+    con.execute("CREATE OR REPLACE TEMP TABLE population_intervals AS " + _INTERVALS,
+                {"b": b, "nb": float(GRID_SIZE)})
+    return con.execute("SELECT step, lo, hi, n FROM population_intervals ORDER BY step, lo, hi"
+                       ).df()
 
 
 def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:
@@ -103,9 +111,9 @@ def cell_tables(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_
     cell = "step" if period is None else f"(step % {int(period)})"
     per_cell = con.execute(
         f"SELECT {cell} AS cell, sum(n)::BIGINT AS n, CAST(sum(s1) AS VARCHAR) AS s1, "  # noqa: S608
-        f"CAST(sum(s2) AS VARCHAR) AS s2 FROM population_sums GROUP BY 1 ORDER BY 1").df()
+        f"CAST(sum(s2) AS VARCHAR) AS s2 FROM population_moments GROUP BY 1 ORDER BY 1").df()
     by = con.execute(
-        f"SELECT {cell} AS cell, lo, hi, sum(n)::BIGINT AS n FROM population_sums "  # noqa: S608
+        f"SELECT {cell} AS cell, lo, hi, sum(n)::BIGINT AS n FROM population_intervals "  # noqa: S608
         f"GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").df()
     m = population_mean_from_sums(
         per_cell["cell"].to_numpy(dtype=np.int64), per_cell["n"].to_numpy(),
