@@ -1,4 +1,4 @@
-"""The population view's tables from ONE aggregation over a release's reports.
+"""The population view's tables from two aggregations over a release's reports.
 
 `tasks.population` computed the per-step (and per-phase) mean and
 distribution tables from the reports themselves, sorted by (step, y), chunk
@@ -11,8 +11,8 @@ depend on the reports only through a few sums per cell:
 - the EM distribution on the count of reports per (cell, grid interval
   [lo, hi)) (`population_distribution_from_intervals`).
 
-So one DuckDB ``GROUP BY step, lo, hi`` (both cores, any order) gives every
-table: phases are sums of their steps. Sums are exact: released stream
+So two DuckDB aggregations (``GROUP BY step`` and ``GROUP BY (step, lo, hi)``;
+both cores, any order) give every table: phases are sums of their steps. Sums are exact: released stream
 reports lie on the public grid Λ = 2^-24 (`tasks.stream_draw.STREAM_GRID`),
 so y = k·Λ with an integer k, and Σk, Σk² are integer (HUGEINT) sums. Reports
 that are not all on the grid (or not finite, or out of Square Wave's
