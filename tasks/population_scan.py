@@ -12,8 +12,8 @@ depend on the reports only through a few sums per cell:
   [lo, hi)) (`population_distribution_from_intervals`).
 
 So two DuckDB aggregations (``GROUP BY step`` and ``GROUP BY (step, lo, hi)``;
-both cores, any order) give every table: phases are sums of their steps. Sums are exact: released stream
-reports lie on the public grid Λ = 2^-24 (`tasks.stream_draw.STREAM_GRID`),
+both cores, any order) give every table: phases are sums of their steps.
+Sums are exact: released stream reports lie on the public grid Λ = 2^-24 (`tasks.stream_draw.STREAM_GRID`),
 so y = k·Λ with an integer k, and Σk, Σk² are integer (HUGEINT) sums. Reports
 that are not all on the grid (or not finite, or out of Square Wave's
 support, or at a negative step) are left to the report-by-report path
