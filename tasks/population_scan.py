@@ -13,11 +13,12 @@ depend on the reports only through a few sums per cell:
 
 So two DuckDB aggregations (``GROUP BY step`` and ``GROUP BY (step, lo, hi)``;
 both cores, any order) give every table: phases are sums of their steps.
-Sums are exact: released stream reports lie on the public grid Λ = 2^-24 (`tasks.stream_draw.STREAM_GRID`),
-so y = k·Λ with an integer k, and Σk, Σk² are integer (HUGEINT) sums. Reports
-that are not all on the grid (or not finite, or out of Square Wave's
-support, or at a negative step) are left to the report-by-report path
-(`scan_cells` returns None), which also names what is wrong with them.
+Sums are exact: released stream reports lie on the public grid Λ = 2^-24
+(`tasks.stream_draw.STREAM_GRID`), so y = k·Λ with an integer k, and Σk,
+Σk² are integer (HUGEINT) sums. Reports that are not all on the grid (or
+not finite, or out of Square Wave's support, or at a negative step) are
+left to the report-by-report path (`scan_sums` returns None), which also
+names what is wrong with them.
 """
 
 from __future__ import annotations
