@@ -14,10 +14,11 @@ released users or a chosen group of at least `min_users`:
 
 Values are in the domain's declared units (its public value range maps [0, 1]
 back to them). Nothing here draws noise or touches the ledger: it charges
-nothing. Reads go through DuckDB in chunks of steps (or phases), so memory is
-bounded by the chunk, not by the release: one scan splits the reports by
-chunk into a private temporary directory (about the size of the release's
-samples file), then each chunk reads its own.
+nothing. A release's reports (on its 2^-24 grid) take one DuckDB aggregation
+(`tasks.population_scan`). Other reports are read in chunks of steps (or
+phases), so memory is bounded by the chunk, not by the release: one scan
+splits the reports by chunk into a private temporary directory (about the
+size of the samples file), then each chunk reads its own.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from prefect import task
 from files.safe_files import make_dirs, write_file
 from mechanisms.reconstruct import population_distribution, population_mean
 from schemas.errors import ParameterError
+from tasks.population_scan import cell_tables, scan_sums
 
 #: rows read per chunk (every report of a chunk's steps or phases)
 CHUNK_ROWS = 2_000_000
@@ -188,8 +190,11 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
     tables: dict[str, pd.DataFrame] = {}
     try:
         cuts = [("step", None, n_steps)] + ([("phase", period, period)] if period else [])
+        sums = scan_sums(con, epsilon_per_step)  # one pass; None: report by report
         for cell, per, n_cells in cuts:
-            mean, dist = _cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
+            mean, dist = (_cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
+                          if sums is None else
+                          cell_tables(con, per, epsilon_per_step, confidence, n_cells))
             for kind, df in (("mean", mean), ("distribution", dist)):
                 name = f"population/{cell}_{kind}.csv"
                 tables[f"{cell}_{kind}"] = _in_units(df, to_units, cell)

@@ -37,7 +37,9 @@ from mechanisms.reconstruct.population import (
     PopulationMean,
     grid_quantiles,
     population_distribution,
+    population_distribution_from_intervals,
     population_mean,
+    population_mean_from_sums,
 )
 from mechanisms.reconstruct.shrink import (
     SMOOTHER_WINDOWS,
@@ -73,7 +75,9 @@ __all__ = [
     "phase_groups",
     "pooled_fits",
     "population_distribution",
+    "population_distribution_from_intervals",
     "population_mean",
+    "population_mean_from_sums",
     "pseudo_samples",
     "repeatability",
     "savgol_trace",

@@ -33,12 +33,20 @@ splitting the steps (or phases) into chunks gives the same result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy import stats
 
 from mechanisms.errors import MechanismParameterError
-from mechanisms.reconstruct.em import SUPPORT_SLACK, _indexed_reports, sw_em
+from mechanisms.reconstruct.em import (
+    SUPPORT_SLACK,
+    _em_loop,
+    _indexed_reports,
+    _Merged,
+    em_grid,
+    sw_em,
+)
 from mechanisms.streams.square_wave import (
     square_wave_estimate,
     square_wave_estimate_variance,
@@ -51,6 +59,8 @@ __all__ = [
     "population_mean",
     "population_distribution",
     "grid_quantiles",
+    "population_mean_from_sums",
+    "population_distribution_from_intervals",
 ]
 
 
@@ -257,3 +267,103 @@ def population_distribution(y: object, *, steps: object, epsilon_per_step: float
         cells=cells, grid=fit.grid, pi=fit.pi, quantile_levels=lv,
         quantiles=grid_quantiles(fit.pi, lv), mean=fit.pi @ fit.grid,
         reports=np.bincount(idx, minlength=cells.size).astype(np.int64))
+
+
+def _sum_constants(epsilon_per_step: float) -> tuple[Fraction, Fraction, Fraction, Fraction]:
+    """The floats x̂ and v̂ are made of, as exact rationals: (c₁, c₂, v₀, γ).
+
+    x̂ = (y − c₁)/c₂ with c₁ = q(b + ½), c₂ = 2b(p − q) (`square_wave_estimate`),
+    v̂ = (v₀ + γ(x̂ − ½)²)/(1 + γ) (`_debiased`).
+    """
+    b, p, q = square_wave_params(epsilon_per_step)
+    v0 = float(square_wave_estimate_variance(0.5, epsilon_per_step=epsilon_per_step))
+    gamma = 4.0 * (float(square_wave_estimate_variance(0.0, epsilon_per_step=epsilon_per_step))
+                   - v0)
+    return Fraction(q * (b + 0.5)), Fraction(2.0 * b * (p - q)), Fraction(v0), Fraction(gamma)
+
+
+def population_mean_from_sums(cells: object, reports: object, sum_y: list[Fraction],
+                              sum_y2: list[Fraction], *, epsilon_per_step: float,
+                              confidence: float = 0.95) -> PopulationMean:
+    """`population_mean` from each cell's report count and exact Σy, Σy² (no reports needed).
+
+    The sums of x̂ and of v̂ over a cell are polynomials in Σy and Σy², so a
+    single aggregation over the reports (in any order, e.g. DuckDB's on two
+    threads) gives the mean and the band. They are evaluated exactly (rational
+    arithmetic) and rounded once: the result does not depend on the order of
+    the reports, and differs from `population_mean`'s left-to-right float
+    sums by their rounding error only (far below the 6 digits published).
+
+    Privacy: post-processing of released ε₀-LDP reports; costs nothing.
+    Cost: O(cells).
+
+    Args:
+        cells: (C,) the cells (steps or phases), in order.
+        reports: (C,) the number of reports of each cell (>= 1).
+        sum_y: (C,) exact Σy of each cell's reports.
+        sum_y2: (C,) exact Σy² of each cell's reports.
+        epsilon_per_step: the ε₀ of the reports.
+        confidence: level of the pointwise band (0.95).
+    """
+    if not 0 < confidence < 1:
+        raise MechanismParameterError("confidence must be in (0, 1)")
+    c1, c2, v0, gamma = _sum_constants(epsilon_per_step)
+    c3 = c1 + c2 / 2  # x̂ − ½ = (y − c₃)/c₂
+    n = [int(k) for k in np.asarray(reports)]
+    sx = [(s1 - k * c1) / c2 for k, s1 in zip(n, sum_y, strict=True)]
+    sv = [(k * v0 + gamma * (s2 - 2 * c3 * s1 + k * c3 * c3) / (c2 * c2)) / (1 + gamma)
+          for k, s1, s2 in zip(n, sum_y, sum_y2, strict=True)]
+    count = np.asarray(n, dtype=np.float64)
+    mean = np.array([float(v) for v in sx], dtype=np.float64) / count
+    se = np.sqrt(np.array([float(v) for v in sv], dtype=np.float64)) / count
+    z = float(stats.norm.isf((1.0 - confidence) / 2.0))
+    return PopulationMean(
+        cells=np.asarray(cells, dtype=np.int64), mean=mean,
+        lower=np.clip(mean - z * se, 0.0, 1.0), upper=np.clip(mean + z * se, 0.0, 1.0),
+        std_error=se, reports=count.astype(np.int64), confidence=float(confidence),
+        family_size=1)
+
+
+def population_distribution_from_intervals(
+        cells: object, group: object, lo: object, hi: object, counts: object, *,
+        epsilon_per_step: float, grid_size: int = 64,
+        quantile_levels: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9),
+        max_iter: int = 1000) -> PopulationDistribution:
+    """`population_distribution` (EMS on) from the reports' counts per (cell, grid interval).
+
+    The EM's likelihood depends on a report only through its cell and its
+    grid interval [lo, hi) (`em._merge`), so the counts of reports per
+    (cell, lo, hi), from one aggregation in any order, give the same EM
+    iterations and the same π, bit for bit, as the reports themselves.
+
+    Privacy: post-processing of released ε₀-LDP reports; costs nothing.
+    Cost: O(iterations × cells × grid_size).
+
+    Args:
+        cells: (C,) the cells (steps or phases), in order.
+        group: (M,) index into `cells` of each (cell, lo, hi); rows sorted by
+            (group, lo, hi), no row twice, every cell present.
+        lo: (M,) start of the interval: ``searchsorted(grid, y − b, "left")``.
+        hi: (M,) its end: ``searchsorted(grid, y + b, "right")``.
+        counts: (M,) reports in each (cell, lo, hi).
+        epsilon_per_step: the ε₀ of the reports.
+        grid_size: B (64).
+        quantile_levels: probabilities of the quantiles to report.
+        max_iter: EM iteration cap.
+    """
+    lv = np.asarray(quantile_levels, dtype=np.float64)
+    if lv.ndim != 1 or np.any((lv < 0) | (lv > 1)):
+        raise MechanismParameterError("quantile levels must be in [0, 1]")
+    cl = np.asarray(cells, dtype=np.int64)
+    g_u = np.asarray(group, dtype=np.int64)
+    bsz, (_, p, q) = int(grid_size), square_wave_params(epsilon_per_step)
+    merged = _Merged(g_u, g_u * (bsz + 1) + np.asarray(lo, dtype=np.int64),
+                     g_u * (bsz + 1) + np.asarray(hi, dtype=np.int64),
+                     np.asarray(counts, dtype=np.float64), cl.size, bsz)
+    pi, _, _ = _em_loop(merged, cl.size, bsz, p, q, max_iter=int(max_iter), tol=1e-6,
+                        loglik_tol=1e-3, smoothing=True)
+    grid = em_grid(bsz)
+    return PopulationDistribution(
+        cells=cl, grid=grid, pi=pi, quantile_levels=lv, quantiles=grid_quantiles(pi, lv),
+        mean=pi @ grid,
+        reports=np.bincount(g_u, weights=merged.counts, minlength=cl.size).astype(np.int64))

@@ -1,0 +1,141 @@
+"""The population view's tables from two aggregations over a release's reports.
+
+`tasks.population` computed the per-step (and per-phase) mean and
+distribution tables from the reports themselves, sorted by (step, y), chunk
+by chunk: at 10^6 streams x 1,000 steps that is 10^9 reports written to a
+scratch split, read back and sorted (873 s of a 2,138 s release). Both tables
+depend on the reports only through a few sums per cell:
+
+- the mean and its band on the count, Σy and Σy² of each cell
+  (`population_mean_from_sums`);
+- the EM distribution on the count of reports per (cell, grid interval
+  [lo, hi)) (`population_distribution_from_intervals`).
+
+So two DuckDB aggregations (``GROUP BY step`` and ``GROUP BY (step, lo, hi)``;
+both cores, any order) give every table: phases are sums of their steps.
+Sums are exact: released stream reports lie on the public grid Λ = 2^-24
+(`tasks.stream_draw.STREAM_GRID`), so y = k·Λ with an integer k, and Σk,
+Σk² are integer (HUGEINT) sums. Reports that are not all on the grid (or
+not finite, or out of Square Wave's support, or at a negative step) are
+left to the report-by-report path (`scan_sums` returns None), which also
+names what is wrong with them.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from mechanisms.reconstruct import (
+    population_distribution_from_intervals,
+    population_mean_from_sums,
+)
+from mechanisms.reconstruct.em import SUPPORT_SLACK
+from mechanisms.streams.square_wave import square_wave_params
+from tasks.stream_draw import STREAM_GRID
+
+#: B of the population distribution (`population_distribution`'s default)
+GRID_SIZE = 64
+
+# lo = #{j: g_j < t}, hi = #{j: g_j <= u} for the grid g_j = (j + ½)/B, t = y − b,
+# u = y + b (`em._intervals`), as ceil(tB − ½) and floor(uB − ½) + 1 clamped to
+# [0, B]. Exact for B a power of two: g_j, tB and uB are exact doubles, and
+# x − ½ is exact for x >= ½ (a multiple of ulp(x) below x); for x = tB (uB)
+# < ½ the rounded x − ½ is still negative, so both clamp to 0, as the counts
+# are (t, u < g_0). Tested against searchsorted at exact ties.
+assert GRID_SIZE & (GRID_SIZE - 1) == 0, "the interval SQL needs a power-of-two grid"
+# constant SQL; values bound as $b, $inv, $nb
+_MOMENTS = """
+SELECT step, count(*) AS n, sum(k)::HUGEINT AS s1, sum(k::HUGEINT * k) AS s2,
+       bool_and(coalesce(k::DOUBLE = y * $inv, false)) AS on_grid,
+       min(y) AS ymin, max(y) AS ymax
+FROM (SELECT step, y, TRY_CAST(round(y * $inv) AS BIGINT) AS k FROM s) GROUP BY step
+"""
+# one BIGINT key per (step, lo, hi): a one-column GROUP BY (cheaper than three columns)
+_INTERVALS = """
+WITH c AS (
+  SELECT step,
+         CAST(least(greatest(ceil(t * $nb - 0.5), 0), $nb) AS BIGINT) AS lo0,
+         CAST(least(greatest(floor(u * $nb - 0.5) + 1, 0), $nb) AS BIGINT) AS hi0
+  FROM (SELECT step, y - $b AS t, y + $b AS u FROM s))
+SELECT key // (($nb + 1) * ($nb + 1))::BIGINT AS step,
+       (key // ($nb + 1)::BIGINT) % ($nb + 1)::BIGINT AS lo, key % ($nb + 1)::BIGINT AS hi, n
+FROM (SELECT (step * ($nb + 1)::BIGINT + lo0) * ($nb + 1)::BIGINT + hi0 AS key,
+             count(*) AS n FROM c GROUP BY key)
+"""  # noqa: S608
+
+
+def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.DataFrame | None:
+    """Per (step, lo, hi) the number of reports of view ``s``; None if not all valid.
+
+    Two aggregations over the reports, into the connection's temporary
+    tables for `cell_tables`: ``population_moments`` (per step: n, Σk, Σk²
+    as exact HUGEINTs) and ``population_intervals`` (per step and grid
+    interval: n), which is returned sorted. None (and no interval pass) when
+    a report is off the release grid, not finite, outside [−b, 1 + b] (with
+    `SUPPORT_SLACK`) or at a negative step: the report-by-report path
+    handles (and names) those.
+    """
+    b, _, _ = square_wave_params(epsilon_per_step)
+    con.execute("CREATE OR REPLACE TEMP TABLE population_moments AS " + _MOMENTS,
+                {"inv": 1.0 / STREAM_GRID})
+    ok, step_min, ymin, ymax = con.execute(
+        "SELECT bool_and(on_grid), min(step), min(ymin), max(ymax) FROM population_moments"
+    ).fetchone()
+    if not ok or step_min < 0 or ymin < -b - SUPPORT_SLACK or ymax > 1 + b + SUPPORT_SLACK:
+        return None
+    con.execute("CREATE OR REPLACE TEMP TABLE population_intervals AS " + _INTERVALS,
+                {"b": b, "nb": float(GRID_SIZE)})
+    return con.execute("SELECT step, lo, hi, n FROM population_intervals ORDER BY step, lo, hi"
+                       ).df()
+
+
+def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:
+    """The chunk of each cell, as `tasks.population._chunks` cuts them (same EM batches)."""
+    from tasks.population import CHUNK_ROWS
+
+    per = max(1, int(CHUNK_ROWS * n_cells // max(n_rows, 1)))
+    return (cell - int(cell.min())) // per
+
+
+def cell_tables(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step: float,
+                confidence: float, n_cells: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The mean and distribution tables over steps (period None) or phases from `scan_sums`.
+
+    Phases are exact (HUGEINT) sums of their steps. The same columns and rows
+    as `tasks.population._cells`; the EM runs on the same batches of cells
+    (chunks), so its π are the same bits.
+    """
+    cell = "step" if period is None else f"(step % {int(period)})"
+    per_cell = con.execute(
+        f"SELECT {cell} AS cell, sum(n)::BIGINT AS n, CAST(sum(s1) AS VARCHAR) AS s1, "  # noqa: S608
+        f"CAST(sum(s2) AS VARCHAR) AS s2 FROM population_moments GROUP BY 1 ORDER BY 1").df()
+    by = con.execute(
+        f"SELECT {cell} AS cell, lo, hi, sum(n)::BIGINT AS n FROM population_intervals "  # noqa: S608
+        f"GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").df()
+    m = population_mean_from_sums(
+        per_cell["cell"].to_numpy(dtype=np.int64), per_cell["n"].to_numpy(),
+        [Fraction(int(v)) * STREAM_GRID for v in per_cell["s1"]],
+        [Fraction(int(v)) * STREAM_GRID**2 for v in per_cell["s2"]],
+        epsilon_per_step=epsilon_per_step, confidence=confidence)
+    mean = pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
+                         "lower": m.lower, "upper": m.upper})
+    chunk = _chunk_of(by["cell"].to_numpy(dtype=np.int64), int(per_cell["n"].sum()), n_cells)
+    dist = [_distribution(part, epsilon_per_step) for _, part in by.groupby(chunk, sort=True)]
+    return mean, pd.concat(dist, ignore_index=True)
+
+
+def _distribution(part: pd.DataFrame, epsilon_per_step: float) -> pd.DataFrame:
+    """The distribution rows of one chunk of cells (`_distribution_table`'s columns)."""
+    from tasks.population import QUANTILES
+
+    cells, group = np.unique(part["cell"].to_numpy(dtype=np.int64), return_inverse=True)
+    d = population_distribution_from_intervals(
+        cells, group, part["lo"].to_numpy(), part["hi"].to_numpy(), part["n"].to_numpy(),
+        epsilon_per_step=epsilon_per_step, grid_size=GRID_SIZE, quantile_levels=QUANTILES)
+    return pd.DataFrame({"cell": d.cells, "reports": d.reports, "mean": d.mean,
+                         **{f"q{int(100 * q)}": d.quantiles[:, i]
+                            for i, q in enumerate(QUANTILES)}})

@@ -1,0 +1,120 @@
+"""The population view from one aggregation (`tasks.population_scan`) against report by report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mechanisms.reconstruct import population_distribution, population_mean
+from mechanisms.reconstruct.em import _intervals, em_grid
+from mechanisms.safe_sampling import snap_to_grid
+from mechanisms.streams import square_wave
+from mechanisms.streams.square_wave import square_wave_params
+from tasks import population, population_scan
+from tasks.population import population_view_fn
+from tasks.stream_draw import STREAM_GRID
+
+E0 = 0.7
+FILES = ("step_mean", "step_distribution", "phase_mean", "phase_distribution")
+
+
+def _samples(path: Path, users: int = 40, steps: int = 96, seed: int = 3) -> pd.DataFrame:
+    """Released-like reports: Square Wave outputs on the release grid, some steps missing."""
+    rng = np.random.default_rng(seed)
+    b, _, _ = square_wave_params(E0)
+    x = np.clip(0.5 + 0.3 * np.sin(np.arange(steps) / 8.0)[None, :]
+                + 0.1 * rng.standard_normal((users, steps)), 0, 1)
+    y = snap_to_grid(square_wave(x.ravel(), epsilon_per_step=E0, rng=rng), grid=STREAM_GRID,
+                     bound=1 + b)
+    df = pd.DataFrame({"user_id": np.repeat([f"u{i:03d}" for i in range(users)], steps),
+                       "stream_id": "s", "step": np.tile(np.arange(steps, dtype=np.int64), users),
+                       "y": y})
+    df = df[rng.random(len(df)) > 0.1]  # users missing at some steps
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+    return df
+
+
+def _view(samples: Path, out: Path) -> dict[str, bytes]:
+    population_view_fn(str(samples), str(out), epsilon_per_step=E0, value_range=(0.0, 4.0),
+                       value_unit="kWh", period=24)
+    return {f: (out / "population" / f"{f}.csv").read_bytes() for f in FILES}
+
+
+@pytest.mark.parametrize("chunk_rows", [2_000_000, 500])
+def test_one_aggregation_writes_the_bytes_of_the_report_by_report_path(
+        tmp_path, monkeypatch, chunk_rows):
+    """Same four CSV files, byte for byte (one chunk, and many chunks of steps)."""
+    monkeypatch.setattr(population, "CHUNK_ROWS", chunk_rows)
+    _samples(tmp_path / "samples.parquet")
+    calls: list[object] = []
+    real = population_scan.scan_sums
+    monkeypatch.setattr(population, "scan_sums",
+                        lambda *a: calls.append(real(*a)) or calls[-1])
+    new = _view(tmp_path / "samples.parquet", tmp_path / "new")
+    assert calls and calls[0] is not None  # the aggregation path ran
+    monkeypatch.setattr(population, "scan_sums", lambda *a: None)
+    old = _view(tmp_path / "samples.parquet", tmp_path / "old")
+    assert new == old
+
+
+def test_the_aggregates_are_the_estimators_on_the_reports(tmp_path):
+    """π bit for bit; counts exact; mean and band to rounding (exact sums vs float sums)."""
+    df = _samples(tmp_path / "samples.parquet", users=30, steps=40, seed=8)
+    con = duckdb.connect()
+    con.read_parquet(str(tmp_path / "samples.parquet")).create_view("s")
+    assert population_scan.scan_sums(con, E0) is not None
+    df = df.sort_values(["step", "y"])
+    for period in (None, 7):
+        mean, dist = population_scan.cell_tables(con, period, E0, 0.9, 40 if period is None
+                                                 else period)
+        m = population_mean(df["y"].to_numpy(), steps=df["step"].to_numpy(),
+                            epsilon_per_step=E0, period=period, confidence=0.9)
+        d = population_distribution(df["y"].to_numpy(), steps=df["step"].to_numpy(),
+                                    epsilon_per_step=E0, period=period)
+        np.testing.assert_array_equal(mean["cell"], m.cells)
+        np.testing.assert_array_equal(mean["reports"], m.reports)
+        np.testing.assert_allclose(mean["mean"], m.mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(mean["upper"], m.upper, rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(dist["reports"], d.reports)
+        np.testing.assert_array_equal(dist["mean"], d.mean)
+        np.testing.assert_array_equal(dist[["q10", "q50", "q90"]].to_numpy(),
+                                      d.quantiles[:, [0, 2, 4]])
+
+
+@pytest.mark.parametrize("b", [None, 0.25])
+def test_grid_intervals_are_searchsorted_at_the_boundaries(monkeypatch, b):
+    """lo/hi of the SQL equal `em._intervals` where y ∓ b falls on or next to a grid point.
+
+    With b = 1/4 (a multiple of the release grid) y ∓ b hits grid points exactly.
+    """
+    if b is None:
+        b, _, _ = square_wave_params(E0)
+    else:
+        monkeypatch.setattr(population_scan, "square_wave_params", lambda e: (b, 0.0, 0.0))
+    grid = em_grid(population_scan.GRID_SIZE)
+    near = np.concatenate([grid + b, grid - b])
+    y = snap_to_grid((near[:, None] + STREAM_GRID * np.arange(-3, 4)[None, :]).ravel(),
+                     grid=STREAM_GRID, bound=1 + b)
+    y = y[(y >= -b) & (y <= 1 + b)]
+    con = duckdb.connect()
+    con.register("s", pd.DataFrame({"step": np.arange(y.size, dtype=np.int64), "y": y}))
+    sums = population_scan.scan_sums(con, E0)
+    lo, hi = _intervals(y, grid, b)
+    np.testing.assert_array_equal(sums["lo"], lo)
+    np.testing.assert_array_equal(sums["hi"], hi)
+
+
+@pytest.mark.parametrize("bad", ["off_grid", "nan", "outside"])
+def test_reports_the_aggregation_cannot_take_go_report_by_report(tmp_path, bad):
+    """Off the release grid, not finite or outside the support: None (the old path decides)."""
+    b, _, _ = square_wave_params(E0)
+    y = np.array([0.25, 0.5, {"off_grid": 0.1, "nan": np.nan, "outside": 1 + b + 0.5}[bad]])
+    con = duckdb.connect()
+    con.register("s", pd.DataFrame({"step": np.array([0, 1, 2]), "y": y}))
+    assert population_scan.scan_sums(con, E0) is None
