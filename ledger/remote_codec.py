@@ -196,7 +196,7 @@ def decode(raw: Any, depth: int = 0) -> Any:
     if raw is None or isinstance(raw, (bool, str, int, float)):
         return raw
     if isinstance(raw, list):
-        if all(type(v) in _PLAIN for v in raw):
+        if set(map(type, raw)) <= _PLAIN:
             return raw
         return [decode(v, depth + 1) for v in raw]
     if not isinstance(raw, dict):
