@@ -11,9 +11,11 @@ small set of tags, and decoded back into the exact Python types:
   more records of one type, column by column (each column checked at once);
   a column whose values repeat is sent as
   ``{"$dict": {"values": [distinct...], "codes": [int...]}}`` (row i is
-  ``values[codes[i]]``; only inside ``$rows``): each distinct value is
-  encoded, decoded and type-checked once, so a shared `Cost` or amount costs
-  one value on the wire, not one per row;
+  ``values[codes[i]]``), and one whose rows are all one value as
+  ``{"$repeat": {"value": V, "count": N}}`` (both only inside ``$rows``): each
+  distinct value is encoded, decoded and type-checked once, so a shared `Cost`
+  or amount costs one value on the wire, not one per row; what a column stands
+  for once expanded is capped (`_MAX_EXPANDED`);
 - ``{"$type": NAME, "fields": {...}}``: one of the record dataclasses named
   in `RECORDS` (requests, decisions, settlements, costs, heads, reports,
   filters, summaries, policy domains), and nothing else.
@@ -104,25 +106,31 @@ def encode(value: Any) -> Any:
 
 
 def _column(values: list[Any]) -> Any:
-    """One ``$rows`` column: ``$dict`` when at most half its rows are distinct, else a list.
+    """One ``$rows`` column: ``$repeat`` for one value, ``$dict`` when at most half its
+    rows are distinct, else a list.
 
     Values are the same when they are one object, or equal and of one exact type
     among str, int, bool, None and Fraction (never floats: -0.0 == 0.0), so the
     decoded column holds values of the types and amounts sent.
     """
-    ids = np.fromiter(map(id, values), dtype=np.uint64, count=len(values))
-    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
-    if len(first) * 2 > len(values):
-        if set(map(type, values)) <= _PLAIN:
-            return values
-        return [encode(v) for v in values]
-    objects = [values[i] for i in first.tolist()]
-    same: dict[tuple[type, Any], int] = {}
-    remap = [same.setdefault((type(v), v if type(v) in _BY_VALUE else id(v)), len(same))
-             for v in objects]
-    distinct = list({k: v for k, v in zip(remap, objects, strict=True)}.values())
-    return {"$dict": {"values": [encode(v) for v in distinct],
-                      "codes": np.asarray(remap, dtype=np.int64)[codes].tolist()}}
+    types = set(map(type, values))
+    objects = list(dict(zip(map(id, values), values)).values())  # distinct, first seen first
+    distinct, codes_of = objects, None
+    if types <= _BY_VALUE and (len(objects) * 2 <= len(values) or Fraction not in types):
+        # equal values of one type are one value (hashing each distinct object once)
+        keys = objects if len(types) == 1 else list(zip(map(type, objects), objects))
+        first = dict(zip(keys, objects))
+        distinct, codes_of = list(first.values()), keys
+    if len(distinct) * 2 > len(values):
+        return values if types <= _PLAIN else [encode(v) for v in values]
+    if len(distinct) == 1:
+        return {"$repeat": {"value": encode(values[0]), "count": len(values)}}
+    position = {id(v): i for i, v in enumerate(objects)}
+    codes = list(map(position.__getitem__, map(id, values)))
+    if codes_of is not None:  # object -> its value's index among the distinct values
+        index = {k: i for i, k in enumerate(first)}
+        codes = list(map(list(map(index.__getitem__, codes_of)).__getitem__, codes))
+    return {"$dict": {"values": [encode(v) for v in distinct], "codes": codes}}
 
 
 def _same_record(values: list[Any]) -> bool:
@@ -308,10 +316,30 @@ def _dict_column(body: Any, depth: int) -> tuple[list[Any], list[Any]]:
     if set(map(type, codes)) != {int} or min(codes) < 0 or max(codes) >= len(raw):
         raise CodecError(f"the codes of a $dict column must be ints in [0, {len(raw)})")
     weights = np.array([len(json.dumps(v)) + 1 for v in raw], dtype=np.float64)
-    if float(np.bincount(codes, minlength=len(raw)) @ weights) > _MAX_EXPANDED:
-        raise CodecError(f"a $dict column stands for more than {_MAX_EXPANDED} bytes")
+    _check_expanded(float(np.bincount(codes, minlength=len(raw)) @ weights))
     values = [decode(v, depth + 1) for v in raw]
     return list(map(values.__getitem__, codes)), values
+
+
+def _repeat_column(body: Any, depth: int) -> tuple[list[Any], list[Any]]:
+    """(column, [its value]) of a ``$repeat`` column, checked (strict, capped).
+
+    Raises:
+        CodecError: not ``{"value": V, "count": int >= 1}``, or rows standing for
+            more than `_MAX_EXPANDED` bytes.
+    """
+    if not (isinstance(body, dict) and set(body) == {"value", "count"}
+            and type(body["count"]) is int and body["count"] >= 1):
+        raise CodecError('a $repeat column is {"value": V, "count": N >= 1}')
+    _check_expanded((len(json.dumps(body["value"])) + 1) * body["count"])
+    value = decode(body["value"], depth + 1)
+    return [value] * body["count"], [value]
+
+
+def _check_expanded(size: float) -> None:
+    """Refuse a column whose rows, expanded, stand for more than `_MAX_EXPANDED` bytes."""
+    if size > _MAX_EXPANDED:
+        raise CodecError(f"a column stands for more than {_MAX_EXPANDED} bytes of rows")
 
 
 def _rows(body: Any, depth: int) -> list[Any]:
@@ -323,8 +351,9 @@ def _rows(body: Any, depth: int) -> list[Any]:
     cls, known = _record_fields(name, cols.keys())
     decoded, kinds = {}, {}
     for k, v in cols.items():
-        if isinstance(v, dict) and set(v) == {"$dict"}:
-            decoded[k], kinds[k] = _dict_column(v["$dict"], depth + 1)
+        if isinstance(v, dict) and len(v) == 1 and ("$dict" in v or "$repeat" in v):
+            form = _dict_column if "$dict" in v else _repeat_column
+            decoded[k], kinds[k] = form(next(iter(v.values())), depth + 1)
         else:
             decoded[k] = kinds[k] = decode(v, depth + 1)
     lengths = {len(v) if isinstance(v, list) else -1 for v in decoded.values()}

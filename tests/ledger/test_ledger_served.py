@@ -292,9 +292,13 @@ _ROWS = (b'{"release_id": "hostile-1", "mechanism": "m", "parameters": {}, "requ
     b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, 0], "more": []}}',
     b'{"$dict": {"values": [{"$type": "Popen", "fields": {}}], "codes": [0, 0]}}',
     b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, 0]',  # truncated
+    b'{"$repeat": {"value": {"$frac": "1/10"}, "count": 3}}',  # three rows of two
+    b'{"$repeat": {"value": {"$frac": "1/10"}, "count": 99999999999999999999}}',
+    b'{"$repeat": {"value": true, "count": 2}}',
 ])
 def test_hostile_column_bodies_are_400_and_change_nothing(server, column):
-    """A malformed ``$dict`` column of a reserve is refused with 400; nothing is written."""
+    """A malformed ``$dict``/``$repeat`` column of a reserve is refused with 400; nothing
+    is written."""
     before = _remote(server, "aud").head()
     status, answer = _post(server, "reserve", _ROWS % column, server.tokens["rel-a"])
     assert status == 400, answer

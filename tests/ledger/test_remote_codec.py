@@ -98,15 +98,41 @@ def _dict(values, codes) -> dict:
     (_dict([{"$frac": "1/0"}], [0, 0, 0]), "fraction"),
     (_dict([True], [0, 0, 0]), "amount"),  # a bool amount, checked on the distinct value
     (_dict([{"$type": "Popen", "fields": {}}], [0, 0, 0]), "unknown record"),
+    ({"$repeat": {"value": 1, "count": 0}}, r"\$repeat column is"),
+    ({"$repeat": {"value": 1, "count": True}}, r"\$repeat column is"),
+    ({"$repeat": {"value": 1, "count": 3.0}}, r"\$repeat column is"),
+    ({"$repeat": {"value": 1}}, r"\$repeat column is"),
+    ({"$repeat": {"value": 1, "count": 3, "codes": []}}, r"\$repeat column is"),
+    ({"$repeat": {"value": 1, "count": 10**400}}, "stands for more than"),
+    ({"$repeat": {"value": 1, "count": 2}}, "one length"),
+    ({"$repeat": {"value": True, "count": 3}}, "amount"),
+    ({"$repeat": {"value": {"$frac": "1/0"}, "count": 3}}, "fraction"),
 ])
 def test_hostile_dict_columns_are_refused(column, why):
     with pytest.raises(codec.CodecError, match=why):
         codec.loads(_rows(column))
 
 
-def test_dict_outside_rows_is_refused():
+@pytest.mark.parametrize("tagged", [_dict([1], [0, 0]),
+                                    {"$repeat": {"value": 1, "count": 2}}])
+def test_column_forms_outside_rows_are_refused(tagged):
     with pytest.raises(codec.CodecError, match="unknown or malformed tag"):
-        codec.loads(json.dumps({"x": _dict([1], [0, 0])}).encode())
+        codec.loads(json.dumps({"x": tagged}).encode())
+
+
+def test_column_forms_chosen():
+    """All rows one value: ``$repeat``; few distinct (by identity or exact value):
+    ``$dict``; mostly distinct: a plain list."""
+    shared = [Fraction(1, 7), Fraction(2, 7), 1]
+    reqs = [Request(f"u{i}", "ais", step="".join(["s", str(i % 2)]), amount=shared[i % 3])
+            for i in range(30)]
+    cols = json.loads(codec.dumps(reqs))["$rows"]["columns"]
+    assert cols["domain"] == {"$repeat": {"value": "ais", "count": 30}}
+    assert cols["amount"] == {"$dict": {"values": [{"$frac": "1/7"}, {"$frac": "2/7"}, 1],
+                                        "codes": [0, 1, 2] * 10}}
+    assert cols["step"] == {"$dict": {"values": ["s0", "s1"], "codes": [0, 1] * 15}}
+    assert cols["user_id"] == [f"u{i}" for i in range(30)]
+    assert codec.loads(codec.dumps(reqs)) == reqs
 
 
 def test_a_repeated_value_cannot_stand_for_more_than_a_plain_body(monkeypatch):
@@ -114,11 +140,14 @@ def test_a_repeated_value_cannot_stand_for_more_than_a_plain_body(monkeypatch):
     one (the ledger would then check and hash every expanded row). Refused once the
     expanded size passes `_MAX_EXPANDED` (the default request cap)."""
     big = "x" * 1000
-    body = json.dumps({"$rows": {"type": "Request", "columns": {
-        "user_id": _dict([big], [0] * 2000), "domain": _dict(["ais"], [0] * 2000)}}}).encode()
-    assert len(body) * 100 < 2000 * len(big)
-    monkeypatch.setattr(codec, "_MAX_EXPANDED", 10**9)
-    assert len(codec.loads(body)) == 2000  # the attack decodes without the cap
-    monkeypatch.setattr(codec, "_MAX_EXPANDED", 1_000_000)
-    with pytest.raises(codec.CodecError, match="stands for more than"):
-        codec.loads(body)
+    for column in (_dict([big, "y"], [0] * 1999 + [1]), {"$repeat": {"value": big,
+                                                                     "count": 2000}}):
+        body = json.dumps({"$rows": {"type": "Request", "columns": {
+            "user_id": column, "domain": {"$repeat": {"value": "ais", "count": 2000}}}}}
+        ).encode()
+        assert len(body) * 100 < 2000 * len(big)
+        monkeypatch.setattr(codec, "_MAX_EXPANDED", 10**9)
+        assert len(codec.loads(body)) == 2000  # the attack decodes without the cap
+        monkeypatch.setattr(codec, "_MAX_EXPANDED", 1_000_000)
+        with pytest.raises(codec.CodecError, match="stands for more than"):
+            codec.loads(body)
