@@ -106,20 +106,22 @@ def encode(value: Any) -> Any:
 
 
 def _column(values: list[Any]) -> Any:
-    """One ``$rows`` column: ``$repeat`` for one value, ``$dict`` when at most half its
-    rows are distinct, else a list.
+    """One ``$rows`` column: ``$repeat``, ``$dict`` (at most half its rows distinct) or a list.
 
-    Values are the same when they are one object, or equal and of one exact type
-    among str, int, bool, None and Fraction (never floats: -0.0 == 0.0), so the
-    decoded column holds values of the types and amounts sent.
+    ``$repeat`` when every row is one value. Values are the same when they are one
+    object, or equal and of one exact type among str, int, bool, None and Fraction
+    (never floats: -0.0 == 0.0), so the decoded column holds values of the types
+    and amounts sent.
     """
     types = set(map(type, values))
-    objects = list(dict(zip(map(id, values), values)).values())  # distinct, first seen first
+    # the distinct objects, first seen first
+    objects = list(dict(zip(map(id, values), values, strict=True)).values())
     distinct, codes_of = objects, None
     if types <= _BY_VALUE and (len(objects) * 2 <= len(values) or Fraction not in types):
         # equal values of one type are one value (hashing each distinct object once)
-        keys = objects if len(types) == 1 else list(zip(map(type, objects), objects))
-        first = dict(zip(keys, objects))
+        keys = (objects if len(types) == 1
+                else list(zip(map(type, objects), objects, strict=True)))
+        first = dict(zip(keys, objects, strict=True))
         distinct, codes_of = list(first.values()), keys
     if len(distinct) * 2 > len(values):
         return values if types <= _PLAIN else [encode(v) for v in values]
