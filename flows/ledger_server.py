@@ -160,7 +160,7 @@ def _check_args(op: str, kwargs: dict[str, Any]) -> None:
     checks = {"requests": Request, "settlements": Settlement}
     for key, cls in checks.items():
         if key in kwargs and not (isinstance(kwargs[key], list)
-                                  and all(isinstance(x, cls) for x in kwargs[key])):
+                                  and set(map(type, kwargs[key])) <= {cls}):
             raise codec.CodecError(f"{op}: {key} must be a list of {cls.__name__}")
     if kwargs.get("where") is not None and not isinstance(kwargs["where"], Filter):
         raise codec.CodecError(f"{op}: where must be a Filter")

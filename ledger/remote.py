@@ -32,9 +32,9 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ledger import errors as ledger_errors
@@ -49,6 +49,7 @@ from schemas.policy import Domain, Policy
 TOKEN_ENV, TOKEN_FILE_ENV, CA_ENV = ("PRIVPIPE_LEDGER_TOKEN", "PRIVPIPE_LEDGER_TOKEN_FILE",
                                      "PRIVPIPE_LEDGER_CA")
 RETRY_ENV = "PRIVPIPE_LEDGER_RETRY_SECONDS"
+T = TypeVar("T")
 
 
 class LedgerAccessError(BadInputError):
@@ -146,12 +147,14 @@ class _Transport:
         self.retry_seconds = retry_seconds
         self._local = threading.local()
 
+    def _new(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self.host, self.port, context=self.context,
+                                           timeout=600)
+
     def _connection(self) -> http.client.HTTPSConnection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = http.client.HTTPSConnection(self.host, self.port, context=self.context,
-                                              timeout=600)
-            self._local.con = con
+            con = self._local.con = self._new()
         return con
 
     def _drop(self) -> None:
@@ -166,7 +169,21 @@ class _Transport:
 
     def request(self, method: str, route: str, body: bytes | None = None
                 ) -> tuple[int, bytes]:
-        """(status, body) of one request, retrying connection errors until the deadline.
+        """(status, body) of one request on this thread's keep-alive connection (`retrying`)."""
+        def call(con: http.client.HTTPSConnection) -> tuple[int, bytes]:
+            con.request(method, route, body=body, headers={
+                "Authorization": self.auth, "Content-Type": "application/json"})
+            resp = con.getresponse()
+            return resp.status, resp.read()
+
+        return self.retrying(call)
+
+    def retrying(self, call: Callable[[http.client.HTTPSConnection], T], *,
+                 fresh: bool = False) -> T:
+        """`call` on a connection, retried on connection errors until the deadline.
+
+        The connection is this thread's keep-alive one (dropped after an error), or
+        with `fresh` a new one closed after the call (a streamed body or answer).
 
         Raises:
             LedgerAccessError: the server's certificate is not trusted.
@@ -174,20 +191,19 @@ class _Transport:
         """
         deadline, attempt = time.monotonic() + self.retry_seconds, 0
         while True:
+            con = self._new() if fresh else self._connection()
             try:
-                con = self._connection()
-                con.request(method, route, body=body, headers={
-                    "Authorization": self.auth, "Content-Type": "application/json"})
-                resp = con.getresponse()
-                return resp.status, resp.read()
+                return call(con)
             except ssl.SSLCertVerificationError as err:
-                self._drop()
+                if not fresh:
+                    self._drop()
                 raise LedgerAccessError(
                     f"the ledger service https://{self.host}:{self.port} presented a "
                     f"certificate this client does not trust ({err.verify_message}); set "
                     f"{CA_ENV} to the CA's PEM file") from None
             except (OSError, http.client.HTTPException) as err:
-                self._drop()
+                if not fresh:
+                    self._drop()
                 if time.monotonic() >= deadline:
                     raise ledger_errors.LedgerBusyError(
                         f"the ledger service https://{self.host}:{self.port} did not answer "
@@ -195,6 +211,9 @@ class _Transport:
                         "run the command again when it is up (it is idempotent)") from None
                 time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
                 attempt += 1
+            finally:
+                if fresh:
+                    con.close()
 
 
 class RemoteLedger:

@@ -9,6 +9,13 @@ small set of tags, and decoded back into the exact Python types:
   ``{"$date": "YYYY-MM-DD"}``: a date; ``{"$dec": "1.25"}``: a Decimal;
 - ``{"$rows": {"type": NAME, "columns": {field: [...]}}}``: a list of two or
   more records of one type, column by column (each column checked at once);
+  a column whose values repeat is sent as
+  ``{"$dict": {"values": [distinct...], "codes": [int...]}}`` (row i is
+  ``values[codes[i]]``), and one whose rows are all one value as
+  ``{"$repeat": {"value": V, "count": N}}`` (both only inside ``$rows``): each
+  distinct value is encoded, decoded and type-checked once, so a shared `Cost`
+  or amount costs one value on the wire, not one per row; what a column stands
+  for once expanded is capped (`_MAX_EXPANDED`);
 - ``{"$type": NAME, "fields": {...}}``: one of the record dataclasses named
   in `RECORDS` (requests, decisions, settlements, costs, heads, reports,
   filters, summaries, policy domains), and nothing else.
@@ -24,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -76,7 +84,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, list) and len(value) > 1 and _same_record(value):
         names = _shape(type(value[0]))[0]
         return {"$rows": {"type": type(value[0]).__name__,
-                          "columns": {k: encode([getattr(v, k) for v in value])
+                          "columns": {k: _column(list(map(operator.attrgetter(k), value)))
                                       for k in names}}}
     if isinstance(value, (list, tuple)):
         items = [encode(v) for v in value]
@@ -97,10 +105,40 @@ def encode(value: Any) -> Any:
     raise CodecError(f"the ledger service cannot carry a {type(value).__name__}")
 
 
+def _column(values: list[Any]) -> Any:
+    """One ``$rows`` column: ``$repeat``, ``$dict`` (at most half its rows distinct) or a list.
+
+    ``$repeat`` when every row is one value. Values are the same when they are one
+    object, or equal and of one exact type among str, int, bool, None and Fraction
+    (never floats: -0.0 == 0.0), so the decoded column holds values of the types
+    and amounts sent.
+    """
+    types = set(map(type, values))
+    # the distinct objects, first seen first
+    objects = list(dict(zip(map(id, values), values, strict=True)).values())
+    distinct, codes_of = objects, None
+    if types <= _BY_VALUE and (len(objects) * 2 <= len(values) or Fraction not in types):
+        # equal values of one type are one value (hashing each distinct object once)
+        keys = (objects if len(types) == 1
+                else list(zip(map(type, objects), objects, strict=True)))
+        first = dict(zip(keys, objects, strict=True))
+        distinct, codes_of = list(first.values()), keys
+    if len(distinct) * 2 > len(values):
+        return values if types <= _PLAIN else [encode(v) for v in values]
+    if len(distinct) == 1:
+        return {"$repeat": {"value": encode(values[0]), "count": len(values)}}
+    position = {id(v): i for i, v in enumerate(objects)}
+    codes = list(map(position.__getitem__, map(id, values)))
+    if codes_of is not None:  # object -> its value's index among the distinct values
+        index = {k: i for i, k in enumerate(first)}
+        codes = list(map(list(map(index.__getitem__, codes_of)).__getitem__, codes))
+    return {"$dict": {"values": [encode(v) for v in distinct], "codes": codes}}
+
+
 def _same_record(values: list[Any]) -> bool:
     """Whether every item is a record of one registered type (sent column by column)."""
     cls = type(values[0])
-    return RECORDS.get(cls.__name__) is cls and all(type(v) is cls for v in values)
+    return RECORDS.get(cls.__name__) is cls and set(map(type, values)) == {cls}
 
 
 def dumps(value: Any) -> bytes:
@@ -168,7 +206,7 @@ def decode(raw: Any, depth: int = 0) -> Any:
     if raw is None or isinstance(raw, (bool, str, int, float)):
         return raw
     if isinstance(raw, list):
-        if all(type(v) in _PLAIN for v in raw):
+        if set(map(type, raw)) <= _PLAIN:
             return raw
         return [decode(v, depth + 1) for v in raw]
     if not isinstance(raw, dict):
@@ -185,6 +223,11 @@ def decode(raw: Any, depth: int = 0) -> Any:
 
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "Fraction": Fraction}
 _PLAIN = frozenset({str, int, float, bool, type(None)})
+_BY_VALUE = frozenset({str, int, bool, type(None), Fraction})
+_MAX_EXPANDED = 512 * 2**20
+"""The most bytes a ``$dict`` column may stand for once expanded (its rows' values as
+JSON): the default request cap, so a repeated value cannot make the ledger do more
+work than the largest plain body would."""
 
 
 @functools.cache
@@ -260,6 +303,47 @@ def _record_fields(name: Any, given: Any) -> tuple[type, dict[str, Any]]:
     return cls, known
 
 
+def _dict_column(body: Any, depth: int) -> tuple[list[Any], list[Any]]:
+    """(column, distinct values) of a ``$dict`` column, checked (strict, capped).
+
+    Raises:
+        CodecError: not ``{"values": [...], "codes": [int...]}``, a code out of
+            range or not an int, or rows standing for more than `_MAX_EXPANDED` bytes.
+    """
+    if not (isinstance(body, dict) and set(body) == {"values", "codes"}
+            and isinstance(body["values"], list) and isinstance(body["codes"], list)
+            and body["values"] and body["codes"]):
+        raise CodecError('a $dict column is {"values": [...], "codes": [int, ...]}')
+    raw, codes = body["values"], body["codes"]
+    if set(map(type, codes)) != {int} or min(codes) < 0 or max(codes) >= len(raw):
+        raise CodecError(f"the codes of a $dict column must be ints in [0, {len(raw)})")
+    weights = np.array([len(json.dumps(v)) + 1 for v in raw], dtype=np.float64)
+    _check_expanded(float(np.bincount(codes, minlength=len(raw)) @ weights))
+    values = [decode(v, depth + 1) for v in raw]
+    return list(map(values.__getitem__, codes)), values
+
+
+def _repeat_column(body: Any, depth: int) -> tuple[list[Any], list[Any]]:
+    """(column, [its value]) of a ``$repeat`` column, checked (strict, capped).
+
+    Raises:
+        CodecError: not ``{"value": V, "count": int >= 1}``, or rows standing for
+            more than `_MAX_EXPANDED` bytes.
+    """
+    if not (isinstance(body, dict) and set(body) == {"value", "count"}
+            and type(body["count"]) is int and body["count"] >= 1):
+        raise CodecError('a $repeat column is {"value": V, "count": N >= 1}')
+    _check_expanded((len(json.dumps(body["value"])) + 1) * body["count"])
+    value = decode(body["value"], depth + 1)
+    return [value] * body["count"], [value]
+
+
+def _check_expanded(size: float) -> None:
+    """Refuse a column whose rows, expanded, stand for more than `_MAX_EXPANDED` bytes."""
+    if size > _MAX_EXPANDED:
+        raise CodecError(f"a column stands for more than {_MAX_EXPANDED} bytes of rows")
+
+
 def _rows(body: Any, depth: int) -> list[Any]:
     """Records of one type sent column by column, checked column by column (strict)."""
     if not (isinstance(body, dict) and set(body) == {"type", "columns"}
@@ -267,11 +351,17 @@ def _rows(body: Any, depth: int) -> list[Any]:
         raise CodecError('$rows is {"type": NAME, "columns": {field: [values]}}')
     name, cols = body["type"], body["columns"]
     cls, known = _record_fields(name, cols.keys())
-    decoded = {k: decode(v, depth + 1) for k, v in cols.items()}
+    decoded, kinds = {}, {}
+    for k, v in cols.items():
+        if isinstance(v, dict) and len(v) == 1 and ("$dict" in v or "$repeat" in v):
+            form = _dict_column if "$dict" in v else _repeat_column
+            decoded[k], kinds[k] = form(next(iter(v.values())), depth + 1)
+        else:
+            decoded[k] = kinds[k] = decode(v, depth + 1)
     lengths = {len(v) if isinstance(v, list) else -1 for v in decoded.values()}
     if len(lengths) != 1 or min(lengths) < 1:
         raise CodecError(f"the columns of {name} rows must be lists of one length")
-    for k, col in decoded.items():
+    for k, col in kinds.items():
         allowed, nullable = _rule(cls, k, known[k])
         if allowed is None:
             continue
@@ -280,10 +370,12 @@ def _rows(body: Any, depth: int) -> list[Any]:
             bad = next(v for v in col if type(v) not in permitted)
             _check_field(cls, k, known[k], bad)
             raise CodecError(f"{name}.{k} must be {known[k]}, not {type(bad).__name__}")
-    names = list(decoded)
     try:
-        return [cls(**dict(zip(names, row, strict=True))) for row in zip(*decoded.values(),
-                                                                         strict=True)]
+        if decoded.keys() == known.keys():  # every field: positional, in field order
+            return list(map(cls, *(decoded[k] for k in known)))
+        names = list(decoded)
+        return [cls(**dict(zip(names, row, strict=True)))
+                for row in zip(*decoded.values(), strict=True)]
     except (TypeError, ValueError, AssertionError) as err:
         raise CodecError(f"invalid {name}: {err}") from None
 

@@ -6,8 +6,9 @@ same path streams them back (any role). Bodies are raw bytes, not JSON; an
 error is answered with the usual JSON error body. The client re-checks the
 bytes it downloads against the SHA-256 of the release's manifest, as the
 embedded ledger does (`ledger.published`). A connection error is retried
-until ``PRIVPIPE_LEDGER_RETRY_SECONDS``: both routes are idempotent (a file
-is named by its digest). Standard library only.
+until ``PRIVPIPE_LEDGER_RETRY_SECONDS`` (`ledger.remote._Transport.retrying`,
+on a fresh connection per attempt): both routes are idempotent (a file is
+named by its digest). Standard library only.
 """
 
 from __future__ import annotations
@@ -15,19 +16,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import random
-import ssl
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from ledger import errors as ledger_errors
 from ledger import published
 from schemas.names import check_name
-
-T = TypeVar("T")
 
 
 def route(release_id: str, name: str) -> str:
@@ -35,32 +31,6 @@ def route(release_id: str, name: str) -> str:
     check_name(release_id, "release_id")
     check_name(name, "file name")
     return f"/v1/published/{quote(release_id, safe='')}/{quote(name, safe='')}"
-
-
-def _retrying(tr: Any, call: Callable[[http.client.HTTPSConnection], T]) -> T:
-    """`call` on a new connection, retried on connection errors until the deadline."""
-    from ledger.remote import LedgerAccessError
-
-    deadline, attempt = time.monotonic() + tr.retry_seconds, 0
-    while True:
-        con = http.client.HTTPSConnection(tr.host, tr.port, context=tr.context,
-                                          timeout=600)
-        try:
-            return call(con)
-        except ssl.SSLCertVerificationError as err:
-            raise LedgerAccessError(
-                f"the ledger service https://{tr.host}:{tr.port} presented a certificate "
-                f"this client does not trust ({err.verify_message})") from None
-        except (OSError, http.client.HTTPException) as err:
-            if time.monotonic() >= deadline:
-                raise ledger_errors.LedgerBusyError(
-                    f"the ledger service https://{tr.host}:{tr.port} did not answer for "
-                    f"{tr.retry_seconds:g} s ({type(err).__name__}: {err}); run the "
-                    "command again when it is up (it is idempotent)") from None
-            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
-            attempt += 1
-        finally:
-            con.close()
 
 
 def _raise_answer(status: int, body: bytes, what: str) -> None:
@@ -107,7 +77,7 @@ def upload(tr: Any, release_id: str, name: str,
             _raise_answer(resp.status, answer, f"PUT {path}")
         return dict(json.loads(answer)["result"])
 
-    return _retrying(tr, call)
+    return tr.retrying(call, fresh=True)
 
 
 def download(tr: Any, release_id: str, name: str, expected: str, dest: Path) -> Path:
@@ -130,4 +100,4 @@ def download(tr: Any, release_id: str, name: str, expected: str, dest: Path) -> 
 
         return published.receive(blocks(), expected, dest, f"{release_id}/{name}")
 
-    return _retrying(tr, call)
+    return tr.retrying(call, fresh=True)

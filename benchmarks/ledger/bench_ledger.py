@@ -9,7 +9,9 @@ side in one run; the ratio compares the ledger's reserve + settle (hash chain,
 balances, idempotency lookups, one transaction each) with inserting the same
 number of rows into an identical ``entries`` table with one Arrow bulk insert.
 Wall seconds and CPU seconds (the process, all threads) are both given: on a
-shared, loaded machine the CPU ratio is the steadier of the two.
+shared, loaded machine the CPU ratio is the steadier of the two. Each repeat
+runs the served reserve + settle right after the embedded one it is compared
+with; its CPU is the client's plus the server process's (``/proc``, Linux).
 Prints a table and writes ``benchmarks/ledger/RESULTS.md``.
 """
 
@@ -192,7 +194,8 @@ def _served_run(n: int, q: mp.Queue) -> None:
     The server is a subprocess on 127.0.0.1 with TLS (a throwaway CA from the
     tests' helpers); the client is `RemoteLedger`, one call per operation like
     the embedded run. Wall times are the client's; ``cpu`` is the client's
-    process only (the server's CPU is not counted).
+    process, ``server_cpu`` the server process's (all threads, from /proc) over
+    the same two calls.
     """
     sys.path.insert(0, str(REPO / "tests" / "ledger"))
     from served_helpers import start_server
@@ -214,12 +217,12 @@ def _served_run(n: int, q: mp.Queue) -> None:
             cost = Cost("gp", eps, (CostItem("svt", "gp", eps / 2),
                                     CostItem("project", "gp", eps / 2)))
             sets = [Settlement(f"user-{i:07d}", "ais", "release", cost) for i in range(n)]
-            c0, t0 = time.process_time(), time.perf_counter()
+            s0, c0, t0 = _proc_cpu(served.proc.pid), time.process_time(), time.perf_counter()
             res = led.reserve("bench-release", reqs, mechanism="bench",
                               parameters={"epsilon": "0.1"})
             t1 = time.perf_counter()
             led.settle("bench-release", sets)
-            c2, t2 = time.process_time(), time.perf_counter()
+            c2, t2, s2 = time.process_time(), time.perf_counter(), _proc_cpu(served.proc.pid)
             again = led.reserve("bench-release", reqs, mechanism="bench",
                                 parameters={"epsilon": "0.1"})
             t3 = time.perf_counter()
@@ -227,7 +230,14 @@ def _served_run(n: int, q: mp.Queue) -> None:
         finally:
             served.stop()
         q.put({"reserve": t1 - t0, "settle": t2 - t1, "total": t2 - t0, "replay": t3 - t2,
-               "cpu": c2 - c0, "rss_peak": _rss_mb()})
+               "cpu": c2 - c0, "server_cpu": s2 - s0, "both_cpu": c2 - c0 + s2 - s0,
+               "rss_peak": _rss_mb()})
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a running process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _spawn(fn, arg):
@@ -250,17 +260,18 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = ap.parse_args()
 
-    led_runs, per_runs, base_runs, base_per_runs = [], [], [], []
+    n_served = args.users if args.served_users is None else args.served_users
+    led_runs, per_runs, base_runs, base_per_runs, served = [], [], [], [], []
     for _ in range(args.repeat):
         base_runs.append(_spawn(_baseline_run, 2 * args.users))
         led_runs.append(_spawn(_ledger_run, (args.users, False)))
+        if n_served:  # right after the embedded run it is compared with (same load)
+            served.append(_spawn(_served_run, n_served))
         per_runs.append(_spawn(_ledger_run, (args.users, True)))
         # the per-user scenario writes a refund entry for 90 % of the users: its bare
         # insert has as many rows as it writes entries
         base_per_runs.append(_spawn(_baseline_run, per_runs[-1]["rows"]))
     wev = _spawn(_wevent_run, args.steps)
-    n_served = args.users if args.served_users is None else args.served_users
-    served = [_spawn(_served_run, n_served) for _ in range(args.repeat)] if n_served else []
 
     def med(runs, key):
         return statistics.median(r[key] for r in runs)
@@ -270,8 +281,8 @@ def main() -> None:
     base_per_t, base_per_c = med(base_per_runs, "total"), med(base_per_runs, "cpu")
     per_rows = int(med(per_runs, "rows"))
 
-    def cpu(runs, base=base_c):  # CPU seconds (all threads) and the ratio to the bare insert
-        c = med(runs, "cpu")
+    def cpu(runs, base=base_c, key="cpu"):  # CPU seconds (all threads), ratio to bare insert
+        c = med(runs, key)
         return f"{c:.2f}", f"{c / base:.1f}x"
 
     rows = [
@@ -309,8 +320,13 @@ def main() -> None:
             ("served reserve + settle (client cpu)", f"{2 * n_served:,} entries",
              f"{med(served, 'total'):.2f}", f"{med(served, 'rss_peak'):.0f}",
              f"{med(served, 'total') / base_t:.1f}x", *cpu(served)),
+            ("  server cpu (same calls)", "", "", "", "", f"{med(served, 'server_cpu'):.2f}",
+             ""),
+            ("  client + server cpu", "", "", "", "", *cpu(served, key="both_cpu")),
             ("  served / embedded reserve + settle", "", f"{med(served, 'total') / led_t:.2f}x"
-             if n_served == args.users else "n/a (other size)", "", "", "", ""),
+             if n_served == args.users else "n/a (other size)", "", "",
+             f"{med(served, 'both_cpu') / med(led_runs, 'cpu'):.2f}x"
+             if n_served == args.users else "", ""),
             ("served reserve replay (all replayed)", f"{n_served:,} users",
              f"{med(served, 'replay'):.2f}", "", "", "", ""),
         ]

@@ -279,6 +279,48 @@ def test_malformed_messages_are_400(server, body):
     assert _post(server, "no_such_op", b"{}", server.tokens["adm"])[0] == 400
 
 
+_ROWS = (b'{"release_id": "hostile-1", "mechanism": "m", "parameters": {}, "requests": '
+         b'{"$rows": {"type": "Request", "columns": {"user_id": ["a", "b"], "domain": '
+         b'["ais", "ais"], "amount": %s}}}}')
+
+
+@pytest.mark.parametrize("column", [
+    b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, 1]}}',  # code out of range
+    b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, -1]}}',
+    b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, true]}}',
+    b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0]}}',  # one row of two
+    b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, 0], "more": []}}',
+    b'{"$dict": {"values": [{"$type": "Popen", "fields": {}}], "codes": [0, 0]}}',
+    b'{"$dict": {"values": [{"$frac": "1/10"}], "codes": [0, 0]',  # truncated
+    b'{"$repeat": {"value": {"$frac": "1/10"}, "count": 3}}',  # three rows of two
+    b'{"$repeat": {"value": {"$frac": "1/10"}, "count": 99999999999999999999}}',
+    b'{"$repeat": {"value": true, "count": 2}}',
+])
+def test_hostile_column_bodies_are_400_and_change_nothing(server, column):
+    """A malformed ``$dict``/``$repeat`` column of a reserve is refused with 400; nothing
+    is written."""
+    before = _remote(server, "aud").head()
+    status, answer = _post(server, "reserve", _ROWS % column, server.tokens["rel-a"])
+    assert status == 400, answer
+    assert answer["error"]["class"] == "CodecError"
+    assert _remote(server, "aud").head() == before
+    assert _remote(server, "aud").release("hostile-1") is None
+
+
+def test_a_huge_declared_length_is_413_before_reading(server):
+    """A body declared larger than the cap is refused at once (no body is read)."""
+    ctx = ssl.create_default_context(cafile=str(server.ca))
+    host, port = server.url.removeprefix("https://").split(":")
+    con = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+    con.putrequest("POST", "/v1/reserve")
+    con.putheader("Authorization", f"Bearer {server.tokens['rel-a']}")
+    con.putheader("Content-Length", str(2**40))
+    con.endheaders()
+    resp = con.getresponse()
+    assert resp.status == 413 and b"content-length" in resp.read()
+    con.close()
+
+
 def test_untrusted_certificate_refused(server, tmp_path):
     other_ca = make_certs(tmp_path, "other")[0]
     with pytest.raises(LedgerAccessError, match="does not trust"):
