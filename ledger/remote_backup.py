@@ -137,7 +137,7 @@ def fetch_backup(url: str, out: Path, *, include_keys: bool = False,
                                        f"complete tar ({err}); nothing was kept") from None
 
     try:
-        remote_published._retrying(tr, call)
+        tr.retrying(call, fresh=True)
         return _verify(out, public_key)
     except BaseException:
         _clear(out)
