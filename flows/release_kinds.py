@@ -175,6 +175,7 @@ class StreamRelease:
     def __init__(self, spec: StreamSpec, population_period: int | None) -> None:
         self.spec, self.population_period = spec, population_period
         self._published_samples: dict[str, str] | None = None
+        self._repeats: dict[int, list[tuple[str, str, str, int, int]]] = {}
         self.amount: Fraction | None = None  # charged per step, by window (w-event)
         self.beta: float | None = None  # Square Wave outputs carry no (1-β) bound
 
@@ -231,9 +232,11 @@ class StreamRelease:
     def submit(self, run: ReleaseRun, chunk: Any, users: list[tuple[str, str]]) -> Any:
         """Submit `privatize_streams` with the chunk's seeded continuation segments."""
         from tasks.continuation import read_chunk_plans, seeded_segments
+        from tasks.stream_redraw import earlier_ranges
 
-        segments = seeded_segments(run.ledger, run.rid, run.parameters,
-                                   read_chunk_plans(chunk_plans_path(run.staging, chunk.index)),
+        plans = read_chunk_plans(chunk_plans_path(run.staging, chunk.index))
+        self._repeats[chunk.index] = earlier_ranges(plans)
+        segments = seeded_segments(run.ledger, run.rid, run.parameters, plans,
                                    [u for u, _ in users])
         payload, spec = load_stream_chunk(chunk, segments), self.spec
         return _checked(self, run, privatize_streams.submit(payload, spec), payload,
@@ -248,15 +251,28 @@ class StreamRelease:
         publishing anything); the samples are kept in private staging for the
         reconstruction (CPR only).
         """
-        from tasks.continuation import read_chunk_plans
-        from tasks.stream_redraw import check_redraws, earlier_ranges
+        from tasks.stream_redraw import check_redraws
 
-        plans_path = chunk_plans_path(run.staging, res.index)
-        ranges = earlier_ranges(read_chunk_plans(plans_path)) if plans_path.exists() else []
+        ranges = self.repeated(run, res.index)
+        self._repeats.pop(res.index, None)  # stashed: the chunk's ranges are not needed again
         if ranges:
             check_redraws(res.tables["samples"], ranges, self._published(run))
         if self._keep_samples:
             write_arrow(res.tables["samples"], _samples_path(run.staging, res.index))
+
+    def repeated(self, run: ReleaseRun, index: int) -> list[tuple[str, str, str, int, int]]:
+        """(user, stream, release, first, last) of each range chunk `index` repeats.
+
+        Read from the chunk's plans when it was submitted (kept until it is
+        stashed, so at most the window's chunks are held), else from its plans file.
+        """
+        if index not in self._repeats:
+            from tasks.continuation import read_chunk_plans
+            from tasks.stream_redraw import earlier_ranges
+
+            path = chunk_plans_path(run.staging, index)
+            self._repeats[index] = earlier_ranges(read_chunk_plans(path)) if path.exists() else []
+        return self._repeats[index]
 
     def _published(self, run: ReleaseRun) -> dict[str, str]:
         """Release id -> verified samples file of the earlier releases (read once per run)."""

@@ -32,7 +32,7 @@ from files.release_dir import published_release
 from flows import faults, signals
 from flows.chunk_window import ChunkWindow
 from flows.dry_run import dry_run_result
-from flows.release_kinds import ReleaseKind, chunk_plans_path
+from flows.release_kinds import ReleaseKind
 from flows.run_labels import label_run, release_tags
 from ledger import Ledger
 from ledger.recompute import chunk_claim_problem, curve_expected, stream_expected
@@ -303,12 +303,8 @@ def check_claims(run: ReleaseRun, res: ChunkResult) -> None:
 
 def _repeated_ranges(run: ReleaseRun, index: int) -> dict[tuple[str, str], list[tuple[int, int]]]:
     """The step ranges a stream chunk repeats from earlier releases, per (user, stream)."""
-    from tasks.continuation import read_chunk_plans
-    from tasks.stream_redraw import earlier_ranges
-
-    path = chunk_plans_path(run.staging, index)
     out: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for user, sid, _, a, b in (earlier_ranges(read_chunk_plans(path)) if path.exists() else []):
+    for user, sid, _, a, b in run.kind.repeated(run, index):
         out.setdefault((user, sid), []).append((a, b))
     return out
 

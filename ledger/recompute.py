@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from ledger.amounts import format_fraction, from_units
 from ledger.pricing import price_cost
 from mechanisms import registry
+from mechanisms.charges import wevent_cost, wevent_costs
 from mechanisms.cost import Cost, WEventCost
 from schemas.errors import PrivpipeError
 
@@ -47,18 +48,39 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
             enc.dictionary.to_pylist())
 
 
-def _groups(samples: pa.Table) -> Iterable[tuple[str, str, np.ndarray]]:
-    """(user, stream, steps) of each run of equal (user, stream) rows, in table order."""
+def _blocks(samples: pa.Table) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """Each run of equal (user, stream) rows, in table order: users, streams, steps, offsets.
+
+    Block k is rows ``offsets[k]:offsets[k + 1]`` of ``steps``.
+    """
     if samples.num_rows == 0:
-        return
+        return [], [], np.empty(0, np.int64), np.zeros(1, np.int64)
     users, user_names = _codes(samples.column("user_id"))
     streams, stream_names = _codes(samples.column("stream_id"))
     steps = samples.column("step").to_numpy()
     change = np.flatnonzero((users[1:] != users[:-1]) | (streams[1:] != streams[:-1])) + 1
-    starts = np.concatenate([[0], change]).tolist()
-    stops = np.concatenate([change, [users.size]]).tolist()
-    for a, b in zip(starts, stops, strict=True):
-        yield str(user_names[users[a]]), str(stream_names[streams[a]]), steps[a:b]
+    starts = np.concatenate([[0], change])
+    return ([str(user_names[c]) for c in users[starts].tolist()],
+            [str(stream_names[c]) for c in streams[starts].tolist()],
+            steps, np.concatenate([starts, [users.size]]))
+
+
+def _groups(samples: pa.Table) -> Iterable[tuple[str, str, np.ndarray]]:
+    """(user, stream, steps) of each run of equal (user, stream) rows, in table order."""
+    users, streams, steps, offsets = _blocks(samples)
+    bounds = offsets.tolist()
+    for k, (user, sid) in enumerate(zip(users, streams, strict=True)):
+        yield user, sid, steps[bounds[k]:bounds[k + 1]]
+
+
+def _first_repeated(keys: Sequence[Key]) -> Key | None:
+    """The first key that occurs a second time, or None."""
+    seen: set[Key] = set()
+    for key in keys:
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
 
 
 def stream_expected(samples: pa.Table, mechanism: str, epsilon: Fraction, w: int,
@@ -67,18 +89,24 @@ def stream_expected(samples: pa.Table, mechanism: str, epsilon: Fraction, w: int
 
     `repeated` maps (user, stream) to the inclusive step ranges an earlier
     release published (charged there). A stream listed twice is refused.
+    The registry's `wevent_cost` is computed for all streams in one pass
+    (`mechanisms.charges.wevent_costs`, the same costs).
     """
     charge = registry.get(mechanism, "streams").charge_function
-    out: dict[Key, WEventCost] = {}
-    for user, sid, steps in _groups(samples):
-        key = (user, f"stream:{sid}")
-        if key in out:
-            raise ValueError(f"stream {sid!r} of user {user!r} is not in one block of rows")
-        cost = charge(steps, epsilon=Fraction(epsilon), w=int(w),
-                      repeated=repeated.get((user, sid), ()))
-        if cost is not None:
-            out[key] = cost
-    return out
+    users, streams, steps, offsets = _blocks(samples)
+    keys = [(user, f"stream:{sid}") for user, sid in zip(users, streams, strict=True)]
+    twice = _first_repeated(keys)
+    if twice is not None:
+        raise ValueError(f"stream {twice[1][len('stream:'):]!r} of user {twice[0]!r} is not in "
+                         "one block of rows")
+    ranges = [repeated.get((user, sid), ()) for user, sid in zip(users, streams, strict=True)]
+    if charge is wevent_cost:
+        costs = wevent_costs(steps, offsets, epsilon=Fraction(epsilon), w=int(w), repeated=ranges)
+    else:
+        bounds = offsets.tolist()
+        costs = [charge(steps[bounds[k]:bounds[k + 1]], epsilon=Fraction(epsilon), w=int(w),
+                        repeated=ranges[k]) for k in range(len(keys))]
+    return {key: cost for key, cost in zip(keys, costs, strict=True) if cost is not None}
 
 
 def _same(claimed: Cost | WEventCost, expected: Cost | WEventCost) -> bool:

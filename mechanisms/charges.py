@@ -19,7 +19,7 @@ function (`mechanisms.registry`, field ``charge``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from functools import lru_cache
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from mechanisms.cost import Cost, CostItem, StepRun, WEventCost, epsilon_per_step
 
-__all__ = ["curve_cost", "wevent_cost", "new_step_runs"]
+__all__ = ["curve_cost", "wevent_cost", "wevent_costs", "new_step_runs"]
 
 
 @lru_cache(maxsize=1024)
@@ -96,6 +96,64 @@ def wevent_cost(steps: np.ndarray, *, epsilon: Fraction, w: int,
     """
     runs = new_step_runs(steps, repeated, epsilon_per_step(Fraction(epsilon), int(w)))
     return _wevent(Fraction(epsilon), int(w), runs) if runs else None
+
+
+def wevent_costs(steps: np.ndarray, offsets: np.ndarray, *, epsilon: Fraction, w: int,
+                 repeated: Sequence[Iterable[tuple[int, int]]] = ()
+                 ) -> list[WEventCost | None]:
+    """`wevent_cost` of many streams at once: stream k is ``steps[offsets[k]:offsets[k + 1]]``.
+
+    Privacy: the same costs as `wevent_cost` called stream by stream (ε/w per
+    new released step, nothing for a step inside a repeated range); streams
+    released over equal runs share one `WEventCost`. Cost: one numpy pass over
+    the steps and O(1) Python per stream; a stream with repeated ranges, or
+    whose steps do not increase (which `wevent_cost` refuses, with its
+    error), takes `wevent_cost` itself.
+
+    Args:
+        steps: the released steps of every stream, stream after stream.
+        offsets: k + 1 increasing row offsets, from 0 to ``steps.size``.
+        epsilon: ε per window of w steps, exact.
+        w: the window length (>= 1).
+        repeated: per stream, its inclusive (first, last) repeated ranges
+            (empty, or shorter than the streams: none for the rest).
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    eps, w = Fraction(epsilon), int(w)
+    per_step = epsilon_per_step(eps, w)
+    n = steps.size
+    gap = np.diff(steps)
+    cut = np.zeros(n + 1, dtype=bool)
+    cut[1:n] = gap != 1
+    cut[offsets] = True
+    inner = np.ones(gap.size, dtype=bool)  # pairs of rows inside one stream
+    edges = offsets[(offsets > 0) & (offsets < n)]
+    inner[edges - 1] = False
+    unordered = set((np.searchsorted(offsets, np.flatnonzero((gap <= 0) & inner),
+                                     side="right") - 1).tolist())
+    starts = np.flatnonzero(cut)[:-1]
+    firsts, stops = steps[starts].tolist(), (steps[np.flatnonzero(cut)[1:] - 1] + 1).tolist()
+    at = np.searchsorted(starts, offsets).tolist()
+    shared: dict[tuple[int, ...], WEventCost] = {}
+    out: list[WEventCost | None] = []
+    for k in range(offsets.size - 1):
+        ranges = tuple(repeated[k]) if k < len(repeated) else ()
+        if ranges or k in unordered:
+            out.append(wevent_cost(steps[offsets[k]:offsets[k + 1]], epsilon=eps, w=w,
+                                   repeated=ranges))
+            continue
+        i, j = at[k], at[k + 1]
+        key = (*firsts[i:j], *stops[i:j])
+        if i == j:
+            out.append(None)
+        elif key in shared:
+            out.append(shared[key])
+        else:
+            runs = tuple(StepRun(a, b, per_step)
+                         for a, b in zip(firsts[i:j], stops[i:j], strict=True))
+            out.append(shared.setdefault(key, _wevent(eps, w, runs)))
+    return out
 
 
 @lru_cache(maxsize=4096)
