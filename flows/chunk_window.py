@@ -11,6 +11,16 @@ checkpoint): 50 batches of 2000 took 20 s for 10^5 users where one took 2.4 s.
 A settlement only records the actual cost of budget already reserved, so a
 crash between batches loses nothing.
 
+A finished chunk is collected (its claimed costs checked, its outputs encoded
+and appended) on one collector thread, in chunk order, while the flow thread
+goes on submitting chunks and waiting for the next: the flow thread is never
+the mechanism's bottleneck, and at most `in_flight` chunks wait to be
+collected (memory stays bounded). A chunk joins a settle transaction only once
+it and every chunk before it are collected; a failed collect is raised in the
+flow thread at the next take, settle or drain, and the chunks after it are
+neither collected nor settled (their reservations stay charged), as when a
+collect fails in the flow thread itself.
+
 The window knows nothing of curves or streams: what a finished chunk's outputs
 become is the `collect` callback's business, and the ledger call is `settle`'s.
 It only orders, batches and frees (a settled chunk's costs are dropped), and
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from flows import faults
@@ -48,7 +59,9 @@ class ChunkWindow:
     A chunk that fails while `submit` takes it (`MechanismRunError`, e.g. a
     remote result that its local re-execution contradicts) is kept in `failed`:
     the caller submits nothing more, and `drain` raises it, so the release
-    records the failure where it settles.
+    records the failure where it settles. `close` stops the collector thread
+    (the caller calls it however the release ends, before it closes what
+    `collect` writes to).
     """
 
     def __init__(self, settle: Callable[[list[Any]], None], collect: Callable[[Any], None], *,
@@ -63,6 +76,9 @@ class ChunkWindow:
         """Settlements (cost records) made so far."""
         self.failed: MechanismRunError | None = None
         """The chunk failure met by `submit` (None: none); `drain` raises it."""
+        self._collector = ThreadPoolExecutor(1, thread_name_prefix="privpipe-collect")
+        self._collecting: deque[Future[None]] = deque()
+        self._stopped = False  # a collect failed, or the window is closed: collect no more
 
     def submit(self, future: Any) -> None:
         """Queue a chunk's future; take the oldest one if `in_flight` are now pending."""
@@ -74,14 +90,19 @@ class ChunkWindow:
                 self.failed = err
 
     def drain(self) -> None:
-        """Take every pending chunk, in order (a failing chunk's error propagates)."""
+        """Take and collect every pending chunk, in order (a failing chunk's error propagates)."""
         if self.failed is not None:
             raise self.failed
         while self._pending:
             self._take_oldest()
+        self._wait_collected(0)
 
     def settle_unsettled(self) -> None:
-        """Settle every taken but unsettled chunk in one transaction (none: nothing)."""
+        """Settle every taken but unsettled chunk in one transaction (none: nothing).
+
+        Waits until they are collected; a failed collect is raised instead.
+        """
+        self._wait_collected(0)
         if not self._unsettled:
             return
         if self.settles == 0:
@@ -95,11 +116,36 @@ class ChunkWindow:
         if self.settles == 1:
             faults.fault_point("after_first_chunk")
 
+    def close(self) -> None:
+        """Stop collecting (chunks not yet collected never will be) and end the collector thread.
+
+        Returns once no collect runs: what `collect` writes to may then be closed.
+        """
+        self._stopped = True
+        self._collector.shutdown(wait=True)
+
+    def _collect_in_order(self, res: Any) -> None:
+        """Collect one chunk on the collector thread; after a failure, drop its costs instead."""
+        if self._stopped:
+            res.costs = []  # neither collected nor settled: its reservation stays charged
+            return
+        try:
+            self._collect(res)
+        except BaseException:
+            self._stopped = True
+            raise
+
+    def _wait_collected(self, most: int) -> None:
+        """Wait until at most `most` chunks are still being collected; raise a failed collect."""
+        while len(self._collecting) > most:
+            self._collecting.popleft().result()
+
     def _take_oldest(self) -> None:
         res = self._pending.popleft().result()
+        self._wait_collected(self._in_flight - 1)
         self.results.append(res)
         self._unsettled.append(res)
-        self._collect(res)
+        self._collecting.append(self._collector.submit(self._collect_in_order, res))
         if sum(len(r.costs) for r in self._unsettled) >= max(SETTLE_BATCH,
                                                              min(self.settled, MAX_SETTLE_BATCH)):
             self.settle_unsettled()

@@ -42,6 +42,7 @@ from schemas.units import domain_record
 from tasks.ledger_ops import reserve_budget, settle_chunk
 from tasks.privatize import ChunkResult, MechanismRunError
 from tasks.stage import StagePlan, stage_input
+from tasks.user_units import samples_units
 
 
 def default_release_id(flow_name: str, domain: str, fingerprint: str, parameters: dict[str, Any],
@@ -237,7 +238,8 @@ class ChunkOutputs:
 
     Chunk outputs come back from the tasks in memory and are appended to the
     release's Parquet files as chunks finish (in chunk order), overlapping the
-    encoding with the mechanism tasks; what the kind post-processes is kept in
+    encoding with the mechanism tasks (a stream release's ``samples_units``
+    too, `tasks.user_units.samples_units`); what the kind post-processes is kept in
     this process's private staging dir (`ReleaseKind.stash`).
     """
 
@@ -256,6 +258,10 @@ class ChunkOutputs:
         check_claims(self._run, res)
         for name in self._run.kind.streamed:
             self._appender.add_table(name, res.tables[name])
+        if "samples" in res.tables:
+            units = samples_units(res.tables["samples"], self._run.dom, self._run.parameters)
+            if units is not None:
+                self._appender.add_table("samples_units", units)
         self._run.kind.stash(res, self._run)
         self.bounds.add(res.error_bounds)
         self.rms.add(res.rms_bounds)
@@ -334,7 +340,13 @@ def run_chunks(run: ReleaseRun, admitted: set[str], outputs: ChunkOutputs) -> Ch
             window.submit(run.kind.submit(run, chunk, users))
             submitted += 1
     except MechanismRunError as err:
-        _fail(run, window, err)
+        try:
+            _fail(run, window, err)
+        finally:
+            window.close()
+        raise
+    except BaseException:
+        window.close()
         raise
     signals.say(f"release {run.rid}: submitted {submitted} chunk(s) to the mechanism tasks "
                 f"(at most {run.in_flight} in flight)")
@@ -354,11 +366,17 @@ def _fail(run: ReleaseRun, window: ChunkWindow, err: MechanismRunError) -> None:
 
 
 def settle(run: ReleaseRun, window: ChunkWindow) -> None:
-    """Take the pending chunks and settle what is left; a failed chunk fails the release."""
+    """Take the pending chunks and settle what is left; a failed chunk fails the release.
+
+    The window's collector thread is stopped however this ends.
+    """
     try:
-        window.drain()
-    except MechanismRunError as err:
-        _fail(run, window, err)
-        raise
-    window.settle_unsettled()
+        try:
+            window.drain()
+        except MechanismRunError as err:
+            _fail(run, window, err)
+            raise
+        window.settle_unsettled()
+    finally:
+        window.close()
     faults.fault_point("after_settle")

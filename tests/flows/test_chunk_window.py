@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 import flows.chunk_window as chunk_window
 import flows.faults as faults
 from flows.chunk_window import ChunkWindow
+from tasks.privatize import MechanismRunError
 
 
 class _Result:
@@ -128,3 +132,87 @@ def test_a_failed_chunk_propagates_and_what_was_taken_can_still_be_settled(log):
     window.settle_unsettled()
     assert _settles(log) == [[0]]
     assert [r.index for r in window.results] == [0]
+
+
+def test_chunks_are_collected_off_the_flow_thread_and_settled_only_once_collected(log,
+                                                                                  monkeypatch):
+    """A slow collector: no chunk is settled before its collect (its claims check) ended."""
+    monkeypatch.setattr(chunk_window, "SETTLE_BATCH", 1)
+    done: list[int] = []
+    threads: set[str] = set()
+
+    def collect(r: _Result) -> None:
+        threads.add(threading.current_thread().name)
+        time.sleep(0.01)
+        done.append(r.index)
+
+    def settle(rs: list[_Result]) -> None:
+        assert all(r.index in done for r in rs), "a chunk settled before it was collected"
+        log.events.append(("settle", [r.index for r in rs]))
+
+    window = ChunkWindow(settle, collect, in_flight=3)
+    for i in range(8):
+        window.submit(log.submit(_Result(i, 1)))
+    window.drain()
+    window.settle_unsettled()
+    window.close()
+    assert done == list(range(8))
+    assert [i for batch in _settles(log) for i in batch] == list(range(8))
+    assert threads and threading.current_thread().name not in threads
+
+
+def test_at_most_in_flight_chunks_wait_to_be_collected(log):
+    """The collector's queue is bounded: a blocked collect stops the flow taking more chunks."""
+    release = threading.Event()
+    started: list[int] = []
+
+    def collect(r: _Result) -> None:
+        started.append(r.index)
+        release.wait(5)
+
+    window = ChunkWindow(lambda rs: None, collect, in_flight=2)
+    taker = threading.Thread(target=lambda: [window.submit(log.submit(_Result(i, 1)))
+                                             for i in range(10)])
+    taker.start()
+    time.sleep(0.3)
+    assert len(log.taken) <= 3, "results pile up behind a slow collector"
+    release.set()
+    taker.join(5)
+    window.drain()
+    window.close()
+    assert started == list(range(10))
+
+
+def test_a_failed_collect_stops_collecting_and_settles_only_what_came_before(log):
+    """Chunk 2's claims fail: chunks 0-1 settle, 2 and later are neither collected nor settled."""
+    collected: list[int] = []
+
+    def collect(r: _Result) -> None:
+        if r.index == 2:
+            r.costs = []  # as check_claims does before it raises
+            raise MechanismRunError("chunk 2", "chunk 2", ValueError("claimed costs differ"))
+        collected.append(r.index)
+
+    settled: list[list[int]] = []
+    window = ChunkWindow(lambda rs: settled.append([r.index for r in rs if r.costs]), collect,
+                         in_flight=2)
+    for i in range(6):
+        window.submit(log.submit(_Result(i, 1)))
+    with pytest.raises(MechanismRunError):
+        window.drain()
+    window.settle_unsettled()
+    window.close()
+    assert collected == [0, 1]
+    assert [i for batch in settled for i in batch] == [0, 1]
+    assert all(not r.costs for r in window.results if r.index >= 2)
+
+
+def test_close_ends_the_collector_thread(log):
+    before = set(threading.enumerate())
+    window = _window(log, 2)
+    for i in range(3):
+        window.submit(log.submit(_Result(i, 1)))
+    window.drain()
+    assert [t.name for t in set(threading.enumerate()) - before] == ["privpipe-collect_0"]
+    window.close()
+    assert not set(threading.enumerate()) - before
