@@ -33,7 +33,7 @@ def publish(run: ReleaseRun, appender: ParquetAppender, admission: Admission,
     build = ReleaseBuild(run.staging, run.out_root, run.rid)  # private until published
     rdir = build.path
     files, counts = _finish_tables(appender, rdir, run.kind.output_names(post))
-    files.update(write_user_unit_outputs(rdir, run.dom, files, run.parameters))
+    files.update(write_user_unit_outputs(rdir, run.dom, files, run.parameters, appender))
     faults.fault_point("after_outputs")
     manifest = _manifest(run, admission, post, outputs, files, counts)
     manifest.update(run.kind.manifest_extras(run, rdir, files, post, len(admission.admitted)))

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from files.outputs import RowGroupWriter
+from files.outputs import ParquetAppender, RowGroupWriter
 from files.report_files import new_file, save_text
 from ingest.projection import unproject
 from mechanisms import registry
@@ -149,34 +149,60 @@ def _write_curves_lonlat(rdir: Path, dom: Domain, values: Path) -> dict[str, str
     return files
 
 
-def _write_stream_units(src: Path, out: Path, column: str, new: str,
-                        definition: dict[str, Any],
-                        debias: tuple[StreamMechanism, Fraction] | None) -> None:
-    """Scale one stream output to the declared range (reports first de-biased if `debias`).
+def _units_table(table: pa.Table, column: str, new: str, definition: dict[str, Any],
+                 debias: tuple[StreamMechanism, Fraction] | None) -> pa.Table:
+    """Rows of a stream output in the user's units (row by row: any slice of rows maps alone).
 
     `debias` is the release's registry entry and exact ε/w: its `estimate` maps
     each report to the unbiased estimate of its input.
     """
     unit = str(definition.get("value_unit", ""))
+    steps = table.column("step").to_numpy()
+    cols: dict[str, Any] = {"user_id": table.column("user_id"),
+                            "stream_id": table.column("stream_id"),
+                            "step": table.column("step")}
+    t = stream_time(steps, definition)
+    if t is not None:
+        cols["t"] = pa.array(t)
+    v = table.column(column).to_numpy()
+    if debias is not None:
+        entry, eps_step = debias
+        v = entry.estimator(v, epsilon_per_step=float_at_most(eps_step))
+    cols[new] = pa.array(to_value_range(v, definition["value_range"]))
+    part = pa.table(cols)
+    fields = [f.with_metadata({"unit": unit}) if f.name == new else f for f in part.schema]
+    return part.cast(pa.schema(fields))
+
+
+def samples_units(samples: pa.Table, dom: Domain, parameters: dict[str, Any]) -> pa.Table | None:
+    """A chunk's released reports as ``samples_units`` rows (None: the domain has no range).
+
+    What `write_user_unit_outputs` writes from ``samples.parquet``, for the
+    rows of one chunk: the release appends it as each chunk finishes
+    (`flows.release_stages.ChunkOutputs`), so the file is encoded while the
+    mechanism runs and the samples are not read back. Post-processing of
+    released reports with public parameters: no budget.
+    """
+    if dom.kind != "streams" or dom.value_range is None:
+        return None
+    return _units_table(samples, "y", "value", domain_record(dom)["definition"],
+                        _debias(parameters))
+
+
+def _debias(parameters: dict[str, Any]) -> tuple[StreamMechanism, Fraction]:
+    """The release's registry entry and exact ε/w (the reports' estimator and its parameter)."""
+    entry = registry.stream(str(parameters.get("mechanism", "square_wave")))
+    return entry, epsilon_per_step(Fraction(str(parameters["epsilon"])), int(parameters["w"]))
+
+
+def _write_stream_units(src: Path, out: Path, column: str, new: str,
+                        definition: dict[str, Any],
+                        debias: tuple[StreamMechanism, Fraction] | None) -> None:
+    """Scale one stream output to the declared range (reports first de-biased if `debias`)."""
     with new_file(out) as fh:
         writer = None
         for table in _row_groups(src):
-            steps = table.column("step").to_numpy()
-            cols: dict[str, Any] = {"user_id": table.column("user_id"),
-                                    "stream_id": table.column("stream_id"),
-                                    "step": table.column("step")}
-            t = stream_time(steps, definition)
-            if t is not None:
-                cols["t"] = pa.array(t)
-            v = table.column(column).to_numpy()
-            if debias is not None:
-                entry, eps_step = debias
-                v = entry.estimator(v, epsilon_per_step=float_at_most(eps_step))
-            cols[new] = pa.array(to_value_range(v, definition["value_range"]))
-            part = pa.table(cols)
-            fields = [f.with_metadata({"unit": unit}) if f.name == new else f
-                      for f in part.schema]
-            part = part.cast(pa.schema(fields))
+            part = _units_table(table, column, new, definition, debias)
             if writer is None:
                 writer = RowGroupWriter(fh, part.schema)
             writer.write(part)
@@ -186,13 +212,16 @@ def _write_stream_units(src: Path, out: Path, column: str, new: str,
 
 
 def write_user_unit_outputs(rdir: str | Path, dom: Domain, files: dict[str, str],
-                            parameters: dict[str, Any]) -> dict[str, str]:
+                            parameters: dict[str, Any],
+                            appended: ParquetAppender | None = None) -> dict[str, str]:
     """Write the release's outputs in the user's units; return {output name: file name}.
 
     Curves of a projected domain get lon/lat files; streams get the unbiased
     estimate of each private report (the registry entry's ``estimate`` of the
     release's mechanism, with the release's public ε/w) and the reconstruction,
-    in the declared value range.
+    in the declared value range. An output already appended chunk by chunk
+    (``samples_units`` in `appended`, see `samples_units`) is finished from
+    there, the same bytes, instead of read back and scaled.
     Nothing for other domains or for outputs the release did not write (e.g.
     every user denied). Post-processing only: no budget.
     """
@@ -203,12 +232,14 @@ def write_user_unit_outputs(rdir: str | Path, dom: Domain, files: dict[str, str]
         written.update(_write_curves_lonlat(out, dom, out / files["values"]))
     if dom.kind == "streams" and dom.value_range is not None:
         definition = domain_record(dom)["definition"]
-        entry = registry.stream(str(parameters.get("mechanism", "square_wave")))
-        e0 = epsilon_per_step(Fraction(str(parameters["epsilon"])), int(parameters["w"]))
-        for name, column, new, debias in (("samples", "y", "value", (entry, e0)),
+        for name, column, new, debias in (("samples", "y", "value", _debias(parameters)),
                                           ("reconstruction", "value_hat", "value_hat", None)):
-            if name in files:
-                _write_stream_units(out / files[name], out / f"{name}_units.parquet", column,
-                                    new, definition, debias)
-                written[f"{name}_units"] = f"{name}_units.parquet"
+            if name not in files:
+                continue
+            target = out / f"{name}_units.parquet"
+            if appended is not None and f"{name}_units" in appended:
+                appended.finish(f"{name}_units", target)
+            else:
+                _write_stream_units(out / files[name], target, column, new, definition, debias)
+            written[f"{name}_units"] = f"{name}_units.parquet"
     return written
