@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from files.safe_files import NewFile, disk_errors, make_dirs
@@ -91,6 +92,29 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     return writer
 
 
+def _first_use(col: pa.ChunkedArray) -> pa.DictionaryArray:
+    """A dictionary column as one array: the ids its rows use, in order of first use.
+
+    Rows hold ids in runs (a user's rows are consecutive), so each chunk's runs
+    are found on its integer indices and only one id per run is hashed
+    (`pc.dictionary_encode` numbers values in order of first occurrence).
+    """
+    ids, lengths = [], []
+    for arr in col.chunks:
+        idx = arr.indices.to_numpy(zero_copy_only=False)
+        if idx.size == 0:
+            continue
+        starts = np.flatnonzero(np.concatenate([[True], idx[1:] != idx[:-1]]))
+        ids.append(arr.dictionary.take(pa.array(idx[starts], pa.int64())))
+        lengths.append(np.diff(np.append(starts, idx.size)))
+    if not ids:
+        return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()),
+                                              pa.array([], col.type.value_type))
+    runs = pc.dictionary_encode(pa.concat_arrays(ids))
+    index = np.repeat(runs.indices.to_numpy().astype(np.int32), np.concatenate(lengths))
+    return pa.DictionaryArray.from_arrays(pa.array(index, pa.int32()), runs.dictionary)
+
+
 def _canonical(table: pa.Table) -> pa.Table:
     """`table` in one contiguous chunk per column, its dictionaries rebuilt from its rows.
 
@@ -98,22 +122,16 @@ def _canonical(table: pa.Table) -> pa.Table:
     writes an Arrow dictionary as it is (entries no row uses included): both
     would carry the boundaries of the chunks the rows came from. Here each
     dictionary column keeps only the ids its rows use, in order of first use
-    (int32 indices), so the written bytes depend on the rows only.
+    (int32 indices, `_first_use`), so the written bytes depend on the rows only.
     """
-    table = table.unify_dictionaries().combine_chunks()
     columns = []
     for col in table.columns:
         if pa.types.is_dictionary(col.type):
-            arr = col.chunk(0)
-            idx = arr.indices.to_numpy(zero_copy_only=False)
-            used, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")
-            rank = np.empty(order.size, dtype=np.int32)
-            rank[order] = np.arange(order.size, dtype=np.int32)
-            col = pa.DictionaryArray.from_arrays(
-                pa.array(rank[inverse].astype(np.int32), pa.int32()),
-                arr.dictionary.take(pa.array(used[order], pa.int64())))
-        columns.append(col)
+            if col.null_count:
+                raise ValueError("a dictionary-encoded id column holds a null")  # ids never do
+            columns.append(_first_use(col))
+        else:
+            columns.append(col.combine_chunks())
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 
