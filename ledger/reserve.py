@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from itertools import repeat
+from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined]
 from typing import Any
 
 import duckdb
@@ -157,22 +158,52 @@ def _batch(con: duckdb.DuckDBPyConnection, cols: RequestColumns, prices: Prices,
                   np.array([s is not None for s in stored], bool))
 
 
-def _details(prices: Prices, out: Decisions, order: list[int]) -> list[str]:
-    """The detail text of each new entry (in entry order)."""
+_OWN = ("signature", "requested", "remaining")
+"""The keys a w-event reserve entry's detail sets itself (over the price's detail)."""
+
+
+def _json_object(items: list[tuple[str, str]]) -> str:
+    """Canonical JSON of an object given as (key, canonical JSON of its value) pairs.
+
+    Exactly `canonical_json` of the object: its keys sorted, no spaces (the
+    encoder writes a nested value as it writes that value alone).
+    """
+    items.sort()
+    return "{" + ",".join(f"{_estr(k)}:{v}" for k, v in items) + "}"
+
+
+def _details(prices: Prices, out: Decisions, order: list[int]) -> tuple[list[str], list[str]]:
+    """The detail text of each new entry (in entry order), and its JSON string text.
+
+    A w-event detail is assembled from the canonical texts of its values,
+    each shared value (the runs of equal requests) encoded once.
+    """
     memo: dict[str, str] = {}
+    values: dict[int, str] = {}  # id of a shared value -> its canonical JSON
+
+    def text_of(v: Any) -> str:
+        if type(v) is str:
+            return _estr(v)
+        t = values.get(id(v))
+        if t is None:
+            t = values[id(v)] = canonical_json(v, "detail")
+        return t
+
     texts = []
     for i in order:
         sig = prices.signatures[i]
         if prices.notions[i] == "wevent":
-            texts.append(canonical_json({**prices.details[i], "signature": sig,
-                                         "requested": str(out.requested[i]),
-                                         "remaining": str(out.remaining[i])}, "detail"))
+            items = [(k, watermark.claim_json(v) if k == "stream_range" else text_of(v))
+                     for k, v in prices.details[i].items() if k not in _OWN]
+            items += [("signature", _estr(sig)), ("requested", f'"{out.requested[i]}"'),
+                      ("remaining", f'"{out.remaining[i]}"')]
+            texts.append(_json_object(items))
             continue
         text = memo.get(sig)
         if text is None:
             text = memo[sig] = canonical_json({**prices.details[i], "signature": sig}, "detail")
         texts.append(text)
-    return texts
+    return texts, list(map(_estr, texts))
 
 
 def _in_order(values: list[Any], order: np.ndarray, identity: bool) -> list[Any]:
@@ -186,6 +217,7 @@ def _write(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: Reser
     order = out.order
     identity = bool((order == np.arange(len(order))).all())
     acc = batch.charges.account[order]
+    details, detail_texts = _details(prices, out, order.tolist())
     entry_cols = {
         "user_id": _in_order(cols.users, order, identity),
         "domain": _in_order(cols.domains, order, identity),
@@ -195,14 +227,14 @@ def _write(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: Reser
         "amount": prices.units[order].tolist(),
         "notion": _in_order(prices.notions, order, identity),
         "cap": batch.accounts.cap[acc].tolist(), "balance_after": out.balance[order].tolist(),
-        "detail": _details(prices, out, order.tolist()),
+        "detail": details,
         "reason": _in_order(out.reasons, order, identity)}
     with_runs = "wevent" in prices.notions
     seqs = append(con, key, entry_cols,
                   _in_order(prices.runs, order, identity) if with_runs else None,
                   meta(now, actor, call.release_id, mechanism=call.mechanism,
                        parameters=call.parameters, flow_run_id=call.flow_run_id,
-                       input_fingerprint=call.input_fingerprint))
+                       input_fingerprint=call.input_fingerprint), {"detail": detail_texts})
     write = np.flatnonzero(out.changed | ~batch.exists)
     users, domain_of, streams = batch.keys
     storage.save_accounts(con, AccountWrites(

@@ -114,6 +114,11 @@ def _stream_calls(led: Any) -> None:
     led.reserve("s-2", r2, mechanism="m", parameters={"epsilon": "5"})
     led.settle("s-2", _stream_settlements("own", 5, r2[:3], one, partial={"u0"}))
     led.close("s-2", reason="operator")
+    # u3's and u4's s-2 ranges were closed: their watermark is step 19 again; the replay of
+    # s-3 sees the ranges before its own
+    r3 = _stream_requests("own", 20, 24, 19, one, users[3:5])  # u3, u4: closed in s-2
+    led.reserve("s-3", r3, mechanism="m", parameters={"epsilon": "5"})
+    led.reserve("s-3", r3, mechanism="m", parameters={"epsilon": "5"})
     # per-user budget: two streams of one user share the windows (3 + 3 per step, w=4: 24 > 12)
     p1 = _stream_requests("user", 0, 5, None, Fraction(3, 2), ["a", "b"], sid="x")
     p1 += _stream_requests("user", 0, 5, None, Fraction(3, 2), ["a"], sid="y")
@@ -210,3 +215,49 @@ if __name__ == "__main__":  # write the fixture with the tree on PYTHONPATH
         scenario(Path(d) / "l.duckdb").verify()
         Path(sys.argv[1]).write_text(json.dumps(dump(Path(d) / "l.duckdb"), indent=0),
                                      encoding="utf-8")
+
+
+HOSTILE = ["ab" * 32, 'q"uote\\back', "é\u2028\x01\x1f tab\t", "\U0001f600 emoji", ""]
+
+
+def test_claim_texts_are_what_json_dumps_writes() -> None:
+    """The claim's signature and detail texts, written directly, equal `json.dumps`'s."""
+    from ledger import StreamClaim, watermark
+
+    for fp in HOSTILE:
+        for wm in (None, 0, 7, 2**70):
+            c = StreamClaim(3, 2**65, 12, fp, wm)
+            cd = watermark.claim_detail(c)
+            details, sigs = watermark.with_claims([{"runs": []}], ['["wevent", "d\\u00e9"]'], [c])
+            assert sigs[0] == json.dumps(['["wevent", "d\\u00e9"]', cd], sort_keys=True)
+            assert details[0] == {"runs": [], "stream_range": cd}
+            assert watermark.claim_json(cd) == json.dumps(
+                cd, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    odd = {"fingerprint": "x", "first_step": True, "last_step": 1, "steps": 1,
+           "watermark_before": None}  # not what claim_detail makes: the encoder writes it
+    assert watermark.claim_json(odd) == json.dumps(odd, sort_keys=True, separators=(",", ":"))
+
+
+def test_hostile_claim_detail_round_trips(tmp_path: Path) -> None:
+    """A reserve entry's detail, assembled from parts, parses back to the claim and verifies."""
+    import duckdb
+
+    from ledger import Ledger
+    from schemas.policy import parse_policy
+
+    led = Ledger.init(tmp_path / "l.duckdb", actor="t")
+    led.apply_policy(parse_policy(POLICY))
+    reqs = _stream_requests("own", 0, 9, None, Fraction(1, 3), ["u", "v"])
+    reqs = [r.__class__(**{**r.__dict__, "stream_claim": r.stream_claim.__class__(
+        0, 9, 10, fp, None)}) for r, fp in zip(reqs, HOSTILE[1:3], strict=True)]
+    res = led.reserve("h", reqs, mechanism="m", parameters={})
+    assert len(res.admitted) == 2 and led.verify().ok
+    con = duckdb.connect(str(tmp_path / "l.duckdb"), read_only=True)
+    rows = con.execute("SELECT detail FROM entries WHERE kind = 'reserve' ORDER BY seq").fetchall()
+    con.close()
+    for (text,), fp in zip(rows, HOSTILE[1:3], strict=True):
+        d = json.loads(text)
+        assert d["stream_range"] == {"fingerprint": fp, "first_step": 0, "last_step": 9,
+                                     "steps": 10, "watermark_before": None}
+        assert d["runs"] == [[0, 10, "1/3"]]
+        assert text == json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
