@@ -162,14 +162,20 @@ _OWN = ("signature", "requested", "remaining")
 """The keys a w-event reserve entry's detail sets itself (over the price's detail)."""
 
 
-def _json_object(items: list[tuple[str, str]]) -> str:
-    """Canonical JSON of an object given as (key, canonical JSON of its value) pairs.
+class _Layouts(dict):
+    """Per key set of a w-event detail: a `str.format` template of its canonical JSON.
 
-    Exactly `canonical_json` of the object: its keys sorted, no spaces (the
-    encoder writes a nested value as it writes that value alone).
+    The template holds the keys in sorted order (as `canonical_json` writes
+    them, without spaces) with a ``{}`` for each value's canonical text: the
+    encoder writes a nested value as it writes that value alone.
     """
-    items.sort()
-    return "{" + ",".join(f"{_estr(k)}:{v}" for k, v in items) + "}"
+
+    def __missing__(self, keys: tuple[str, ...]) -> tuple[str, list[str]]:
+        ks = sorted({*(k for k in keys if k not in _OWN), *_OWN})
+        template = "{{" + ",".join(_estr(k).replace("{", "{{").replace("}", "}}") + ":{}"
+                                   for k in ks) + "}}"
+        value = self[keys] = (template, ks)
+        return value
 
 
 def _details(prices: Prices, out: Decisions, order: list[int]) -> tuple[list[str], list[str]]:
@@ -181,23 +187,28 @@ def _details(prices: Prices, out: Decisions, order: list[int]) -> tuple[list[str
     memo: dict[str, str] = {}
     values: dict[int, str] = {}  # id of a shared value -> its canonical JSON
 
-    def text_of(v: Any) -> str:
+    def text_of(k: str, v: Any) -> str:
         if type(v) is str:
             return _estr(v)
+        if k == "stream_range":
+            return watermark.claim_json(v)
         t = values.get(id(v))
         if t is None:
             t = values[id(v)] = canonical_json(v, "detail")
         return t
 
+    layouts = _Layouts()
+    requested, remaining = out.requested.tolist(), out.remaining.tolist()
     texts = []
     for i in order:
         sig = prices.signatures[i]
         if prices.notions[i] == "wevent":
-            items = [(k, watermark.claim_json(v) if k == "stream_range" else text_of(v))
-                     for k, v in prices.details[i].items() if k not in _OWN]
-            items += [("signature", _estr(sig)), ("requested", f'"{out.requested[i]}"'),
-                      ("remaining", f'"{out.remaining[i]}"')]
-            texts.append(_json_object(items))
+            base = prices.details[i]
+            template, ks = layouts[tuple(base)]
+            own = {"signature": _estr(sig), "requested": f'"{requested[i]}"',
+                   "remaining": f'"{remaining[i]}"'}
+            texts.append(template.format(*[own[k] if k in own else text_of(k, base[k])
+                                           for k in ks]))
             continue
         text = memo.get(sig)
         if text is None:
