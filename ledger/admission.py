@@ -127,21 +127,41 @@ class _Window:
     remaining: int
 
 
-def _window(accounts: Accounts, a: int, new_runs: list[Run]) -> _Window:
+class _Sweeps(dict):
+    """The window figures of (w, cap, history, new runs), swept once per distinct value.
+
+    Accounts with equal history and equal new runs (the usual stream release:
+    every user's stream covers the same steps) have equal figures; the key is
+    their runs as tuples of ints, so equal keys mean equal inputs.
+    """
+
+    def __missing__(self, key: tuple) -> tuple[int, int, list[Run], int, int]:
+        w, cap, history, new_runs = key
+        combined = accounting.profile([*history, *new_runs])
+        peak, start = accounting.max_window(combined, w)
+        if peak <= cap:  # the request's own worst window, headroom left after it
+            own = accounting.max_window(new_runs, w)[0]
+            value = self[key] = (peak, start, combined, own, cap - peak)
+            return value
+        value = self[key] = (peak, start, combined,
+                             accounting.window_sum(accounting.profile(new_runs), start, w),
+                             cap - accounting.window_sum(history, start, w))
+        return value
+
+
+def _window(accounts: Accounts, a: int, new_runs: list[Run], sweeps: _Sweeps) -> _Window:
     """Decide one w-event account: its worst window with all of the call's new runs."""
-    w, cap, history = int(accounts.w[a]), int(accounts.cap[a]), accounts.history[a]
-    combined = accounting.profile([*history, *new_runs])
-    peak, start = accounting.max_window(combined, w)
+    w, cap = int(accounts.w[a]), int(accounts.cap[a])
+    peak, start, combined, requested, remaining = sweeps[
+        (w, cap, tuple(accounts.history[a]), tuple(new_runs))]
     if peak <= cap:  # admitted: the request's own worst window, headroom left after it
-        return _Window(peak, combined, "", accounting.max_window(new_runs, w)[0], cap - peak)
+        return _Window(peak, combined, "", requested, remaining)
     stream = accounts.streams[a]
     where = ("summed over all of the user's streams" if stream is None
              else f"of stream {stream!r}")
     failure = (f"window of steps [{start}, {start + w}) {where} would cost "
                f"{format_units(peak)} > cap {format_units(cap)} {accounts.labels[a]}")
-    return _Window(peak, combined, failure,
-                   accounting.window_sum(accounting.profile(new_runs), start, w),
-                   cap - accounting.window_sum(history, start, w))
+    return _Window(peak, combined, failure, requested, remaining)
 
 
 def _user_failures(fails: np.ndarray, acc_first: np.ndarray, acc_user: np.ndarray,
@@ -196,7 +216,8 @@ def admit(accounts: Accounts, charges: Charges) -> Decisions:
     rows_of: dict[int, list[int]] = {}  # w-event account -> its requests, in order
     for i in np.flatnonzero(wev[acc]).tolist():
         rows_of.setdefault(int(acc[i]), []).append(i)
-    windows = {a: _window(accounts, a, [r for i in rows for r in charges.runs[i]])
+    sweeps = _Sweeps()
+    windows = {a: _window(accounts, a, [r for i in rows for r in charges.runs[i]], sweeps)
                for a, rows in rows_of.items()}
     fails = (total > accounts.cap).astype(bool) & ~wev
     texts: dict[int, str] = {}
@@ -242,6 +263,11 @@ def _window_rows(accounts: Accounts, runs: Sequence[list[Run]], rows: list[int],
     requested, remaining, balance = out
     w = int(accounts.w[a])
     cur = accounts.history[a]
+    if len(rows) == 1:  # the account's one request: its balance is the call's peak
+        requested[rows[0]], remaining[rows[0]] = win.requested, win.remaining
+        balance[rows[0]] = win.peak if admitted else (
+            accounting.max_window(cur, w)[0] if cur else 0)
+        return
     denied_balance = 0 if admitted else accounting.max_window(cur, w)[0]
     for i in rows:
         requested[i], remaining[i] = win.requested, win.remaining

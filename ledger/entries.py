@@ -18,6 +18,7 @@ from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -206,19 +207,20 @@ def _append_runs(
     shared: dict[str, Any],
     runs: Sequence[Sequence[Run]],
 ) -> None:
-    names = ("kind", "user_id", "domain", "stream_id")
-    run_cols: dict[str, list[Any]] = {
-        c: [] for c in ("seq", *names, "run_start", "run_stop", "amount")}
-    for i, rr in enumerate(runs):
-        for a, b, q in rr:
-            run_cols["seq"].append(seqs[i])
-            for c in names:
-                run_cols[c].append(shared[c] if c in shared else cols[c][i])
-            run_cols["run_start"].append(a)
-            run_cols["run_stop"].append(b)
-            run_cols["amount"].append(str(q))
-    tbl = pa.table({c: pa.array(v, pa.string() if c == "amount" else None)
-                    for c, v in run_cols.items()})
+    """Insert the step runs of the new entries, one row per run, built column by column."""
+    counts = np.fromiter(map(len, runs), np.int64, len(runs))
+    entry = np.repeat(np.arange(len(runs), dtype=np.int64), counts)  # the entry of each run
+    starts, stops, amounts = zip(*(r for rr in runs for r in rr), strict=True)
+    texts = {q: str(q) for q in set(amounts)}
+    m = len(starts)
+    run_cols: dict[str, pa.Array] = {"seq": pa.array(seqs.start + entry, pa.int64())}
+    for c in ("kind", "user_id", "domain", "stream_id"):
+        run_cols[c] = (pa.array([shared[c]] * m, pa.string()) if c in shared
+                       else pa.array(cols[c], pa.string()).take(pa.array(entry)))
+    run_cols["run_start"] = pa.array(starts)
+    run_cols["run_stop"] = pa.array(stops)
+    run_cols["amount"] = pa.array(list(map(texts.__getitem__, amounts)), pa.string())
+    tbl = pa.table(run_cols)
     with registered(con, "_pp_new_runs", tbl):
         con.execute(
             "INSERT INTO step_runs SELECT seq, kind, user_id, domain, stream_id, "

@@ -144,6 +144,41 @@ def _price_one(user: str, domain: str, notion: str, amount: Any, runs: tuple[Ste
             detail, [])
 
 
+def runs_key(runs: Any) -> Any:
+    """What identifies a tuple of `StepRun`s' value, types included; None if it has none.
+
+    Equal keys give equal prices, signatures and details: every field is
+    compared with its type (``1``, ``1.0`` and ``True`` differ), so a memo on
+    it never merges runs whose texts could differ. Runs that are not a
+    non-empty tuple of plain `StepRun`s have no key (priced on their own).
+    """
+    if type(runs) is not tuple or not runs:
+        return None
+    key = []
+    for r in runs:
+        if type(r) is not StepRun:
+            return None
+        a, b, e = r.start, r.stop, r.epsilon
+        key.append((type(a), a, type(b), b, type(e), e))
+    return tuple(key)
+
+
+def _runs_codes(cols: RequestColumns, rows: list[int], n: int) -> np.ndarray:
+    """Negative group codes of the w-event requests `rows`: equal for equal prices.
+
+    Requests with the same domain, notion and runs (`runs_key`) and no amount
+    share the code ``-1 - first``, `first` being the first of them; any other
+    request gets ``-1 - i`` of its own (so its problem is raised at it).
+    """
+    codes = -1 - np.arange(n)
+    first: dict[Any, int] = {}
+    for i in rows:
+        key = None if cols.amounts[i] is not None else runs_key(cols.runs[i])
+        if key is not None:
+            codes[i] = -1 - first.setdefault((cols.domains[i], cols.notions[i], key), i)
+    return codes
+
+
 def price_requests(cols: RequestColumns, domains: Domains) -> Prices:
     """Price every request of a reserve call (once per distinct domain, notion and amount).
 
@@ -163,7 +198,7 @@ def price_requests(cols: RequestColumns, domains: Domains) -> Prices:
     own = np.fromiter(map(bool, cols.runs), bool, n)
     if n:
         own |= wevent_dom[doms] | wevent_req[notions]
-    codes = np.where(own, -1 - np.arange(n), codes)
+    codes = np.where(own, _runs_codes(cols, np.flatnonzero(own).tolist(), n), codes)
     _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     priced: list[tuple] = [()] * len(first)
     for g in np.argsort(first, kind="stable").tolist():  # in request order: the first error
@@ -232,25 +267,23 @@ def cost_key(cost: Cost | WEventCost) -> Any:
     their type). Hashing and comparing these tuples is several times faster than
     the costs' own Fractions, and a settle hashes one cost per settlement.
     """
-    if isinstance(cost, WEventCost):
-        return id(cost)  # never memoised (`price_settlements` prices each on its own)
+    if isinstance(cost, WEventCost):  # runs and w as typed values (`runs_key`)
+        key = runs_key(cost.runs)
+        return id(cost) if key is None else (type(cost.w), cost.w, key)
     return (cost.notion, cost.requested.as_integer_ratio(),
             tuple((i.step, i.notion, i.amount.as_integer_ratio()) for i in cost.items))
 
 
 def price_settlements(costs: Sequence[Cost | WEventCost], doms: Sequence[str | None],
                       domains: Domains) -> list[Actual | Exception]:
-    """`price_cost` of every settlement (once per distinct cost and domain).
+    """`price_cost` of every settlement (once per distinct cost and domain; `cost_key`).
 
     `doms` names each settlement's reservation domain (None: no reservation, not
     priced). A settlement whose cost does not fit gets the exception instead of
     an `Actual`: the caller raises the first problem in settlement order.
     """
-    n = len(costs)
     codes, _ = combine(factorize(["" if d is None else d for d in doms])[0],
                        object_codes(costs, cost_key))
-    wevent = np.fromiter((isinstance(c, WEventCost) for c in costs), bool, n)
-    codes = np.where(wevent, -1 - np.arange(n), codes)  # runs differ: priced one by one
     _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     out: list[Actual | Exception | None] = []
     for i in first.tolist():

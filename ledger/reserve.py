@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from itertools import repeat
+from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined]
 from typing import Any
 
 import duckdb
@@ -157,22 +158,63 @@ def _batch(con: duckdb.DuckDBPyConnection, cols: RequestColumns, prices: Prices,
                   np.array([s is not None for s in stored], bool))
 
 
-def _details(prices: Prices, out: Decisions, order: list[int]) -> list[str]:
-    """The detail text of each new entry (in entry order)."""
+_OWN = ("signature", "requested", "remaining")
+"""The keys a w-event reserve entry's detail sets itself (over the price's detail)."""
+
+
+class _Layouts(dict):
+    """Per key set of a w-event detail: a `str.format` template of its canonical JSON.
+
+    The template holds the keys in sorted order (as `canonical_json` writes
+    them, without spaces) with a ``{}`` for each value's canonical text: the
+    encoder writes a nested value as it writes that value alone.
+    """
+
+    def __missing__(self, keys: tuple[str, ...]) -> tuple[str, list[str]]:
+        ks = sorted({*(k for k in keys if k not in _OWN), *_OWN})
+        template = "{{" + ",".join(_estr(k).replace("{", "{{").replace("}", "}}") + ":{}"
+                                   for k in ks) + "}}"
+        value = self[keys] = (template, ks)
+        return value
+
+
+def _details(prices: Prices, out: Decisions, order: list[int]) -> tuple[list[str], list[str]]:
+    """The detail text of each new entry (in entry order), and its JSON string text.
+
+    A w-event detail is assembled from the canonical texts of its values,
+    each shared value (the runs of equal requests) encoded once.
+    """
     memo: dict[str, str] = {}
+    values: dict[int, str] = {}  # id of a shared value -> its canonical JSON
+
+    def text_of(k: str, v: Any) -> str:
+        if type(v) is str:
+            return _estr(v)
+        if k == "stream_range":
+            return watermark.claim_json(v)
+        t = values.get(id(v))
+        if t is None:
+            t = values[id(v)] = canonical_json(v, "detail")
+        return t
+
+    layouts = _Layouts()
+    requested, remaining = out.requested.tolist(), out.remaining.tolist()
     texts = []
     for i in order:
         sig = prices.signatures[i]
         if prices.notions[i] == "wevent":
-            texts.append(canonical_json({**prices.details[i], "signature": sig,
-                                         "requested": str(out.requested[i]),
-                                         "remaining": str(out.remaining[i])}, "detail"))
+            base = prices.details[i]
+            template, ks = layouts[tuple(base)]
+            own = {"signature": _estr(sig), "requested": f'"{requested[i]}"',
+                   "remaining": f'"{remaining[i]}"'}
+            texts.append(template.format(*[own[k] if k in own else text_of(k, base[k])
+                                           for k in ks]))
             continue
         text = memo.get(sig)
         if text is None:
             text = memo[sig] = canonical_json({**prices.details[i], "signature": sig}, "detail")
         texts.append(text)
-    return texts
+    return texts, list(map(_estr, texts))
 
 
 def _in_order(values: list[Any], order: np.ndarray, identity: bool) -> list[Any]:
@@ -186,6 +228,7 @@ def _write(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: Reser
     order = out.order
     identity = bool((order == np.arange(len(order))).all())
     acc = batch.charges.account[order]
+    details, detail_texts = _details(prices, out, order.tolist())
     entry_cols = {
         "user_id": _in_order(cols.users, order, identity),
         "domain": _in_order(cols.domains, order, identity),
@@ -195,14 +238,14 @@ def _write(con: duckdb.DuckDBPyConnection, key: Keyring, actor: str, call: Reser
         "amount": prices.units[order].tolist(),
         "notion": _in_order(prices.notions, order, identity),
         "cap": batch.accounts.cap[acc].tolist(), "balance_after": out.balance[order].tolist(),
-        "detail": _details(prices, out, order.tolist()),
+        "detail": details,
         "reason": _in_order(out.reasons, order, identity)}
     with_runs = "wevent" in prices.notions
     seqs = append(con, key, entry_cols,
                   _in_order(prices.runs, order, identity) if with_runs else None,
                   meta(now, actor, call.release_id, mechanism=call.mechanism,
                        parameters=call.parameters, flow_run_id=call.flow_run_id,
-                       input_fingerprint=call.input_fingerprint))
+                       input_fingerprint=call.input_fingerprint), {"detail": detail_texts})
     write = np.flatnonzero(out.changed | ~batch.exists)
     users, domain_of, streams = batch.keys
     storage.save_accounts(con, AccountWrites(

@@ -131,15 +131,22 @@ def _refunds(release_id: str, cols: SettlementColumns, f: _Fresh, look: dict[str
         over[i] = LedgerInternalError(
             f"release {release_id!r}, {_what(cols, i)}: actual cost {format_units(f.units[k])} "
             f"exceeds the reservation {format_units(f.reserved[k])}")
+    diffs: dict[tuple, tuple[list[Run], int] | LedgerInternalError] = {}
     for k in np.flatnonzero(f.wevent).tolist():
         i = int(f.rows[k])
-        try:
-            f.refund_runs[k] = accounting.difference(
-                reserved_runs.get(look["r_seq"][i], []), actual[i].runs)
-        except LedgerInternalError as err:
-            over[i] = err
+        # equal (reserved, actual) runs have equal differences: each computed once
+        key = (tuple(reserved_runs.get(look["r_seq"][i], [])), tuple(actual[i].runs))
+        diff = diffs.get(key)
+        if diff is None:
+            try:
+                runs = accounting.difference(*key)
+                diff = diffs[key] = (runs, accounting.total(runs))
+            except LedgerInternalError as err:
+                diff = diffs[key] = err
+        if isinstance(diff, LedgerInternalError):
+            over[i] = diff
             continue
-        f.refund[k] = accounting.total(f.refund_runs[k])
+        f.refund_runs[k], f.refund[k] = diff
     return over
 
 
@@ -206,8 +213,10 @@ def _wevent_balances(con: duckdb.DuckDBPyConnection, cols: SettlementColumns, f:
     keys = list(dict.fromkeys(key_of.values()))
     stored = dict(zip(keys, storage.account_spent(con, *map(list, zip(*keys, strict=True))),
                       strict=True))
+    # only accounts with a refund change: only their runs are read
+    refunded = list(dict.fromkeys(key_of[k] for k in pos if f.refund_runs[k]))
     history = {k: accounting.profile(r)
-               for k, r in storage.account_runs(con, keys, per_user).items()}
+               for k, r in storage.account_runs(con, refunded, per_user).items()}
     spent = {k: 0 if v is None else v for k, v in stored.items()}
     dirty = {k for k, v in stored.items() if v is None}
     for k in pos:

@@ -30,18 +30,22 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from json.encoder import encode_basestring as _estr  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
+from ledger.entries import canonical_json
 from ledger.storage import registered
 from mechanisms.cost import StepRun
 from schemas.errors import ParameterError
 
 __all__ = ["StreamClaim", "StreamContinuityError", "StreamRange", "check_claims",
-           "claim_detail", "claim_problem", "load_ranges", "range_fingerprint", "with_claims"]
+           "claim_detail", "claim_json", "claim_problem", "claim_problem_at", "load_ranges",
+           "range_fingerprint", "watermarks", "with_claims"]
 
 _FP_CONTEXT = "privpipe stream range v1"
 
@@ -115,6 +119,25 @@ def claim_detail(claim: StreamClaim) -> dict[str, Any]:
             "watermark_before": None if claim.watermark is None else int(claim.watermark)}
 
 
+_CLAIM_KEYS = ("fingerprint", "first_step", "last_step", "steps", "watermark_before")
+
+
+def claim_json(cd: Any) -> str:
+    """Canonical JSON (`ledger.entries.canonical_json`) of a `claim_detail`, written directly.
+
+    Anything else (another key set, a non-int step) goes through the encoder.
+    """
+    if type(cd) is not dict or tuple(sorted(cd)) != _CLAIM_KEYS or type(
+            cd["fingerprint"]) is not str or not all(
+            type(cd[k]) is int for k in _CLAIM_KEYS[1:4]) or type(
+            cd["watermark_before"]) not in (int, type(None)):
+        return canonical_json(cd, "detail")
+    wm = cd["watermark_before"]
+    return (f'{{"fingerprint":{_estr(cd["fingerprint"])},"first_step":{cd["first_step"]!r},'
+            f'"last_step":{cd["last_step"]!r},"steps":{cd["steps"]!r},'
+            f'"watermark_before":{"null" if wm is None else repr(wm)}}}')
+
+
 def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tuple[str, str]]
                 ) -> dict[tuple[str, str], list[StreamRange]]:
     """Active released ranges of the (user, stream) `keys` of `domain`, in entry order.
@@ -171,6 +194,17 @@ def claim_problem(claim: StreamClaim, runs: Sequence[StepRun], ranges: list[Stre
         ranges: the stream's active ranges (any release), in entry order.
         release_id: the reserving release (its own range is a replay, not history).
     """
+    now = max((r.last_step for r in _before_own(ranges, release_id)), default=None)
+    return claim_problem_at(claim, runs, now)
+
+
+def claim_problem_at(claim: StreamClaim, runs: Sequence[StepRun], now: int | None
+                     ) -> str | None:
+    """Why `claim` cannot be reserved on a stream whose watermark is `now`, or None.
+
+    `now` is the last step of the stream's active ranges recorded before the
+    reserving release's own (None: none), see `watermarks`.
+    """
     if claim.last_step < claim.first_step or claim.steps < 1:
         return "the claimed range is empty"
     if not runs or min(r.start for r in runs) != claim.first_step or (
@@ -178,7 +212,6 @@ def claim_problem(claim: StreamClaim, runs: Sequence[StepRun], ranges: list[Stre
         return "the claimed range does not match the request's runs"
     if sum(r.stop - r.start for r in runs) != claim.steps:
         return "the claimed number of steps does not match the request's runs"
-    now = max((r.last_step for r in _before_own(ranges, release_id)), default=None)
     if now != claim.watermark:
         return (f"the stream's watermark is step {now}, not step {claim.watermark} as the "
                 "release planned (another release of the stream ran meanwhile): rerun it")
@@ -186,6 +219,37 @@ def claim_problem(claim: StreamClaim, runs: Sequence[StepRun], ranges: list[Stre
         return (f"the release starts at step {claim.first_step}, not right after the "
                 f"watermark (step {now})")
     return None
+
+
+def watermarks(con: duckdb.DuckDBPyConnection, domain: str, keys: Sequence[tuple[str, str]],
+               release_id: str) -> dict[tuple[str, str], int]:
+    """The watermark of each (user, stream) of `keys` in `domain` as `release_id` sees it.
+
+    One aggregation in DuckDB over the active ranges (`load_ranges`' rows): the
+    largest last step of the ranges recorded before the release's own first
+    range (all of them if it has none). A stream without such ranges is absent.
+    """
+    table = pa.table({"user_id": pa.array([k[0] for k in keys], pa.string()),
+                      "stream_id": pa.array([k[1] for k in keys], pa.string())})
+    with registered(con, "_wm_keys", table):
+        rows = con.execute(
+            "SELECT user_id, stream_id, max(last_step) FILTER (WHERE own IS NULL OR seq < own) "
+            "FROM (SELECT e.user_id, e.stream_id, e.seq, "
+            "  CAST(json_extract(e.detail, '$.stream_range.last_step') AS HUGEINT) AS last_step,"
+            "  min(CASE WHEN e.release_id = ? THEN e.seq END) "
+            "    OVER (PARTITION BY e.user_id, e.stream_id) AS own "
+            "  FROM entries e "
+            "  JOIN (SELECT DISTINCT user_id, stream_id FROM _wm_keys) k "
+            "    ON k.user_id = e.user_id AND k.stream_id = e.stream_id "
+            "  WHERE e.kind = 'reserve' AND e.domain = ? "
+            "  AND json_extract(e.detail, '$.stream_range') IS NOT NULL "
+            "  AND NOT EXISTS (SELECT 1 FROM entries c WHERE c.kind = 'close' "
+            "    AND c.release_id = e.release_id AND c.user_id = e.user_id "
+            "    AND c.step = e.step AND c.stream_id = e.stream_id)) "
+            "GROUP BY user_id, stream_id "
+            "HAVING count(*) FILTER (WHERE own IS NULL OR seq < own) > 0",
+            [release_id, domain]).fetchall()
+    return {(u, s): int(m) for u, s, m in rows}
 
 
 def check_claims(con: duckdb.DuckDBPyConnection, release_id: str, users: Sequence[str],
@@ -200,13 +264,14 @@ def check_claims(con: duckdb.DuckDBPyConnection, release_id: str, users: Sequenc
     by_domain: dict[str, list[int]] = {}
     for i in idx:
         by_domain.setdefault(domains[i], []).append(i)
-    ranges: dict[tuple[str, str, str], list[StreamRange]] = {}
+    now: dict[tuple[str, str, str], int] = {}
     for dom, items in by_domain.items():
-        for (u, s), rs in load_ranges(con, dom, [(users[i], streams[i]) for i in items]).items():
-            ranges[(dom, u, s)] = rs
+        for (u, s), m in watermarks(con, dom, [(users[i], streams[i]) for i in items],
+                                    release_id).items():
+            now[(dom, u, s)] = m
     for i in idx:
-        problem = claim_problem(claims[i], runs[i],  # type: ignore[arg-type]
-                                ranges[(domains[i], users[i], streams[i])], release_id)
+        problem = claim_problem_at(claims[i], runs[i],  # type: ignore[arg-type]
+                                   now.get((domains[i], users[i], streams[i])))
         if problem:
             raise StreamContinuityError(
                 f"user {users[i]!r}, stream {streams[i]!r} of domain {domains[i]!r}: {problem}")
@@ -222,5 +287,18 @@ def with_claims(details: list[dict[str, Any]], signatures: list[str],
         if c is not None:
             cd = claim_detail(c)
             new_d[i] = {**details[i], "stream_range": cd}
-            new_s[i] = json.dumps([signatures[i], cd], sort_keys=True)
+            new_s[i] = _signature(signatures[i], cd)
     return new_d, new_s
+
+
+def _signature(signature: str, cd: dict[str, Any]) -> str:
+    """``json.dumps([signature, cd], sort_keys=True)`` of a `claim_detail`, written directly.
+
+    The default separators and ASCII escapes of `json.dumps`; the claim's keys
+    in sorted order and its steps as the ints `claim_detail` made of them.
+    """
+    wm = cd["watermark_before"]
+    return (f'[{_ascii(signature)}, {{"fingerprint": {_ascii(cd["fingerprint"])}, '
+            f'"first_step": {cd["first_step"]!r}, "last_step": {cd["last_step"]!r}, '
+            f'"steps": {cd["steps"]!r}, "watermark_before": {"null" if wm is None else repr(wm)}'
+            "}]")

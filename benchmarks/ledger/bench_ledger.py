@@ -32,7 +32,8 @@ from pathlib import Path
 # curves domains declare what they release outside the noise
 PUBLIC = {"public": {"duration": True, "points": True}}
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(os.environ.get("PRIVPIPE_BENCH_TREE") or Path(__file__).resolve().parents[2])
+"""The tree whose `ledger` is measured: this one, or PRIVPIPE_BENCH_TREE (a before tree)."""
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -188,6 +189,55 @@ def _wevent_run(steps: int, q: mp.Queue) -> None:
                "naive": t_naive})
 
 
+def _stream_run(n: int, q: mp.Queue) -> None:
+    """A stream release of n users (one 1,000-step stream each, w=5) and its continuation.
+
+    What the streams flow asks of the ledger (`tasks.continuation`): one w-event
+    request per stream with its `StreamClaim`, reserved in one call and settled
+    in one call with the shared `WEventCost` of equal runs; then a continuation
+    release of 100 new steps per stream (watermark 999), whose reserve checks
+    the watermarks and sweeps windows over the first release's history.
+    """
+    import hashlib
+
+    from ledger import Ledger, Request, Settlement, StreamClaim
+    from mechanisms.cost import StepRun, WEventCost
+    from schemas.policy import parse_policy
+
+    one = Fraction(1)
+    users = [f"user-{i:07d}" for i in range(n)]
+
+    def calls(first: int, last: int, wm: int | None) -> tuple[list, list]:
+        runs = (StepRun(first, last + 1, one),)
+        cost = WEventCost(Fraction(5), 5, runs)
+        return ([Request(u, "power", step="stream:s", notion="wevent", stream_id="s",
+                         runs=(StepRun(first, last + 1, one),),
+                         stream_claim=StreamClaim(first, last, last - first + 1, hashlib.sha256(
+                             f"{u}:{first}".encode()).hexdigest(), wm)) for u in users],
+                [Settlement(u, "power", "stream:s", cost, stream_id="s") for u in users])
+
+    first_calls, next_calls = calls(0, 999, None), calls(1000, 1099, 999)
+    with tempfile.TemporaryDirectory() as d:
+        led = Ledger.init(Path(d) / "l.duckdb", actor="bench")
+        led.apply_policy(parse_policy({"domains": {"power": {
+            "kind": "streams", "notion": "wevent", "cap": "10", "w": 5,
+            "value_range": [0.0, 10.0]}}}))
+        out: dict[str, float] = {}
+        c0 = time.process_time()
+        for name, (reqs, sets) in (("first", first_calls), ("next", next_calls)):
+            p0, t0 = time.process_time(), time.perf_counter()
+            res = led.reserve(f"rel-{name}", reqs, mechanism="bench", parameters={"epsilon": "5"})
+            p1, t1 = time.process_time(), time.perf_counter()
+            led.settle(f"rel-{name}", sets)
+            out[f"{name}_reserve"], out[f"{name}_settle"] = t1 - t0, time.perf_counter() - t1
+            out[f"{name}_reserve_cpu"] = p1 - p0
+            out[f"{name}_settle_cpu"] = time.process_time() - p1
+            assert len(res.admitted) == n
+        out["cpu"] = time.process_time() - c0
+        out["rss_peak"] = _rss_mb()
+        q.put(out)
+
+
 def _served_run(n: int, q: mp.Queue) -> None:
     """Reserve + settle n users (one shared `Cost`) through `privpipe ledger serve`.
 
@@ -240,6 +290,18 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _commit(tree: Path) -> str:
+    """The short commit of the measured tree (and ``+changes`` if its files differ from it)."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *a], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no", "ledger")
+    return git("rev-parse", "--short", "HEAD") + (" +changes in ledger/" if dirty else "")
+
+
 def _spawn(fn, arg):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -271,6 +333,7 @@ def main() -> None:
         # the per-user scenario writes a refund entry for 90 % of the users: its bare
         # insert has as many rows as it writes entries
         base_per_runs.append(_spawn(_baseline_run, per_runs[-1]["rows"]))
+    streams = [_spawn(_stream_run, args.users) for _ in range(args.repeat)]
     wev = _spawn(_wevent_run, args.steps)
 
     def med(runs, key):
@@ -304,6 +367,20 @@ def main() -> None:
          f"{med(per_runs, 'total') / base_per_t:.1f}x", *cpu(per_runs, base_per_c)),
         ("  of which settle (refunds)", f"{args.users:,} users",
          f"{med(per_runs, 'settle'):.2f}", "", "", "", ""),
+        ("stream reserve (w-event + claims, 1 call)", f"{args.users:,} users",
+         f"{med(streams, 'first_reserve'):.2f}", "", "",
+         f"{med(streams, 'first_reserve_cpu'):.2f}", ""),
+        ("stream settle (1 call)", f"{args.users:,} users",
+         f"{med(streams, 'first_settle'):.2f}", "", "",
+         f"{med(streams, 'first_settle_cpu'):.2f}", ""),
+        ("continuation reserve (watermarks + history)", f"{args.users:,} users",
+         f"{med(streams, 'next_reserve'):.2f}", "", "",
+         f"{med(streams, 'next_reserve_cpu'):.2f}", ""),
+        ("continuation settle", f"{args.users:,} users",
+         f"{med(streams, 'next_settle'):.2f}", "", "",
+         f"{med(streams, 'next_settle_cpu'):.2f}", ""),
+        ("  stream releases, both (cpu)", f"{4 * args.users:,} entries", "",
+         f"{med(streams, 'rss_peak'):.0f}", "", f"{med(streams, 'cpu'):.2f}", ""),
         ("w-event reserve after a long history", f"{wev['runs']} runs, w=24",
          f"{wev['reserve']:.3f}", "", "", "", ""),
         ("w-event sweep over run boundaries", f"{wev['steps']:,} steps", f"{wev['sweep']:.4f}",
@@ -341,7 +418,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     note = (f"{platform.python_implementation()} {platform.python_version()}, "
             f"{os.cpu_count()} CPUs, load average {load:.1f} at the end, repeat={args.repeat} "
-            "(median)")
+            f"(median); ledger of {REPO} at {_commit(REPO)}")
     print(note)
     md = ["# Ledger benchmark", "", f"`{' '.join(sys.argv)}` — {note}", "",
           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
