@@ -189,3 +189,16 @@ def test_read_users_runs_consume_in_the_callers_thread(tmp_path, curves_domain):
     where = read_users(f, curves_domain, lambda users: (threading.get_ident(), len(list(users))),
                        batch_rows=7)
     assert where == (threading.get_ident(), 12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_run_numbers_are_numpys_cumulative_sum(seed):
+    from ingest.batch import _run_number
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 40))
+    starts = rng.random(n) < rng.choice([0.0, 0.1, 0.5, 1.0])
+    if seed % 2 and n:
+        starts[0] = True  # as `_changes` marks it
+    got = _run_number(starts)
+    assert got.dtype == np.int64 and got.tolist() == (np.cumsum(starts) - 1).tolist()
