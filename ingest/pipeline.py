@@ -44,6 +44,7 @@ problems and fingerprints are those of one thread doing it all.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -177,7 +178,7 @@ def _converting(blocks: Generator[pa.Table, None, None], plan: _Plan, max_proble
 
 
 def _converted(src: OpenedSource, plan: _Plan, batch_rows: int, how: _Read,
-               max_problems: int) -> Iterator[_Converted]:
+               max_problems: int) -> Generator[_Converted, None, None]:
     """The blocks' rows and users, in order, made by two threads ahead of the caller.
 
     A thread reads the blocks (`_blocks`: DuckDB) one ahead of a thread that
@@ -197,9 +198,11 @@ def _iter_users(source: str | Path | pd.DataFrame, domain: Domain, table: str | 
     """The users of one read of the input (see `iter_users`)."""
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _read_plan(src, domain, input_time_unit, how)
-        # the next blocks are read and validated while these users are used
-        for _, users in _converted(src, plan, batch_rows, how, max_problems):
-            yield from users
+        # the next blocks are read and validated while these users are used; the
+        # threads are joined (closing) before the source closes, however this ends
+        with closing(_converted(src, plan, batch_rows, how, max_problems)) as blocks:
+            for _, users in blocks:
+                yield from users
 
 
 def read_users(
@@ -284,10 +287,11 @@ def _scan(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
     summary = _Summary(domain)
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _read_plan(src, domain, input_time_unit, how)
-        for rows, users in _converted(src, plan, batch_rows, how, max_problems_per_user):
-            summary.rows += rows
-            for r in users:
-                summary.add(r)
+        with closing(_converted(src, plan, batch_rows, how, max_problems_per_user)) as blocks:
+            for rows, users in blocks:
+                summary.rows += rows
+                for r in users:
+                    summary.add(r)
         label = src.label
     return summary.report(label)
 

@@ -202,3 +202,23 @@ def test_run_numbers_are_numpys_cumulative_sum(seed):
         starts[0] = True  # as `_changes` marks it
     got = _run_number(starts)
     assert got.dtype == np.int64 and got.tolist() == (np.cumsum(starts) - 1).tolist()
+
+
+def test_an_error_of_the_caller_stops_the_threads_before_the_source_closes(
+        tmp_path, curves_domain, monkeypatch):
+    # the error's traceback keeps the read's frames alive: the threads must not wait for it
+    import ingest.summary as summary
+
+    f = write_csv(tmp_path / "in.csv", HEADER, _rows())
+
+    class Boom(Exception):
+        pass
+
+    def add(self, r):
+        raise Boom(r.user_id)
+
+    monkeypatch.setattr(summary._Summary, "add", add)
+    with pytest.raises(Boom, match="u00") as err:
+        scan(f, curves_domain, batch_rows=10)
+    assert err.value.__traceback__ is not None
+    assert not _privpipe_threads()
