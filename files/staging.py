@@ -14,9 +14,12 @@ is removed when the release ends, however it ends.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import TypeVar
 
 import numpy as np
@@ -220,3 +223,57 @@ def read_stream_chunk(path: str | Path) -> list[UserStreams]:
     groups = _by_user(items, lambda key, i, j: Stream(stream_id=key, steps=steps[i:j].copy(),
                                                       values=vals[i:j].copy()))
     return [UserStreams(user_id=u, streams=streams, fingerprint="") for u, streams in groups]
+
+
+class WriteBehind:
+    """Staging writes on one thread, one behind the caller: chunk k is written while k+1 fills.
+
+    `submit` hands a write (a function and its arguments) to the writer thread
+    after waiting for the write before it, whose result it appends to `done`;
+    so at most one write runs while the caller goes on, writes run one at a
+    time in the order submitted, and `done` holds their results in that order.
+    An error of a write is raised, the same object, by the next `submit`, by
+    `finish`, or when the ``with`` block ends: in the caller's thread, where
+    and as the write would have raised it had the caller made it itself, and
+    in preference to an `Exception` the caller raised after submitting it (the
+    write came first); a `BaseException` that is not an `Exception` (Ctrl-C)
+    is never replaced. The ``with`` block never ends before the last write
+    has ended, so no staging file appears after it (a caller may delete those
+    in `done` on its way out). Arrow's writes release the GIL: the caller's
+    numpy and pyarrow work runs on the other core meanwhile.
+    """
+
+    def __init__(self, done: list[_T]) -> None:
+        self.done = done
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="privpipe-stage-write")
+        self._pending: Future[_T] | None = None
+
+    def _collect(self) -> None:
+        """Wait for the write in flight; its result goes to `done` (its error is raised)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.done.append(pending.result())
+
+    def submit(self, write: Callable[..., _T], *args: object) -> None:
+        """Wait for the write before (raising its error), then start ``write(*args)``."""
+        self._collect()
+        # in a copy of the caller's context (numpy's errstate, Prefect's run context)
+        self._pending = self._pool.submit(contextvars.copy_context().run, write, *args)
+
+    def finish(self) -> list[_T]:
+        """Wait for the last write (raising its error); `done`, complete."""
+        self._collect()
+        return self.done
+
+    def __enter__(self) -> WriteBehind:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            self._collect()
+        except Exception as write_error:
+            if err is None or isinstance(err, Exception):
+                raise write_error from err
+        finally:
+            self._pool.shutdown(wait=True)

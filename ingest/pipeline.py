@@ -34,17 +34,23 @@ copy, and `NeedsSpill`), `ingest.spill` (the private file, read back or
 sorted), `ingest.blocks` (whole users per block, read ahead by a thread:
 `ingest.prefetch`), `ingest.batch` (conversion,
 validation, users), `ingest.summary` (what `scan` reports). This module holds
-the public functions and the choice between the straight and the spilled read.
+the public functions, the choice between the straight and the spilled read,
+and the two threads a read runs on (`_converted`): one reads the blocks
+(DuckDB), one converts and validates the block before, while the caller uses
+the users of the block before that; the blocks stay in order, so users,
+problems and fingerprints are those of one thread doing it all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 import pandas as pd
+import pyarrow as pa
 
 from ingest.batch import _Batch
 from ingest.blocks import _blocks
@@ -157,16 +163,46 @@ def iter_users(
                        memory_limit, max_problems_per_user, _Read(spill=spill))
 
 
+#: A block's row count and its users (accepted or rejected), in order.
+_Converted = tuple[int, list[UserCurves | UserStreams | Rejection]]
+
+
+def _converting(blocks: Generator[pa.Table, None, None], plan: _Plan, max_problems: int
+                ) -> Generator[_Converted, None, None]:
+    """Each block's rows and users (`_Batch`); `blocks` is closed when this ends."""
+    try:
+        for block in blocks:
+            yield block.num_rows, list(_Batch(block, plan).results(max_problems))
+    finally:
+        blocks.close()
+
+
+def _converted(src: OpenedSource, plan: _Plan, batch_rows: int, how: _Read,
+               max_problems: int) -> Generator[_Converted, None, None]:
+    """The blocks' rows and users, in order, made by two threads ahead of the caller.
+
+    A thread reads the blocks (`_blocks`: DuckDB) one ahead of a thread that
+    converts and validates them (`_Batch`), itself one ahead of the caller.
+    An exception of either (a `ValidationError`, `NeedsSpill`, a bug) is
+    raised here, after the users of the blocks before it; when the caller
+    stops, both threads are stopped and joined before this returns.
+    """
+    blocks = prefetched(_blocks(src, plan, batch_rows, how.spill))
+    return prefetched(_converting(blocks, plan, max_problems), name="privpipe-ingest-convert")
+
+
 def _iter_users(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
                 batch_rows: int, input_time_unit: str | None,
                 memory_limit: str, max_problems: int, how: _Read
-                ) -> Iterator[UserCurves | UserStreams | Rejection]:
+                ) -> Generator[UserCurves | UserStreams | Rejection, None, None]:
     """The users of one read of the input (see `iter_users`)."""
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _read_plan(src, domain, input_time_unit, how)
-        # the next block is read (DuckDB) while this one is validated (ingest.prefetch)
-        for block in prefetched(_blocks(src, plan, batch_rows, how.spill)):
-            yield from _Batch(block, plan).results(max_problems)
+        # the next blocks are read and validated while these users are used; the
+        # threads are joined (closing) before the source closes, however this ends
+        with closing(_converted(src, plan, batch_rows, how, max_problems)) as blocks:
+            for _, users in blocks:
+                yield from users
 
 
 def read_users(
@@ -197,7 +233,20 @@ def read_users(
     _check_parameters(domain, batch_rows, input_time_unit, max_problems_per_user)
     args = (source, domain, table, batch_rows, input_time_unit, memory_limit,
             max_problems_per_user)
-    return _two_reads(lambda how: consume(_iter_users(*args, how)))
+    return _two_reads(lambda how: _consumed(consume, _iter_users(*args, how)))
+
+
+def _consumed(consume: Callable[[Iterator[UserCurves | UserStreams | Rejection]], T],
+              users: Generator[UserCurves | UserStreams | Rejection, None, None]) -> T:
+    """``consume(users)``, then `users` closed: its threads joined, its source closed.
+
+    Also when `consume` raises or returns early: the error reaches the caller
+    with no thread of the read left running and the input file closed.
+    """
+    try:
+        return consume(users)
+    finally:
+        users.close()
 
 
 def scan(
@@ -238,10 +287,11 @@ def _scan(source: str | Path | pd.DataFrame, domain: Domain, table: str | None,
     summary = _Summary(domain)
     with open_source(source, table=table, memory_limit=memory_limit) as src:
         plan = _read_plan(src, domain, input_time_unit, how)
-        for block in prefetched(_blocks(src, plan, batch_rows, how.spill)):
-            summary.rows += block.num_rows
-            for r in _Batch(block, plan).results(max_problems_per_user):
-                summary.add(r)
+        with closing(_converted(src, plan, batch_rows, how, max_problems_per_user)) as blocks:
+            for rows, users in blocks:
+                summary.rows += rows
+                for r in users:
+                    summary.add(r)
         label = src.label
     return summary.report(label)
 

@@ -1,17 +1,24 @@
-"""Read ahead: the next blocks of an input are read by a thread while this one is validated.
+"""Read ahead: the next blocks of an input are made by a thread while this one is used.
 
-DuckDB scans, converts and (for an unsorted input) sorts the rows while the
-calling thread validates and stages the block before (numpy, pandera, Arrow
-writes), so the two use both cores. The blocks arrive in the order the reader
-makes them, so users, problems, fingerprints and staged bytes are those of
-the reader alone; an exception of the reader (`NeedsSpill`, `ValidationError`)
-is raised where the reader raised it, after the blocks it yielded before. At
-most `DEPTH` blocks wait (memory: a block is whole users of about
-``batch_rows`` rows).
+Two such threads work one behind the other (`ingest.pipeline`): one where
+DuckDB scans, converts and (for an unsorted input) sorts the rows, one where
+the block before is validated and turned into users (numpy, pyarrow compute,
+pandera), while the caller uses the users of the block before that (a
+release stages them: `files.staging.WriteBehind`); DuckDB, numpy and pyarrow
+release the GIL, so the threads use both cores.
+The blocks arrive in the order the reader makes them, so users, problems,
+fingerprints and staged bytes are those of the reader alone, and the reader
+runs in a copy of the caller's context (`contextvars`: numpy's error state,
+Prefect's run context), so it warns and logs as the caller would; an
+exception of the reader (`NeedsSpill`, `ValidationError`, a bug) is raised
+where the reader raised it, after the blocks it yielded before. At most
+`DEPTH` blocks wait per thread (memory: a block is whole users of about
+``batch_rows`` rows; its users, converted, about as much again).
 """
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Generator, Iterator
@@ -46,8 +53,13 @@ def _produce(items: Iterator[T], q: queue.Queue, stop: threading.Event) -> None:
     _put(q, stop, (_END, None))
 
 
-def prefetched(items: Generator[T, None, None], depth: int = DEPTH) -> Iterator[T]:
+def prefetched(items: Generator[T, None, None], depth: int = DEPTH,
+               name: str = "privpipe-ingest-read") -> Generator[T, None, None]:
     """The items of the generator `items`, made by a background thread up to `depth` ahead.
+
+    The thread is called `name`. An exception of `items` (its generator
+    finished, its ``finally`` clauses run in that thread) is raised here, the
+    same object, after the items yielded before it.
 
     Yields the same items in the same order and raises the same exception at
     the same point as iterating `items` directly. When the caller stops early
@@ -58,8 +70,9 @@ def prefetched(items: Generator[T, None, None], depth: int = DEPTH) -> Iterator[
     """
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
-    reader = threading.Thread(target=_produce, args=(items, q, stop), daemon=True,
-                              name="privpipe-ingest-read")
+    context = contextvars.copy_context()  # numpy's errstate, Prefect's run context
+    reader = threading.Thread(target=context.run, args=(_produce, items, q, stop), daemon=True,
+                              name=name)
     reader.start()
     try:
         while True:

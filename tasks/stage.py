@@ -23,6 +23,7 @@ from prefect import task
 import ingest
 from files.staging import (
     StagedChunk,
+    WriteBehind,
     items_path,
     read_chunk,
     stage_curve_chunk,
@@ -269,12 +270,27 @@ def _stage_users(users: Iterator[UserCurves | UserStreams | Rejection], domain: 
 def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: Domain,
                 staging_dir: Path, chunk_users: int | None,
                 chunks: list[StagedChunk]) -> StagePlan:
+    """Stage the users in chunks, each written by a thread while the next one fills.
+
+    `chunks` gets each chunk once its files are written (`WriteBehind`: in
+    order, and complete when this returns or raises).
+    """
+    with WriteBehind(chunks) as writes:
+        plan = _stage_all(users, domain, staging_dir, chunk_users, writes)
+        plan.chunks = writes.finish()
+    return plan
+
+
+def _stage_all(users: Iterator[UserCurves | UserStreams | Rejection], domain: Domain,
+               staging_dir: Path, chunk_users: int | None,
+               writes: WriteBehind) -> StagePlan:
+    """The plan of the users, each full chunk handed to `writes` (the caller adds `chunks`)."""
     fingerprints = OrderedInputFingerprint()  # hashed as users come: none kept
     steps: dict[str, list[tuple[str, str]]] = {}
     rejected: list[dict[str, Any]] = []
     buf: list[UserCurves | UserStreams] = []
     per_chunk = DEFAULT_CHUNK_USERS if chunk_users is None else chunk_users
-    n_items = n_points = 0
+    n_items = n_points = n_chunks = 0
     for item in users:
         if isinstance(item, Rejection):
             fingerprints.reject(item.user_id)
@@ -295,12 +311,12 @@ def _stage_into(users: Iterator[UserCurves | UserStreams | Rejection], domain: D
         n_points += points
         buf.append(item)
         if len(buf) >= per_chunk:  # a count of users: never a (private) sample count
-            chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
-            buf = []
+            writes.submit(_flush, domain.kind, buf, n_chunks, staging_dir, domain)
+            buf, n_chunks = [], n_chunks + 1
     if buf:
-        chunks.append(_flush(domain.kind, buf, len(chunks), staging_dir, domain))
+        writes.submit(_flush, domain.kind, buf, n_chunks, staging_dir, domain)
     # The input's one fingerprint, as `privpipe validate` prints it (ingest/fingerprint.py).
-    return StagePlan(fingerprint=fingerprints.hexdigest(), chunks=chunks, steps=steps,
+    return StagePlan(fingerprint=fingerprints.hexdigest(), chunks=[], steps=steps,
                      rejected=rejected, users=fingerprints.users,
                      items=n_items, points=n_points)
 
