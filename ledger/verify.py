@@ -151,7 +151,7 @@ def _chain(con: duckdb.DuckDBPyConnection, found: _FirstFault) -> None:
         else:
             found.add(pos, code, seq, eid, _CHAIN_MESSAGES[code], pos - 1)
     if recheck:  # hash these entries with the reference encoder
-        tbl = pa.table({"pos": pa.array([p for p, _ in recheck], pa.int64())})
+        tbl = pa.table({"pos": _arrow_int64([p for p, _ in recheck])})
         columns = ", ".join(ENTRY_COLUMNS)
         with registered(con, "_pp_pos", tbl):
             cur = con.execute(
@@ -169,8 +169,63 @@ def _chain(con: duckdb.DuckDBPyConnection, found: _FirstFault) -> None:
 def _dictionary(col: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
     """Codes (-1 for NULL) and distinct values of an Arrow column."""
     enc = pc.dictionary_encode(col.combine_chunks())
-    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = _int64(enc.indices, null=-1)
     return codes, enc.dictionary.to_pylist()
+
+
+def _arrow_int64(values: Any) -> pa.Array:
+    """An Arrow int64 array of integers, built from a numpy buffer (no pandas import)."""
+    data = np.ascontiguousarray(np.asarray(values, dtype=np.int64))
+    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
+
+
+def _arrow_strings(values: list[str | None]) -> pa.Array:
+    """An Arrow string array (None -> NULL) built from its buffers.
+
+    ``pa.array`` imports pandas to test whether a list is array-like.
+    """
+    data = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(data) + 1, np.int32)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
+    valid = np.fromiter((v is not None for v in values), bool, len(values))
+    nulls = len(values) - int(valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.string(), len(data), [
+        validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))], null_count=nulls)
+
+
+def _int64(col: pa.ChunkedArray | pa.Array, null: int | None = None) -> np.ndarray:
+    """An integer column as an int64 numpy copy of its Arrow buffers (NULL -> `null`).
+
+    pyarrow's ``to_numpy``, ``np.asarray``, ``pa.array`` and ``pa.scalar`` import
+    pandas (0.5-1 s of every ``privpipe ledger verify``); reading the buffers does not.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = pc.cast(arr, pa.int64())
+    n, off = len(arr), arr.offset
+    out = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=n, offset=off * 8).copy()
+    if arr.null_count:
+        if null is None:
+            raise ValueError("an integer column of the ledger has NULLs")
+        bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+        valid = np.unpackbits(bits, bitorder="little")[off:off + n].astype(bool)
+        out[~valid] = null
+    return out
+
+
+def _first_seen(labels: np.ndarray) -> np.ndarray:
+    """Relabel codes (-1 kept) 0, 1, ... in order of first appearance.
+
+    ``pc.dictionary_encode`` numbers the distinct values of a column this way.
+    """
+    out = np.full(len(labels), -1, np.int64)
+    ok = labels >= 0
+    if ok.any():
+        uniq, first, inverse = np.unique(labels[ok], return_index=True, return_inverse=True)
+        rank = np.empty(len(uniq), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+        out[ok] = rank[inverse]
+    return out
 
 
 def _per_row(col: pa.ChunkedArray, convert: Any = None) -> np.ndarray:
@@ -185,13 +240,13 @@ class _Rows:
 
     def __init__(self, tbl: pa.Table, domains: dict[str, dict[str, Any]]):
         self.n = tbl.num_rows
-        self.seq = tbl.column("seq").to_numpy().astype(np.int64)
+        self.seq = _int64(tbl.column("seq"))
         self.entry_id = tbl.column("entry_id")
         for c in ("kind", "user_id", "domain", "stream_id", "notion"):
             setattr(self, c, _per_row(tbl.column(c)))
         for c in ("amount", "cap", "balance_after"):
             setattr(self, c, _per_row(tbl.column(c), int))
-        self.n_runs = tbl.column("n_runs").to_numpy().astype(np.int64)
+        self.n_runs = _int64(tbl.column("n_runs"))
         notion_of = {d: dom["notion"] for d, dom in domains.items()}
         self.dom_notion = _per_row(tbl.column("domain"), notion_of.get)
         self.codes = {c: _dictionary(tbl.column(c))[0] for c in ("user_id", "domain",
@@ -206,8 +261,12 @@ class _Rows:
             return
         mine = _per_row(tbl.column("domain"), per_user.__contains__).astype(bool)
         self.account_stream = np.where(mine, wevent_budget.ALL_STREAMS, self.stream_id)
-        self.codes["account_stream"] = _dictionary(pa.chunked_array(
-            [pa.array(self.account_stream.tolist(), pa.string())]))[0]
+        # the codes `_dictionary` would give the new column, without building it in Arrow
+        streams = _dictionary(tbl.column("stream_id"))[1]
+        own = (streams.index(wevent_budget.ALL_STREAMS)
+               if wevent_budget.ALL_STREAMS in streams else len(streams))
+        self.codes["account_stream"] = _first_seen(
+            np.where(mine, own, self.codes["stream_id"]))
 
     def checks(self) -> np.ndarray:
         """Per entry the first failing check of kind, user, domain, notion, sign (0: none)."""
@@ -367,11 +426,11 @@ def _balances(con: duckdb.DuckDBPyConnection, domains: dict[str, dict[str, Any]]
     np.maximum.at(last, acc[users], users)
     first = np.full(n_acc, r.n, np.int64)
     np.minimum.at(first, acc[users], users)
-    return pa.table({"i": pa.array(range(n_acc), pa.int64()),
-                     "user_id": pa.array(r.user_id[first].tolist(), pa.string()),
-                     "domain": pa.array(r.domain[first].tolist(), pa.string()),
-                     "stream_id": pa.array(r.account_stream[first].tolist(), pa.string()),
-                     "spent": pa.array([str(v) for v in afters[last].tolist()], pa.string())})
+    return pa.table({"i": _arrow_int64(np.arange(n_acc)),
+                     "user_id": _arrow_strings(r.user_id[first].tolist()),
+                     "domain": _arrow_strings(r.domain[first].tolist()),
+                     "stream_id": _arrow_strings(r.account_stream[first].tolist()),
+                     "spent": _arrow_strings([str(v) for v in afters[last].tolist()])})
 
 
 def _macs(con: duckdb.DuckDBPyConnection, key: Keyring, n: int) -> VerifyReport | None:

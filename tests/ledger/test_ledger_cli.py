@@ -277,3 +277,25 @@ def test_pubkey_checkpoint_and_migrate_commands(cli_ledger, tmp_path):
             "--release", "new")
     assert r.exit_code == 0, r.output
     assert run("verify", "--ledger", old).exit_code == 0
+
+
+VERIFY_WITHOUT_PANDAS = """
+import sys
+from flows.cli import app
+try:
+    app(["ledger", "verify", "--ledger", sys.argv[1]])
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+assert "pandas" not in sys.modules, "ledger verify imported pandas"
+"""
+
+
+def test_ledger_verify_does_not_import_pandas(cli_ledger):
+    # `privpipe ledger verify` runs in every audit and many tests: pandas (0.5-1 s of
+    # import) is not needed to check a chain, only numpy and pyarrow
+    run("charge", "--ledger", cli_ledger, "--user", "u", "--domain", "ais", "--epsilon",
+        "0.25", "--release", "r1")
+    p = subprocess.run([PYTHON, "-c", VERIFY_WITHOUT_PANDAS, str(cli_ledger)], cwd=REPO,
+                       env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ok:" in p.stdout + p.stderr
