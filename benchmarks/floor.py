@@ -148,6 +148,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.users < 1 or args.repeats < 1:
         raise SystemExit("--users and --repeats must be >= 1")
+    if args.work:
+        args.work.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="privpipe-floor-", dir=args.work))
     rows = []
     try:

@@ -138,6 +138,12 @@ def claim_json(cd: Any) -> str:
             f'"watermark_before":{"null" if wm is None else repr(wm)}}}')
 
 
+def _key_table(keys: Sequence[tuple[str, str]]) -> pa.Table:
+    """The (user, stream) `keys` as an Arrow table to join the ledger's entries with."""
+    return pa.table({"user_id": pa.array([k[0] for k in keys], pa.string()),
+                     "stream_id": pa.array([k[1] for k in keys], pa.string())})
+
+
 def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tuple[str, str]]
                 ) -> dict[tuple[str, str], list[StreamRange]]:
     """Active released ranges of the (user, stream) `keys` of `domain`, in entry order.
@@ -149,9 +155,7 @@ def load_ranges(con: duckdb.DuckDBPyConnection, domain: str, keys: Iterable[tupl
     out: dict[tuple[str, str], list[StreamRange]] = {k: [] for k in wanted}
     if not wanted:
         return out
-    table = pa.table({"user_id": pa.array([k[0] for k in wanted], pa.string()),
-                      "stream_id": pa.array([k[1] for k in wanted], pa.string())})
-    with registered(con, "_wm_keys", table):
+    with registered(con, "_wm_keys", _key_table(wanted)):
         rows = con.execute(
             "SELECT e.user_id, e.stream_id, e.release_id, e.detail, e.parameters "
             "FROM entries e "
@@ -229,9 +233,7 @@ def watermarks(con: duckdb.DuckDBPyConnection, domain: str, keys: Sequence[tuple
     largest last step of the ranges recorded before the release's own first
     range (all of them if it has none). A stream without such ranges is absent.
     """
-    table = pa.table({"user_id": pa.array([k[0] for k in keys], pa.string()),
-                      "stream_id": pa.array([k[1] for k in keys], pa.string())})
-    with registered(con, "_wm_keys", table):
+    with registered(con, "_wm_keys", _key_table(keys)):
         rows = con.execute(
             "SELECT user_id, stream_id, max(last_step) FILTER (WHERE own IS NULL OR seq < own) "
             "FROM (SELECT e.user_id, e.stream_id, e.seq, "

@@ -31,6 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.audit.big_ledger import build, user_id  # noqa: E402
+from benchmarks.report import publish  # noqa: E402
 from tests.reports.browser import Server, screenshot  # noqa: E402
 
 
@@ -116,10 +117,7 @@ def main() -> None:
     p.add_argument("--out", help="append the report to this Markdown file")
     args = p.parse_args()
     report = run(args)
-    print(report)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(report + "\n")
+    publish(report, args.out)
 
 
 if __name__ == "__main__":

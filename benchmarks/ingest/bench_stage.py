@@ -31,6 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.report import publish  # noqa: E402
+
 CHILD = r"""
 import json, resource, shutil, sys, tempfile, time
 from pathlib import Path
@@ -157,10 +163,7 @@ def main() -> None:
             + f"trees: {', '.join(f'{n}={p}' for n, p in args.tree)}; {os.cpu_count()} CPUs; "
             f"load average (1, 5, 15 min) {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the "
             f"start, {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end\n")
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(text, args.markdown)
 
 
 if __name__ == "__main__":
