@@ -81,12 +81,18 @@ def not_increasing(t: np.ndarray, same: np.ndarray) -> np.ndarray:
 
 
 def too_few_points(same: np.ndarray, minimum: int = 2) -> np.ndarray:
-    """Rows of groups (runs of `same`) with fewer than `minimum` rows."""
+    """Rows of groups (runs of `same`) with fewer than `minimum` rows.
+
+    A group starts at each row where `same` is False, and at row 0 whatever
+    `same[0]` says (`same_group_as_previous` makes it False).
+    """
     if len(same) == 0:
         return np.zeros(0, dtype=bool)
-    gid = np.cumsum(~same) - 1
-    counts = np.bincount(gid)
-    return counts[gid] < minimum
+    starts = np.flatnonzero(~same)
+    if starts.size == 0 or starts[0] != 0:
+        starts = np.concatenate([[0], starts])
+    counts = np.diff(np.append(starts, len(same)))
+    return np.repeat(counts < minimum, counts)
 
 
 def finite_check() -> pa.Check:

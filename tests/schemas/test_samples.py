@@ -167,3 +167,23 @@ def test_rule_names_do_not_depend_on_which_schema_is_built_first():
     assert [c.name for c in curve_samples_schema(["value"]).columns["t"].checks][0] == "finite"
     curve_samples_schema(["value"])
     assert "finite" in [c.name for c in stream_samples_schema().columns["t"].checks]
+
+
+def test_too_few_points_matches_counting_each_group_by_hand():
+    """Random runs (row 0 a start or not, groups of 1-4 rows) against counts made by hand."""
+    import numpy as np
+
+    from schemas.samples import too_few_points
+
+    rng = np.random.default_rng(3)
+    assert too_few_points(np.zeros(0, dtype=bool)).shape == (0,)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        same = rng.random(n) < 0.6
+        minimum = int(rng.integers(1, 5))
+        expected, start = [], 0
+        for i in range(1, n + 1):
+            if i == n or not same[i]:
+                expected += [i - start < minimum] * (i - start)
+                start = i
+        assert too_few_points(same, minimum).tolist() == expected
