@@ -88,7 +88,8 @@ READ_OPS = frozenset({
 OWNED_OPS = frozenset({"reserve", "settle", "close", "record_release", "noise_seeds",
                        "recheck_keys"})
 RELEASER_OPS = READ_OPS | OWNED_OPS | {"plan", "check_binding", "input_tag",
-                                       "stream_ranges", "range_fingerprint"}
+                                       "stream_ranges", "range_fingerprint",
+                                       "range_fingerprints"}
 ADMIN_OPS = RELEASER_OPS | {"apply_policy", "migrate"}
 WRITE_OPS = frozenset({"reserve", "settle", "close", "record_release", "stream_ranges",
                        "apply_policy", "migrate"})
@@ -169,10 +170,15 @@ def _check_args(op: str, kwargs: dict[str, Any]) -> None:
     if "chunks" in kwargs and not (isinstance(kwargs["chunks"], list) and all(
             isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in kwargs["chunks"])):
         raise codec.CodecError(f"{op}: chunks must be a list of chunk indices (ints >= 0)")
-    for key in ("users", "fingerprints"):
+    for key in ("users", "fingerprints", "user_ids", "stream_ids"):
         if key in kwargs and not (isinstance(kwargs[key], list)
                                   and all(isinstance(x, str) for x in kwargs[key])):
             raise codec.CodecError(f"{op}: {key} must be a list of strings")
+    for key, kinds in (("offsets", (int,)), ("steps", (int,)), ("values", (int, float))):
+        if op == "range_fingerprints" and not (isinstance(kwargs.get(key), list) and all(
+                type(x) in kinds for x in kwargs[key])):
+            raise codec.CodecError(f"{op}: {key} must be a list of numbers "
+                                   f"({' or '.join(k.__name__ for k in kinds)})")
 
 
 class LedgerService:

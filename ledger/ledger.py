@@ -747,6 +747,23 @@ class Ledger:
         return watermark.range_fingerprint(self._keys.noise_key, user_id, domain, stream_id,
                                            np.asarray(steps), np.asarray(values))
 
+    def range_fingerprints(self, domain: str, user_ids: Sequence[str], stream_ids: Sequence[str],
+                           steps: Any, values: Any, offsets: Sequence[int]) -> list[str]:
+        """`range_fingerprint` of many ranges at once (one call for a chunk's stream plans).
+
+        Range k is rows offsets[k]:offsets[k + 1] of `steps` and `values`, of
+        stream `stream_ids[k]` of user `user_ids[k]`.
+
+        Raises:
+            ParameterError: the arguments do not describe one range per user.
+            LedgerIntegrityError: the key file does not match the ledger's fingerprint.
+        """
+        check_id(domain, "domain")
+        self._require_key()
+        return watermark.range_fingerprints(self._keys.noise_key, domain, list(user_ids),
+                                            list(stream_ids), np.asarray(steps),
+                                            np.asarray(values), list(offsets))
+
     # ------------------------------------------------------------------ queries
 
     def balances(self, domain: str | None = None, *, where: Filter | None = None

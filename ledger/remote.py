@@ -419,6 +419,17 @@ class RemoteLedger:
                           stream_id=stream_id, steps=np.asarray(steps).tolist(),
                           values=np.asarray(values).tolist())
 
+    def range_fingerprints(self, domain: str, user_ids: Sequence[str], stream_ids: Sequence[str],
+                           steps: Any, values: Any, offsets: Sequence[int]) -> list[str]:
+        """Keyed fingerprints of many stream ranges in one call (`Ledger.range_fingerprints`)."""
+        import numpy as np
+
+        return self._call("range_fingerprints", domain=domain, user_ids=list(user_ids),
+                          stream_ids=list(stream_ids),
+                          steps=np.asarray(steps, dtype=np.int64).tolist(),
+                          values=np.asarray(values, dtype=np.float64).tolist(),
+                          offsets=[int(o) for o in offsets])
+
     # --------------------------------------------------------------- queries
 
     def balances(self, domain: str | None = None, *, where: Filter | None = None

@@ -45,7 +45,7 @@ from schemas.errors import ParameterError
 
 __all__ = ["StreamClaim", "StreamContinuityError", "StreamRange", "check_claims",
            "claim_detail", "claim_json", "claim_problem", "claim_problem_at", "load_ranges",
-           "range_fingerprint", "watermarks", "with_claims"]
+           "range_fingerprint", "range_fingerprints", "watermarks", "with_claims"]
 
 _FP_CONTEXT = "privpipe stream range v1"
 
@@ -110,6 +110,31 @@ def range_fingerprint(key: bytes, user_id: str, domain: str, stream_id: str,
     mac.update(np.ascontiguousarray(steps, dtype="<i8").tobytes())
     mac.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
     return mac.hexdigest()
+
+
+def range_fingerprints(key: bytes, domain: str, user_ids: Sequence[str],
+                       stream_ids: Sequence[str], steps: np.ndarray, values: np.ndarray,
+                       offsets: Sequence[int]) -> list[str]:
+    """`range_fingerprint` of each range k: rows offsets[k]:offsets[k + 1], of stream_ids[k].
+
+    Range k belongs to user `user_ids[k]`.
+
+    Raises:
+        ParameterError: the lists' lengths, the offsets (from 0, non-decreasing,
+            ending at the number of steps) or the steps and values do not agree.
+    """
+    n = len(user_ids)
+    bounds = [int(o) for o in offsets]
+    steps = np.ascontiguousarray(steps, dtype="<i8")
+    values = np.ascontiguousarray(values, dtype="<f8")
+    if (len(stream_ids) != n or len(bounds) != n + 1 or steps.ndim != 1
+            or values.shape != steps.shape or bounds[0] != 0 or bounds[-1] != steps.size
+            or any(b < a for a, b in zip(bounds, bounds[1:], strict=False))):
+        raise ParameterError("range_fingerprints: user_ids and stream_ids must list one "
+                             "range each, offsets run from 0 to the number of steps without "
+                             "decreasing, and steps and values have one entry per row")
+    return [range_fingerprint(key, u, domain, s, steps[a:b], values[a:b])
+            for u, s, a, b in zip(user_ids, stream_ids, bounds[:-1], bounds[1:], strict=True)]
 
 
 def claim_detail(claim: StreamClaim) -> dict[str, Any]:

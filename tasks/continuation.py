@@ -43,6 +43,7 @@ from ledger.remote import open_ledger
 from ledger.watermark import StreamRange
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
+from tasks.plan_fingerprints import Fingerprints, chunk_fingerprints, prior_ranges
 from tasks.stage import SeededSegment
 
 
@@ -138,13 +139,7 @@ def plan_stream(steps: np.ndarray, values: np.ndarray, history: list[StreamRange
             was never released, a gap after the watermark, another ε/w, or a
             rerun whose new range differs from the first run's.
     """
-    own = [r for r in history if r.release_id == release_id]
-    # a rerun plans against what the stream held when it first ran (the ledger
-    # lists ranges in entry order): ranges added by later releases do not count
-    cut = history.index(own[0]) if own else len(history)
-    prior = sorted((r for r in history[:cut] if r.release_id != release_id),
-                   key=lambda r: r.first_step)
-    watermark = max((r.last_step for r in prior), default=None)
+    own, prior, watermark = prior_ranges(history, release_id)
     segments, covered = _check_earlier(steps, values, prior, per_step, fingerprint)
     old = np.zeros(steps.size, dtype=bool) if watermark is None else steps <= watermark
     stray = old & ~covered
@@ -297,19 +292,19 @@ class _Chunk:
         return out
 
 
-def _user_plans(led: Any, domain: str, release_id: str, per_step: Fraction, user: str,
-                items: list[int], chunk: _Chunk,
+def _user_plans(fingerprints: list[Fingerprints], release_id: str, per_step: Fraction,
+                user: str, items: list[int], chunk: _Chunk,
                 history: dict[tuple[str, str], list[StreamRange]]) -> dict[str, StreamPlan]:
-    """The plans of one user's streams; a stream without released ranges takes `_first_plan`."""
+    """The plans of one user's streams; a stream without released ranges takes `_first_plan`.
+
+    `fingerprints[k]` holds stream k's range fingerprints (`chunk_fingerprints`).
+    """
     out = {}
     for k in items:
         sid = chunk.streams[k]
         steps = chunk.steps[chunk.offsets[k]:chunk.offsets[k + 1]]
         values = chunk.values[chunk.offsets[k]:chunk.offsets[k + 1]]
-
-        def fingerprint(st: np.ndarray, v: np.ndarray, sid: str = sid) -> str:
-            return led.range_fingerprint(user, domain, sid, st, v)
-
+        fingerprint = fingerprints[k]
         ranges = history.get((user, sid), [])
         if not ranges:
             out[sid] = _first_plan(release_id, steps, per_step,
@@ -367,10 +362,12 @@ def _plan_chunk(led: Any, domain: str, release_id: str, per_step: Fraction, chun
                 history: dict[tuple[str, str], list[StreamRange]], out: ReleasePlan) -> None:
     """Plan one chunk's users into `out` (requests, rejected, unchanged, plans)."""
     runs = chunk_runs(chunk.steps, np.asarray(chunk.offsets, dtype=np.int64))
+    fingerprints = chunk_fingerprints(led, domain, release_id, chunk.users, chunk.streams,
+                                      chunk.steps, chunk.values, chunk.offsets, history)
     chunk_plans: dict[str, dict[str, StreamPlan]] = {}
     for user, items in chunk.by_user():
         try:
-            plans = _user_plans(led, domain, release_id, per_step, user, items, chunk, history)
+            plans = _user_plans(fingerprints, release_id, per_step, user, items, chunk, history)
         except ContinuationError as err:
             out.rejected.append({"user_id": user, "reasons": [str(err)], "rules": [err.rule]})
             continue
@@ -395,7 +392,8 @@ def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
     but ledger requests, step ranges and release ids. A rejected user gets no
     request and no output, so nothing is charged for it. Cost: one ledger read
     (a join of the streams' keys with the released ranges) per HISTORY_KEYS
-    streams, one HMAC pass over each stream's values, and the step runs of a
+    streams, one HMAC pass over each stream's values (asked of the ledger a
+    few calls per chunk, `tasks.plan_fingerprints`), and the step runs of a
     chunk in one numpy pass; a stream the ledger never released skips the
     checks of earlier ranges (`_first_plan`: what `plan_stream` plans for it).
     """

@@ -213,6 +213,11 @@ class _FakeLedger:
     def range_fingerprint(self, user, domain, sid, steps, values):
         return fp(steps, values) + f":{user}:{sid}"
 
+    def range_fingerprints(self, domain, users, sids, steps, values, offsets):
+        self.fingerprint_calls = getattr(self, "fingerprint_calls", 0) + 1
+        return [self.range_fingerprint(u, domain, s, steps[a:b], values[a:b])
+                for u, s, a, b in zip(users, sids, offsets[:-1], offsets[1:], strict=True)]
+
 
 def _reference(users, ranges, rid):
     """Each stream planned alone by `plan_stream` (the pre-vectorised planner's loop)."""

@@ -1,0 +1,65 @@
+"""`range_fingerprints` through the ledger service: the same fingerprints in one call."""
+
+from __future__ import annotations
+
+import pytest
+from served_helpers import Served, serve_new_ledger
+
+from ledger.keys import key_path_for
+from ledger.remote import LedgerAccessError, RemoteLedger
+from ledger.remote_codec import CodecError
+from ledger.watermark import range_fingerprint
+from schemas.errors import ParameterError
+
+STEPS = [0, 1, 2, 10, 11, 40]
+VALUES = [0.25, 0.5, 0.1, 1.0, 0.0, 0.75]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Served:
+    served = serve_new_ledger(tmp_path_factory.mktemp("fingerprints"))
+    yield served
+    served.stop()
+
+
+def _as(served: Served, who: str) -> RemoteLedger:
+    return RemoteLedger(served.url, token=served.tokens[who], ca=str(served.ca))
+
+
+def test_each_range_gets_the_fingerprint_of_asking_for_it_alone(server):
+    import numpy as np
+
+    rel = _as(server, "rel-a")
+    key = bytes.fromhex(key_path_for(server.ledger).read_text().strip())
+    got = rel.range_fingerprints("power", ["u1", "u1", "u2"], ["s1", "s2", "s1"], STEPS, VALUES,
+                                 [0, 3, 5, 6])
+    want = [range_fingerprint(key, u, "power", s, np.array(STEPS[a:b]), np.array(VALUES[a:b]))
+            for u, s, a, b in (("u1", "s1", 0, 3), ("u1", "s2", 3, 5), ("u2", "s1", 5, 6))]
+    assert got == want
+    assert got[0] == rel.range_fingerprint("u1", "power", "s1", STEPS[:3], VALUES[:3])
+    assert len(set(got)) == 3
+
+
+def test_an_auditor_cannot_ask(server):
+    with pytest.raises(LedgerAccessError, match="releaser or admin"):
+        _as(server, "aud").range_fingerprints("power", ["u1"], ["s1"], [0], [0.5], [0, 1])
+
+
+@pytest.mark.parametrize("bad", [
+    {"offsets": [0, "1"]}, {"offsets": [0, 1.0]}, {"steps": [0.5]}, {"steps": [True]},
+    {"values": ["0.5"]}, {"values": [None]}, {"user_ids": [1]}, {"stream_ids": "s1"},
+    {"offsets": None},
+])
+def test_arguments_of_the_wrong_type_are_refused(server, bad):
+    args = {"domain": "power", "user_ids": ["u1"], "stream_ids": ["s1"], "steps": [0],
+            "values": [0.5], "offsets": [0, 1], **bad}
+    with pytest.raises(CodecError):
+        _as(server, "rel-a")._call("range_fingerprints", **args)
+
+
+@pytest.mark.parametrize("offsets", [[0, 2], [1, 1], [0, 1, 0], [0]])
+def test_offsets_that_do_not_describe_one_range_per_user_are_refused(server, offsets):
+    users = ["u1"] * (len(offsets) - 1) or ["u1"]
+    with pytest.raises(ParameterError, match="offsets run from 0"):
+        _as(server, "rel-a").range_fingerprints("power", users, ["s1"] * len(users), [0],
+                                                [0.5], offsets)
