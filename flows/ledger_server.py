@@ -65,6 +65,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ledger import remote_codec as codec
 from ledger.checks import check_id
 from ledger.errors import LedgerBusyError
@@ -174,11 +176,20 @@ def _check_args(op: str, kwargs: dict[str, Any]) -> None:
         if key in kwargs and not (isinstance(kwargs[key], list)
                                   and all(isinstance(x, str) for x in kwargs[key])):
             raise codec.CodecError(f"{op}: {key} must be a list of strings")
-    for key, kinds in (("offsets", (int,)), ("steps", (int,)), ("values", (int, float))):
-        if op == "range_fingerprints" and not (isinstance(kwargs.get(key), list) and all(
-                type(x) in kinds for x in kwargs[key])):
-            raise codec.CodecError(f"{op}: {key} must be a list of numbers "
-                                   f"({' or '.join(k.__name__ for k in kinds)})")
+    if op == "range_fingerprints":
+        _check_fingerprint_args(op, kwargs)
+
+
+def _check_fingerprint_args(op: str, kwargs: dict[str, Any]) -> None:
+    """offsets: a list of ints; steps and values: ``$i8`` and ``$f8`` arrays (the codec)."""
+    offsets = kwargs.get("offsets")
+    if not (isinstance(offsets, list) and all(type(x) is int for x in offsets)):
+        raise codec.CodecError(f"{op}: offsets must be a list of ints")
+    for key, kind in (("steps", "<i8"), ("values", "<f8")):
+        arr = kwargs.get(key)
+        if not (isinstance(arr, np.ndarray) and arr.dtype.str == kind and arr.ndim == 1):
+            raise codec.CodecError(f"{op}: {key} must be a {kind} array "
+                                   f"({'$i8' if kind == '<i8' else '$f8'})")
 
 
 class LedgerService:

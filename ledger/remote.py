@@ -426,8 +426,8 @@ class RemoteLedger:
 
         return self._call("range_fingerprints", domain=domain, user_ids=list(user_ids),
                           stream_ids=list(stream_ids),
-                          steps=np.asarray(steps, dtype=np.int64).tolist(),
-                          values=np.asarray(values, dtype=np.float64).tolist(),
+                          steps=np.ascontiguousarray(steps, dtype="<i8"),
+                          values=np.ascontiguousarray(values, dtype="<f8"),
                           offsets=[int(o) for o in offsets])
 
     # --------------------------------------------------------------- queries

@@ -16,6 +16,10 @@ small set of tags, and decoded back into the exact Python types:
   distinct value is encoded, decoded and type-checked once, so a shared `Cost`
   or amount costs one value on the wire, not one per row; what a column stands
   for once expanded is capped (`_MAX_EXPANDED`);
+- ``{"$f8": BASE64}`` / ``{"$i8": BASE64}``: a one-dimensional numpy array of
+  little-endian float64 / int64 (a stream's values and steps for
+  ``range_fingerprints``), its bytes in standard base64 (strict: the length a
+  multiple of 8 bytes), decoded read-only; every other array travels as a list;
 - ``{"$type": NAME, "fields": {...}}``: one of the record dataclasses named
   in `RECORDS` (requests, decisions, settlements, costs, heads, reports,
   filters, summaries, policy domains), and nothing else.
@@ -28,6 +32,8 @@ evaluated. Floats round-trip exactly (``json`` writes their shortest repr).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import functools
 import json
@@ -80,6 +86,9 @@ def encode(value: Any) -> Any:
     if isinstance(value, np.generic):
         return encode(value.item())
     if isinstance(value, np.ndarray):
+        tag = _ARRAY_TAGS.get(value.dtype.str if value.ndim == 1 else "")
+        if tag is not None:
+            return {tag: base64.b64encode(value.tobytes()).decode("ascii")}
         return [encode(v) for v in value.tolist()]
     if isinstance(value, list) and len(value) > 1 and _same_record(value):
         names = _shape(type(value[0]))[0]
@@ -168,6 +177,17 @@ def _fraction(text: Any) -> Fraction:
     return Fraction(int(num), int(den))
 
 
+def _array(tag: str, body: Any) -> np.ndarray:
+    """A ``$f8`` / ``$i8`` array: strict base64 of whole 8-byte items, read-only."""
+    try:
+        raw = base64.b64decode(body, validate=True) if isinstance(body, str) else None
+    except (ValueError, binascii.Error):
+        raw = None
+    if raw is None or len(raw) % 8:
+        raise CodecError(f"a {tag} array is the base64 of whole 8-byte items")
+    return np.frombuffer(raw, dtype=_ARRAY_DTYPES[tag])
+
+
 def _is_int(text: str) -> bool:
     return text.removeprefix("-").isdigit()
 
@@ -177,6 +197,8 @@ def _tagged(tag: str, body: Any, depth: int) -> Any:
         return _fraction(body)
     if tag == "$rows":
         return _rows(body, depth)
+    if tag in _ARRAY_DTYPES:
+        return _array(tag, body)
     if tag == "$tuple" and isinstance(body, list):
         return tuple(decode(v, depth + 1) for v in body)
     if tag == "$map" and isinstance(body, list):
@@ -221,6 +243,8 @@ def decode(raw: Any, depth: int = 0) -> Any:
     return {k: decode(v, depth + 1) for k, v in raw.items()}
 
 
+_ARRAY_DTYPES = {"$f8": np.dtype("<f8"), "$i8": np.dtype("<i8")}
+_ARRAY_TAGS = {d.str: tag for tag, d in _ARRAY_DTYPES.items()}
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "Fraction": Fraction}
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 _BY_VALUE = frozenset({str, int, bool, type(None), Fraction})

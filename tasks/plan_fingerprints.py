@@ -44,22 +44,25 @@ def prior_ranges(history: list[StreamRange], release_id: str
 
 
 def planned_slices(steps: np.ndarray, history: list[StreamRange], release_id: str
-                   ) -> list[np.ndarray]:
-    """Masks of `steps` whose fingerprints `plan_stream` may ask for, none empty.
+                   ) -> list[slice]:
+    """Row slices of `steps` whose fingerprints `plan_stream` may ask for, none empty.
 
     Each earlier range the input repeats (its steps present), then the steps
-    after the watermark (all of them for a stream never released).
+    after the watermark (all of them for a stream never released). `steps`
+    strictly increase (the ingest rule), so the rows of a step range are one
+    slice: the rows `plan_stream` selects with ``first <= steps <= last``.
     """
     _, prior, watermark = prior_ranges(history, release_id)
-    masks = []
+    out = []
     for r in prior:
-        sel = (steps >= r.first_step) & (steps <= r.last_step)
-        if sel.any():
-            masks.append(sel)
-    new = steps > watermark if watermark is not None else np.ones(steps.size, dtype=bool)
-    if new.any():
-        masks.append(new)
-    return masks
+        a = int(np.searchsorted(steps, r.first_step, side="left"))
+        b = int(np.searchsorted(steps, r.last_step, side="right"))
+        if b > a:
+            out.append(slice(a, b))
+    a = 0 if watermark is None else int(np.searchsorted(steps, watermark, side="right"))
+    if a < steps.size:
+        out.append(slice(a, int(steps.size)))
+    return out
 
 
 class Fingerprints:
@@ -96,25 +99,32 @@ def chunk_fingerprints(led: Any, domain: str, release_id: str, users: list[str],
     of `steps` and `values`. Privacy: as `Ledger.range_fingerprint` (the values
     go to the ledger, which holds the key; nothing is drawn).
     """
-    out = [Fingerprints() for _ in users]
-    pieces: list[tuple[int, np.ndarray, np.ndarray]] = []
+    owner, lo, hi = [], [], []  # each range: its stream, first row, row after its last
     for k, (user, sid) in enumerate(zip(users, streams, strict=True)):
-        st, v = steps[offsets[k]:offsets[k + 1]], values[offsets[k]:offsets[k + 1]]
-        pieces += [(k, st[m], v[m])
-                   for m in planned_slices(st, history.get((user, sid), []), release_id)]
-    start = 0
-    while start < len(pieces):
-        stop, size = start, 0
-        while stop < len(pieces) and (stop == start
-                                      or size + pieces[stop][1].size <= FINGERPRINT_BATCH_VALUES):
-            size += pieces[stop][1].size
-            stop += 1
-        batch = pieces[start:stop]
-        bounds = np.cumsum([0] + [p[1].size for p in batch]).tolist()
+        a, b = offsets[k], offsets[k + 1]
+        ranges = history.get((user, sid))
+        for sl in (planned_slices(steps[a:b], ranges, release_id) if ranges
+                   else [slice(0, b - a)] if b > a else []):
+            owner.append(k)
+            lo.append(a + sl.start)
+            hi.append(a + sl.stop)
+    ends = np.cumsum(np.subtract(hi, lo, dtype=np.int64))
+    out = [Fingerprints() for _ in users]
+    first = 0
+    while first < len(owner):
+        done = int(ends[first - 1]) if first else 0
+        stop = max(first + 1, int(np.searchsorted(ends, done + FINGERPRINT_BATCH_VALUES,
+                                                  side="right")))
+        rows = range(first, stop)
+        if hi[first:stop - 1] == lo[first + 1:stop]:  # consecutive rows (whole streams): views
+            st, v = steps[lo[first]:hi[stop - 1]], values[lo[first]:hi[stop - 1]]
+        else:
+            st = np.concatenate([steps[lo[i]:hi[i]] for i in rows])
+            v = np.concatenate([values[lo[i]:hi[i]] for i in rows])
         fps = led.range_fingerprints(
-            domain, [users[k] for k, _, _ in batch], [streams[k] for k, _, _ in batch],
-            np.concatenate([p[1] for p in batch]), np.concatenate([p[2] for p in batch]), bounds)
-        for (k, st, _), fp in zip(batch, fps, strict=True):
-            out[k].add(st, fp)
-        start = stop
+            domain, [users[owner[i]] for i in rows], [streams[owner[i]] for i in rows], st, v,
+            [0, *(ends[first:stop] - done).tolist()])
+        for i, fp in zip(rows, fps, strict=True):
+            out[owner[i]].add(steps[lo[i]:hi[i]], fp)
+        first = stop
     return out

@@ -151,3 +151,36 @@ def test_a_repeated_value_cannot_stand_for_more_than_a_plain_body(monkeypatch):
         monkeypatch.setattr(codec, "_MAX_EXPANDED", 1_000_000)
         with pytest.raises(codec.CodecError, match="stands for more than"):
             codec.loads(body)
+
+
+def test_int64_and_float64_arrays_travel_as_their_bytes():
+    """1-D <i8/<f8 arrays: base64 of their bytes, back bit for bit (-0.0, NaN, extremes)."""
+    import base64
+
+    import numpy as np
+
+    values = np.array([0.25, -0.0, 1e-310, np.nan, np.inf, -1.5e300, 0.1 + 0.2])
+    steps = np.array([0, -1, 2**62, -(2**63)], dtype=np.int64)
+    body = codec.dumps({"values": values, "steps": steps, "other": np.array([1, 2], np.int32)})
+    raw = json.loads(body)
+    assert raw["values"] == {"$f8": base64.b64encode(values.astype("<f8").tobytes()).decode()}
+    assert raw["other"] == [1, 2]  # any other array is a list, as before
+    got = codec.loads(body)
+    assert got["values"].dtype == np.dtype("<f8") and got["steps"].dtype == np.dtype("<i8")
+    assert got["values"].tobytes() == values.tobytes()
+    assert got["steps"].tolist() == steps.tolist()
+    assert not got["values"].flags.writeable
+    assert codec.dumps({"m": np.zeros((2, 2))}) == b'{"m":[[0.0,0.0],[0.0,0.0]]}'
+
+
+@pytest.mark.parametrize("tagged", [
+    {"$f8": "AAAAAAAA8D8"},  # unpadded
+    {"$f8": "AAAAAAAA8D8=!"},  # not base64
+    {"$f8": "AAAAAAAA"},  # 6 bytes
+    {"$i8": 5},
+    {"$i8": ["AAAAAAAAAAA="]},
+    {"$f4": "AAAAAA=="},
+])
+def test_malformed_arrays_are_refused(tagged):
+    with pytest.raises(codec.CodecError):
+        codec.loads(json.dumps({"x": tagged}).encode())

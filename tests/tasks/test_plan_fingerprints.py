@@ -33,7 +33,8 @@ class CountingLedger:
 
 
 def _history(rng, user, sid, steps, values):
-    """Random released ranges over a prefix of `steps` (some releases, one maybe this one)."""
+    """Random released ranges over a prefix of `steps` (some releases, one maybe this one,
+    some never recorded: their rows are neither a range nor new)."""
     out, start = [], 0
     while start < steps.size and rng.random() < 0.7:
         stop = min(steps.size, start + int(rng.integers(1, 30)))
@@ -42,8 +43,9 @@ def _history(rng, user, sid, steps, values):
         vals = values[start:stop].copy()
         if rng.random() < 0.1:
             vals[0] += 0.5  # a changed history: the plan must reject it
-        out.append(StreamRange(rid, int(st[0]), int(st[-1]), int(st.size),
-                               range_fingerprint(KEY, user, "d", sid, st, vals), EPS))
+        if rng.random() < 0.85:  # else a range the ledger never recorded: stray rows
+            out.append(StreamRange(rid, int(st[0]), int(st[-1]), int(st.size),
+                                   range_fingerprint(KEY, user, "d", sid, st, vals), EPS))
         start = stop
     return out
 
