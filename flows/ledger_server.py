@@ -52,6 +52,7 @@ checkpoint runs when that read ends (or after the next write, or at shutdown).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import inspect
@@ -178,6 +179,25 @@ def _check_args(op: str, kwargs: dict[str, Any]) -> None:
             raise codec.CodecError(f"{op}: {key} must be a list of strings")
     if op == "range_fingerprints":
         _check_fingerprint_args(op, kwargs)
+    elif _holds_array(kwargs):
+        raise codec.CodecError(f"{op}: only range_fingerprints takes $i8/$f8 arrays")
+
+
+def _holds_array(value: Any, depth: int = 0) -> bool:
+    """Whether a decoded argument holds a numpy array anywhere (records' fields included)."""
+    if isinstance(value, np.ndarray):
+        return True
+    if depth > 64:
+        return False  # the codec refuses deeper messages
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = (getattr(value, f.name) for f in dataclasses.fields(value))
+    else:
+        return False
+    return any(_holds_array(v, depth + 1) for v in items)
 
 
 def _check_fingerprint_args(op: str, kwargs: dict[str, Any]) -> None:
