@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "ledger"))
 
 from served_helpers import start_server  # noqa: E402
 
+from benchmarks.report import markdown_table  # noqa: E402
 from ledger import Ledger  # noqa: E402
 from ledger.remote import RemoteLedger  # noqa: E402
 from schemas.policy import parse_policy  # noqa: E402
@@ -92,9 +93,9 @@ def main() -> None:
         finally:
             served.stop()
     print(f"{n:,} streams x {m:,} steps, best of {args.repeats}\n")
-    print("| ledger | range by range s | batched s | ratio |\n|---|---|---|---|")
-    for name, one, batch in rows:
-        print(f"| {name} | {one:.2f} | {batch:.2f} | {one / batch:.1f}x |")
+    print(markdown_table(["ledger", "range by range s", "batched s", "ratio"],
+                         [[name, f"{one:.2f}", f"{batch:.2f}", f"{one / batch:.1f}x"]
+                          for name, one, batch in rows]))
 
 
 if __name__ == "__main__":

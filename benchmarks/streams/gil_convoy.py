@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from chunk_task import make_chunk  # noqa: E402
 
+from benchmarks.report import markdown_table  # noqa: E402
 from flows.switch_interval import CHUNK_SWITCH_INTERVAL  # noqa: E402
 from tasks.privatize import StreamSpec, privatize_stream_chunk  # noqa: E402
 
@@ -73,9 +75,9 @@ def main() -> None:
     sys.setswitchinterval(default)
     alone = rows[0][2]
     print(f"{args.streams:,} streams x {args.steps:,} steps, best of {args.repeats}\n")
-    print("| chunk task | switch interval ms | s | to alone |\n|---|---|---|---|")
-    for name, interval, t in rows:
-        print(f"| {name} | {interval * 1e3:g} | {t:.3f} | {t / alone:.2f}x |")
+    print(markdown_table(["chunk task", "switch interval ms", "s", "to alone"],
+                         [[name, f"{interval * 1e3:g}", f"{t:.3f}", f"{t / alone:.2f}x"]
+                          for name, interval, t in rows]))
 
 
 if __name__ == "__main__":

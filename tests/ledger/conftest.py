@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from ledger_helpers import POLICY, POLICY_ENTRIES, copy_tree, sha_of
+from served_helpers import serve_new_ledger
 
 from ledger import Ledger
 from schemas.policy import parse_policy
@@ -14,6 +15,14 @@ from schemas.policy import parse_policy
 @pytest.fixture
 def policy():
     return parse_policy(POLICY, source="test-policy")
+
+
+@pytest.fixture(scope="module")
+def new_served(tmp_path_factory):
+    """A new ledger with POLICY, served (`served_helpers.serve_new_ledger`), for one module."""
+    served = serve_new_ledger(tmp_path_factory.mktemp("served"))
+    yield served
+    served.stop()
 
 
 @pytest.fixture

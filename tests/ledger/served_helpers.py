@@ -171,3 +171,10 @@ def serve_new_ledger(tmp: Path, extra: tuple[str, ...] = ()) -> Served:
     path = tmp / "led" / "ledger.duckdb"
     Ledger.init(path, actor="pytest").apply_policy(parse_policy(POLICY, source="p"))
     return start_server(path, tmp, extra=extra)
+
+
+def client(served: Served, who: str):
+    """A `RemoteLedger` of `served` with the credential `who` (a name of `write_clients`)."""
+    from ledger.remote import RemoteLedger
+
+    return RemoteLedger(served.url, token=served.tokens[who], ca=str(served.ca))

@@ -13,22 +13,15 @@ import json
 from fractions import Fraction
 
 import pytest
-from served_helpers import Served, serve_new_ledger
+from served_helpers import Served, client
 
 from ledger import Request
 from ledger.keys import key_path_for
 from ledger.remote import LedgerAccessError, RemoteLedger
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Served:
-    served = serve_new_ledger(tmp_path_factory.mktemp("recheck"))
-    yield served
-    served.stop()
-
-
 def _as(served: Served, who: str) -> RemoteLedger:
-    return RemoteLedger(served.url, token=served.tokens[who], ca=str(served.ca))
+    return client(served, who)
 
 
 def _expected(noise_key: bytes, rid: str, chunk: int) -> str:
@@ -37,16 +30,16 @@ def _expected(noise_key: bytes, rid: str, chunk: int) -> str:
     return hmac.new(noise_key, msg, hashlib.sha256).hexdigest()
 
 
-def test_the_owner_gets_the_keys_of_its_release_and_no_one_else(server):
-    rel = _as(server, "rel-a")
+def test_the_owner_gets_the_keys_of_its_release_and_no_one_else(new_served):
+    rel = _as(new_served, "rel-a")
     rel.reserve("rk1", [Request("u1", "ais", amount=Fraction(1, 4))], mechanism="curves_gp",
                 parameters={"epsilon": "1/4"})
-    noise_key = bytes.fromhex(key_path_for(server.ledger).read_text().strip())
+    noise_key = bytes.fromhex(key_path_for(new_served.ledger).read_text().strip())
     got = rel.recheck_keys("rk1", [0, 3])
     assert got == [_expected(noise_key, "rk1", 0), _expected(noise_key, "rk1", 3)]
     for who in ("rel-b", "aud"):
         with pytest.raises(LedgerAccessError):
-            _as(server, who).recheck_keys("rk1", [0])
+            _as(new_served, who).recheck_keys("rk1", [0])
     with pytest.raises(LedgerAccessError, match="reserved"):  # nobody reserved it yet
         rel.recheck_keys("never-reserved", [0])
     from ledger.remote_codec import CodecError
