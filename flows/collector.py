@@ -20,26 +20,40 @@ release's data or its privacy: only when unreachable cycles are freed.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from contextlib import AbstractContextManager
-
-from flows.process_setting import ProcessSetting
+import threading
+from collections.abc import Iterator
 
 #: Collector thresholds while a release runs (CPython's defaults: 700, 10, 10).
 RELEASE_THRESHOLDS = (50_000, 10, 10)
 
-_THRESHOLDS: ProcessSetting[tuple[int, int, int]] = ProcessSetting(
-    gc.get_threshold, lambda t: gc.set_threshold(*t),
-    lambda found: tuple(max(a, b) for a, b in zip(RELEASE_THRESHOLDS, found, strict=True)))
+_lock = threading.Lock()
+_depth = 0
+_saved: tuple[int, int, int] | None = None
 
 
-def fewer_collections() -> AbstractContextManager[None]:
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
     """Run the block with `RELEASE_THRESHOLDS`, then restore the thresholds found.
 
     Process-wide (the collector has no per-thread setting); nested or
     concurrent blocks share one setting, and the thresholds in force before
-    the first block are restored when the last one ends, however it ends
-    (`flows.process_setting`). Thresholds already higher than these (set by
-    the caller) are kept.
+    the first block are restored when the last one ends, however it ends.
+    Thresholds already higher than these (set by the caller) are kept.
     """
-    return _THRESHOLDS.held()
+    global _depth, _saved
+    with _lock:
+        if _depth == 0:
+            _saved = gc.get_threshold()
+            gc.set_threshold(*(max(a, b) for a, b in zip(RELEASE_THRESHOLDS, _saved,
+                                                          strict=True)))
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _saved is not None:
+                gc.set_threshold(*_saved)
+                _saved = None

@@ -13,26 +13,40 @@ no result depends on it (the draws are keyed per segment, whatever the order).
 
 `sys.setswitchinterval` is process-wide: nested or concurrent releases in one
 process share the setting, the first to enter sets it and the last to leave
-restores what was there before (`flows.process_setting`).
+restores what was there before.
 """
 
 from __future__ import annotations
 
 import sys
-from contextlib import AbstractContextManager
-
-from flows.process_setting import ProcessSetting
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 __all__ = ["CHUNK_SWITCH_INTERVAL", "short_switch_interval"]
 
 #: The switch interval (seconds) while chunk tasks run (CPython's default is 0.005).
 CHUNK_SWITCH_INTERVAL = 0.0005
 
-_INTERVAL: ProcessSetting[float] = ProcessSetting(
-    sys.getswitchinterval, sys.setswitchinterval,
-    lambda found: min(CHUNK_SWITCH_INTERVAL, found))
+_lock = threading.Lock()
+_holders = 0
+_saved: float | None = None
 
 
-def short_switch_interval() -> AbstractContextManager[None]:
-    """Run the block with a switch interval of at most `CHUNK_SWITCH_INTERVAL`, then restore it."""
-    return _INTERVAL.held()
+@contextmanager
+def short_switch_interval(seconds: float = CHUNK_SWITCH_INTERVAL) -> Iterator[None]:
+    """Run the block with the interpreter's switch interval at most `seconds`, then restore it."""
+    global _holders, _saved
+    with _lock:
+        if _holders == 0:
+            _saved = sys.getswitchinterval()
+            sys.setswitchinterval(min(seconds, _saved))
+        _holders += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _holders -= 1
+            if _holders == 0 and _saved is not None:
+                sys.setswitchinterval(_saved)
+                _saved = None
