@@ -46,7 +46,6 @@ from flows.release_stages import (
     stage,
 )
 from flows.run_labels import run_name
-from flows.switch_interval import short_switch_interval
 from ledger.remote import open_ledger
 from schemas.errors import ParameterError
 from schemas.names import check_name
@@ -120,9 +119,8 @@ def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dic
             signals.log_admission(run.rid, len(admission.admitted), len(admission.denied))
             appender = ParquetAppender(staging / "outputs")
             outputs = ChunkOutputs(run, appender)
-            with short_switch_interval():
-                window = run_chunks(run, admission.admitted, outputs)
-                settle(run, window)
+            window = run_chunks(run, admission.admitted, outputs)
+            settle(run, window)
             post = kind.post_process(run, window.results, appender)
             res = publish(run, appender, admission, post, outputs)
             signals.published(res, lambda: run.ledger.near_cap_users(run.rid, dom.name))

@@ -313,31 +313,3 @@ def test_settle_batches_grow_with_what_is_settled(curves_csv, policy_file, ledge
     bal = {r["user_id"]: float(r["spent"]) for r in Ledger(ledger_path).balances("tracks")}
     assert bal == {f"user-{u}": 0.5 * (1 + u % 2) for u in range(6)}
     assert Ledger(ledger_path).verify().ok
-
-
-def test_chunk_tasks_run_with_the_short_switch_interval(streams_csv, policy_file, ledger_path,
-                                                        tmp_path, monkeypatch):
-    """The chunk phase runs under `flows.switch_interval` and the interval is restored after."""
-    import sys
-
-    import flows.release as release_module
-    from flows.switch_interval import CHUNK_SWITCH_INTERVAL
-
-    seen = []
-    real = release_module.run_chunks
-
-    def spy(*args, **kwargs):
-        seen.append(sys.getswitchinterval())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(release_module, "run_chunks", spy)
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(0.005)
-    try:
-        release_streams(input_path=str(streams_csv), domain="meters", epsilon="2",
-                        out_dir=str(tmp_path), ledger_path=str(ledger_path),
-                        policy_path=str(policy_file), reconstruct="none")
-        assert seen == [pytest.approx(CHUNK_SWITCH_INTERVAL)]
-        assert sys.getswitchinterval() == pytest.approx(0.005)
-    finally:
-        sys.setswitchinterval(before)
