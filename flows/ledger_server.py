@@ -205,11 +205,11 @@ def _check_fingerprint_args(op: str, kwargs: dict[str, Any]) -> None:
     offsets = kwargs.get("offsets")
     if not (isinstance(offsets, list) and all(type(x) is int for x in offsets)):
         raise codec.CodecError(f"{op}: offsets must be a list of ints")
-    for key, kind in (("steps", "<i8"), ("values", "<f8")):
+    for key, tag in (("steps", "$i8"), ("values", "$f8")):
         arr = kwargs.get(key)
-        if not (isinstance(arr, np.ndarray) and arr.dtype.str == kind and arr.ndim == 1):
-            raise codec.CodecError(f"{op}: {key} must be a {kind} array "
-                                   f"({'$i8' if kind == '<i8' else '$f8'})")
+        if not (isinstance(arr, np.ndarray) and arr.ndim == 1
+                and arr.dtype == codec.ARRAY_DTYPES[tag]):
+            raise codec.CodecError(f"{op}: {key} must be a {tag} array")
 
 
 class LedgerService:

@@ -185,7 +185,7 @@ def _array(tag: str, body: Any) -> np.ndarray:
         raw = None
     if raw is None or len(raw) % 8:
         raise CodecError(f"a {tag} array is the base64 of whole 8-byte items")
-    return np.frombuffer(raw, dtype=_ARRAY_DTYPES[tag])
+    return np.frombuffer(raw, dtype=ARRAY_DTYPES[tag])
 
 
 def _is_int(text: str) -> bool:
@@ -197,7 +197,7 @@ def _tagged(tag: str, body: Any, depth: int) -> Any:
         return _fraction(body)
     if tag == "$rows":
         return _rows(body, depth)
-    if tag in _ARRAY_DTYPES:
+    if tag in ARRAY_DTYPES:
         return _array(tag, body)
     if tag == "$tuple" and isinstance(body, list):
         return tuple(decode(v, depth + 1) for v in body)
@@ -243,8 +243,9 @@ def decode(raw: Any, depth: int = 0) -> Any:
     return {k: decode(v, depth + 1) for k, v in raw.items()}
 
 
-_ARRAY_DTYPES = {"$f8": np.dtype("<f8"), "$i8": np.dtype("<i8")}
-_ARRAY_TAGS = {d.str: tag for tag, d in _ARRAY_DTYPES.items()}
+ARRAY_DTYPES = {"$f8": np.dtype("<f8"), "$i8": np.dtype("<i8")}
+"""The array tags and the numpy dtype each stands for."""
+_ARRAY_TAGS = {d.str: tag for tag, d in ARRAY_DTYPES.items()}
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "Fraction": Fraction}
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 _BY_VALUE = frozenset({str, int, bool, type(None), Fraction})
@@ -409,5 +410,5 @@ def field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init]
 
 
-__all__ = ["RECORDS", "CodecError", "decode", "dumps", "encode", "field_names", "loads"
-           ]
+__all__ = ["ARRAY_DTYPES", "RECORDS", "CodecError", "decode", "dumps", "encode", "field_names",
+           "loads"]
