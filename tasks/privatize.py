@@ -25,7 +25,7 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from files.staging import repeat_ids, repeat_ids_encoded
+from files.staging import repeat_ids_encoded
 from mechanisms import registry
 from mechanisms.cost import Cost, WEventCost, exact, float_at_most
 from mechanisms.curves import CurveBatch, PrivateFunction, PrivateFunctionBatch, noise_scale
@@ -436,8 +436,8 @@ def privatize_stream_chunk(chunk: StreamChunk, spec: StreamSpec) -> ChunkResult:
               else [0.0])
     counts = np.diff(chunk.offsets)
     table = pa.table({
-        "user_id": repeat_ids(list(chunk.user_ids), counts),
-        "stream_id": repeat_ids(list(chunk.stream_ids), counts),
+        "user_id": repeat_ids_encoded(chunk.user_ids, counts),
+        "stream_id": repeat_ids_encoded(chunk.stream_ids, counts),
         "step": pa.array(np.asarray(chunk.steps, dtype=np.int64)),
         "y": pa.array(y),
     })

@@ -53,7 +53,7 @@ _TABLES = {"curves": ("values", "segments", "curves"), "streams": ("samples",)}
 def expected_schemas(kind: str, value_columns: tuple[str, ...]) -> dict[str, pa.Schema]:
     """The exact schema of each output table of a chunk (`tasks.privatize`'s tables)."""
     if kind == "streams":
-        return {"samples": pa.schema([("user_id", pa.string()), ("stream_id", pa.string()),
+        return {"samples": pa.schema([("user_id", _IDS), ("stream_id", _IDS),
                                       ("step", pa.int64()), ("y", pa.float64())])}
     text, f64 = pa.string(), pa.float64()
     return {
