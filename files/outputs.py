@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -36,6 +37,9 @@ ROW_GROUP_ROWS = 1 << 19
 A public constant: row-group boundaries never follow chunks, users or sample
 counts, so they reveal nothing beyond the total row count (see the module's
 layout rule). 524,288 rows keep a group's buffered columns to tens of MB."""
+
+ENCODERS = 2
+"""Threads that encode one chunk's output files at once (`ParquetAppender.add_tables`)."""
 
 
 def _is_floating(typ: pa.DataType) -> bool:
@@ -205,6 +209,7 @@ class ParquetAppender:
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
         self._writers: dict[str, tuple[RowGroupWriter, NewFile]] = {}
+        self._encoders: ThreadPoolExecutor | None = None
 
     def add(self, name: str, chunk_path: str, *, remove: bool = True) -> None:
         """Append one chunk file (an Arrow IPC file) to output `name`."""
@@ -214,14 +219,43 @@ class ParquetAppender:
 
     def add_table(self, name: str, table: pa.Table) -> None:
         """Append one chunk's table (as a mechanism task returns it) to output `name`."""
+        entry = self._entry(name, table.schema)
+        with disk_errors(entry[1].path):
+            entry[0].write(table)
+
+    def add_tables(self, tables: dict[str, pa.Table]) -> None:
+        """`add_table` for each output of one chunk, encoded at once on `ENCODERS` threads.
+
+        Parquet encoding and compression run without the GIL, so a chunk's
+        files (a stream chunk's samples and samples_units) are encoded in
+        parallel instead of one after the other. Each file still gets its
+        tables in call order (one thread per file per call, and the call
+        returns only when every file is written), so the bytes are those of
+        `add_table` in a loop. The first error is raised once every file's
+        write has ended.
+        """
+        if len(tables) < 2:
+            for name, table in tables.items():
+                self.add_table(name, table)
+            return
+        for name, table in tables.items():
+            self._entry(name, table.schema)  # created here: the threads only write
+        if self._encoders is None:
+            self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="privpipe-encode")
+        futures = [self._encoders.submit(self.add_table, name, table)
+                   for name, table in tables.items()]
+        wait(futures)
+        for future in futures:
+            future.result()
+
+    def _entry(self, name: str, schema: pa.Schema) -> tuple[RowGroupWriter, NewFile]:
         entry = self._writers.get(name)
         if entry is None:
             make_dirs(self.directory)
             new = NewFile(self.directory / f"{name}.parquet")
-            entry = (RowGroupWriter(new.file, table.schema), new)
+            entry = (RowGroupWriter(new.file, schema), new)
             self._writers[name] = entry
-        with disk_errors(entry[1].path):
-            entry[0].write(table)
+        return entry
 
     def __contains__(self, name: str) -> bool:
         return name in self._writers
@@ -240,6 +274,9 @@ class ParquetAppender:
 
     def close(self) -> None:
         """Abandon every unfinished output (their temporary files are deleted)."""
+        if self._encoders is not None:
+            self._encoders.shutdown(wait=True)
+            self._encoders = None
         for writer, new in self._writers.values():
             with contextlib.suppress(OSError):  # e.g. a full disk: the file is deleted next
                 writer.abandon()

@@ -239,7 +239,8 @@ class ChunkOutputs:
     Chunk outputs come back from the tasks in memory and are appended to the
     release's Parquet files as chunks finish (in chunk order), overlapping the
     encoding with the mechanism tasks (a stream release's ``samples_units``
-    too, `tasks.user_units.samples_units`); what the kind post-processes is kept in
+    too, `tasks.user_units.samples_units`; a chunk's files are encoded in
+    parallel, `ParquetAppender.add_tables`); what the kind post-processes is kept in
     this process's private staging dir (`ReleaseKind.stash`).
     """
 
@@ -256,12 +257,12 @@ class ChunkOutputs:
                 or settled.
         """
         check_claims(self._run, res)
-        for name in self._run.kind.streamed:
-            self._appender.add_table(name, res.tables[name])
+        tables = {name: res.tables[name] for name in self._run.kind.streamed}
         if "samples" in res.tables:
             units = samples_units(res.tables["samples"], self._run.dom, self._run.parameters)
             if units is not None:
-                self._appender.add_table("samples_units", units)
+                tables["samples_units"] = units
+        self._appender.add_tables(tables)
         self._run.kind.stash(res, self._run)
         self.bounds.add(res.error_bounds)
         self.rms.add(res.rms_bounds)

@@ -108,6 +108,53 @@ def test_row_groups_have_a_fixed_size_whatever_the_chunks_the_rows_came_in(tmp_p
     assert len(digests) == 1, "the bytes follow the chunks the rows came in"
 
 
+def _chunk_tables(i, rows):
+    """Two outputs of chunk `i`, as a stream task and `samples_units` give them."""
+    rng = np.random.default_rng(i)
+    users = [f"u{i}-{k}" for k in range(3)]
+    counts = [rows // 3, rows // 3, rows - 2 * (rows // 3)]
+    ids = repeat_ids_encoded(users, counts)
+    return {"samples": pa.table({"user_id": ids, "step": pa.array(np.arange(rows)),
+                                 "y": pa.array(rng.random(rows))}),
+            "samples_units": pa.table({"user_id": ids, "value": pa.array(rng.normal(size=rows))})}
+
+
+def test_add_tables_writes_the_bytes_of_add_table_in_a_loop(tmp_path, monkeypatch):
+    import threading
+
+    import files.outputs as outputs
+
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)  # row groups cut across chunks
+    seen = set()
+    write = outputs.RowGroupWriter.write
+
+    def spy(self, table):
+        seen.add(threading.current_thread().name.split("_")[0])
+        write(self, table)
+
+    monkeypatch.setattr(outputs.RowGroupWriter, "write", spy)
+    digests = {}
+    for how in ("loop", "parallel"):
+        app = ParquetAppender(tmp_path / how / "staging")
+        for i, rows in enumerate([700, 1500, 20, 2600]):
+            tables = _chunk_tables(i, rows)
+            if how == "loop":
+                for name, table in tables.items():
+                    app.add_table(name, table)
+            else:
+                app.add_tables(tables)
+        digests[how] = {n: hashlib.sha256(_finished(app, n, tmp_path / how)).hexdigest()
+                        for n in ("samples", "samples_units")}
+        app.close()
+    assert digests["parallel"] == digests["loop"]
+    assert seen == {"MainThread", "privpipe-encode"}, seen
+
+
+def _finished(app, name, where):
+    assert app.finish(name, where / f"{name}.parquet") == 4820
+    return (where / f"{name}.parquet").read_bytes()
+
+
 def test_curve_and_stream_chunks_round_trip_privately(tmp_path):
     users = [UserCurves("a", [Curve("c1", np.array([0.0, 1.0]), np.array([[1.0, 2.0], [3.0, 4.0]])),
                               Curve("c2", np.array([0.0, 2.0, 3.0]), np.ones((3, 2)))], ""),
@@ -281,6 +328,23 @@ def test_full_disk_while_appending_parquet_names_the_output(tmp_path, full_disk)
     app.close()
     assert list((tmp_path / "staging").iterdir()) == []
     assert not (tmp_path / "values.parquet").exists()
+
+
+def test_full_disk_while_encoding_in_parallel_names_the_output_and_leaves_nothing(
+        tmp_path, full_disk, monkeypatch):
+    import files.outputs as outputs
+    from schemas.errors import FileSystemError
+
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 50)  # each add writes row groups
+    _FullDisk.room = 10**9
+    app = ParquetAppender(tmp_path / "staging")
+    app.add_tables(_chunk_tables(0, 90))
+    _FullDisk.room = 0
+    with pytest.raises(FileSystemError, match=r"samples(_units)?\.parquet"):
+        app.add_tables(_chunk_tables(1, 90))
+    app.close()
+    assert list((tmp_path / "staging").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["staging"]
 
 
 def test_output_modes_follow_privpipe_umask(tmp_path, monkeypatch):
