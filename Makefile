@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 # setup.py and the C source: a changed kernel is rebuilt before the next run or test.
 # compileall writes the editable sources' bytecode, as pip does for installed
 # packages: an environment with PYTHONDONTWRITEBYTECODE would compile them at every command.
-$(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/_evaluate.c
+$(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/_evaluate.c \
+		tasks/_keystream.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat

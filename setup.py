@@ -3,7 +3,10 @@
 Two kernels of the curve mechanisms, each one pass over the samples in plain C
 against the Python C API (buffers, no numpy headers):
 `mechanisms/curves/_forest.c` (the dyadic forest's leaf sums) and
-`mechanisms/curves/_evaluate.c` (piecewise Legendre functions at given times).
+`mechanisms/curves/_evaluate.c` (piecewise Legendre functions at given times);
+and `tasks/_keystream.c`, the ChaCha20 uniforms of a chunk of stream segments
+(the same doubles as randomgen's ChaCha and numpy's Generator.random,
+tests/tasks/test_keystream_kernel.py).
 They are built by `pip install` (the Makefile's set-up) with the machine's C
 compiler. -O3 lets the compiler vectorise the per-piece loops; -ffp-contract=off forbids fused
 multiply-adds and -fno-fast-math any reassociation, so each result is the same
@@ -20,4 +23,5 @@ setup(ext_modules=[
               extra_compile_args=_FLAGS),
     Extension("mechanisms.curves._evaluate", sources=["mechanisms/curves/_evaluate.c"],
               extra_compile_args=_FLAGS),
+    Extension("tasks._keystream", sources=["tasks/_keystream.c"], extra_compile_args=_FLAGS),
 ])

@@ -3,8 +3,9 @@
 Each output segment of a (user, stream) is drawn from its own ChaCha20
 keystream, keyed by HMAC-SHA256(segment seed, stream id)
 (`tasks.continuation.stream_rng`). Here those keystreams fill one array of
-uniforms, each segment's at its values' positions (one re-keyed generator,
-`tasks.keyed_rng.rekey`, one ``random(out=...)`` per segment and uniform row),
+uniforms, each segment's at its values' positions (one call of the C kernel
+`tasks/_keystream.c` for the chunk: the doubles of one re-keyed generator,
+`tasks.keyed_rng.rekey`, with one ``random(out=...)`` per segment and uniform row),
 then the registered randomizer (`registry.StreamMechanism.run_uniforms`) and the
 release grid run once over the chunk. Every value is the same double the
 stream-by-stream draw gives (``entry.run(values, rng=stream_rng(seed, id))``
@@ -23,6 +24,7 @@ import numpy as np
 
 from mechanisms.cost import StepRun, WEventCost, float_at_most
 from mechanisms.safe_sampling import snap_to_grid
+from tasks._keystream import fill_uniforms
 from tasks.continuation import stream_key
 from tasks.keyed_rng import rekey, release_generator
 from tasks.stage import StreamChunk, contiguous_ranges
@@ -83,7 +85,24 @@ def _segment_bounds(chunk: StreamChunk) -> tuple[np.ndarray, list[tuple[int, Any
 
 def _keyed_uniforms(chunk: StreamChunk, bounds: np.ndarray, flat: list[tuple[int, Any]],
                     rows: int) -> np.ndarray:
-    """(rows, P) uniforms: each segment's keystream at its rows, `rows` blocks in draw order."""
+    """(rows, P) uniforms: each segment's keystream at its rows, `rows` blocks in draw order.
+
+    One call of the C kernel (`tasks._keystream.fill_uniforms`, without the
+    GIL) for the whole chunk: the same doubles as re-keying one
+    ``release_generator`` per segment and calling ``random(out=u[r, lo:hi])``
+    for each row r (`uniforms_by_generator`, the tests' reference).
+    """
+    u = np.empty((rows, np.asarray(chunk.values).size), dtype=np.float64)
+    keys = b"".join(stream_key(g.seed, chunk.stream_ids[s]).to_bytes(32, "little")
+                    for s, g in flat)
+    fill_uniforms(np.frombuffer(keys, dtype="<u4").reshape(-1, 8),
+                  np.ascontiguousarray(bounds, dtype=np.int64).reshape(-1, 2), u)
+    return u
+
+
+def uniforms_by_generator(chunk: StreamChunk, bounds: np.ndarray, flat: list[tuple[int, Any]],
+                          rows: int) -> np.ndarray:
+    """`_keyed_uniforms` through randomgen's ChaCha generator, one segment and row at a time."""
     u = np.empty((rows, np.asarray(chunk.values).size), dtype=np.float64)
     gen = None  # built from the first segment's key, re-keyed for each next one
     for (lo, hi), (s, g) in zip(bounds.tolist(), flat, strict=True):
