@@ -38,6 +38,7 @@ from files.staging import read_arrow, write_arrow
 from mechanisms.cost import float_at_most
 from schemas.policy import Domain
 from tasks.ledger_ops import by_user, plan_requests
+from tasks.population_scan import ScanSums
 from tasks.privatize import (
     ChunkResult,
     CurveSpec,
@@ -176,6 +177,7 @@ class StreamRelease:
         self.spec, self.population_period = spec, population_period
         self._published_samples: dict[str, str] | None = None
         self._repeats: dict[int, list[tuple[str, str, str, int, int]]] = {}
+        self._summed: ScanSums | None = None  # the population view's sums, chunk by chunk
         self.amount: Fraction | None = None  # charged per step, by window (w-event)
         self.beta: float | None = None  # Square Wave outputs carry no (1-β) bound
 
@@ -249,7 +251,8 @@ class StreamRelease:
         Every range the chunk repeats must equal the samples its release
         published (`tasks.stream_redraw`: otherwise the release stops before
         publishing anything); the samples are kept in private staging for the
-        reconstruction (CPR only).
+        reconstruction (CPR only), and summed for the population view
+        (`tasks.population_scan.ScanSums`, reports of the Square Wave law only).
         """
         from tasks.stream_redraw import check_redraws
 
@@ -259,6 +262,10 @@ class StreamRelease:
             check_redraws(res.tables["samples"], ranges, self._published(run))
         if self._keep_samples:
             write_arrow(res.tables["samples"], _samples_path(run.staging, res.index))
+        if self._summed is None and "cpr" in self.spec.entry.reconstructions:
+            self._summed = ScanSums(float_at_most(self.spec.epsilon_per_step))
+        if self._summed is not None:
+            self._summed.add(res.tables["samples"])
 
     def repeated(self, run: ReleaseRun, index: int) -> list[tuple[str, str, str, int, int]]:
         """(user, stream, release, first, last) of each range chunk `index` repeats.
@@ -347,7 +354,7 @@ class StreamRelease:
             history=post.history, history_skipped=post.history_skipped,
             value_range=run.dom.value_range, value_unit=run.dom.value_unit,
             population_period=self.population_period, users_released=users_released,
-            mechanism=self.spec.mechanism)
+            mechanism=self.spec.mechanism, summed=self._summed)
 
 
 def _recheck_keys(run: ReleaseRun, indices: list[int]) -> dict[int, bytes]:

@@ -38,7 +38,7 @@ from prefect import task
 from files.safe_files import make_dirs, write_file
 from mechanisms.reconstruct import population_distribution, population_mean
 from schemas.errors import ParameterError
-from tasks.population_scan import cell_tables, scan_sums
+from tasks.population_scan import ScanSums, cell_tables, scan_sums
 
 #: rows read per chunk (every report of a chunk's steps or phases)
 CHUNK_ROWS = 2_000_000
@@ -167,22 +167,46 @@ def _open(samples_path: str, users: list[str] | None, min_users: int
     return con, int(n_users), int(n_rows), int(n_steps)
 
 
+def _summed_or_open(summed: ScanSums | None, samples_path: str, users: list[str] | None,
+                    min_users: int, epsilon_per_step: float
+                    ) -> tuple[duckdb.DuckDBPyConnection, int, int, int, bool | None]:
+    """`_open`'s connection and counts, from `summed` when it holds valid sums of every user.
+
+    The last item is True when the connection already holds `scan_sums`'
+    tables (from `summed`), None when they are still to be scanned.
+    """
+    con = (summed.tables() if summed is not None and users is None
+           and summed.epsilon_per_step == epsilon_per_step else None)
+    if con is None:
+        return (*_open(samples_path, users, min_users), None)
+    n_rows, n_steps = con.execute("SELECT sum(n)::BIGINT, count(*) FROM population_moments"
+                                  ).fetchall()[0]
+    if summed.users < min_users:
+        raise ParameterError(f"the population view needs at least {min_users} released users in "
+                             f"the group; {summed.users} were released")
+    return con, summed.users, int(n_rows), int(n_steps), True
+
+
 def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: float,
                        value_range: tuple[float, float] | None, value_unit: str,
                        period: int | None = None, users: list[str] | None = None,
-                       min_users: int = 20, confidence: float = 0.95) -> dict[str, Any]:
+                       min_users: int = 20, confidence: float = 0.95,
+                       summed: ScanSums | None = None) -> dict[str, Any]:
     """Write the population tables and plots of one stream release; return a summary.
 
-    Privacy: post-processing of the release's ε-w-event LDP Square Wave
-    reports and public parameters (ε/w, step indices, value range, period):
-    charges nothing and reads no raw data. Cost: O(reports) plus one EM per
-    step and per phase.
+    `summed`: the release's reports already summed chunk by chunk (all its
+    users, at `epsilon_per_step`): used instead of a scan of `samples_path`
+    when valid (the same tables). Privacy: post-processing of the release's
+    ε-w-event LDP Square Wave reports and public parameters (ε/w, step
+    indices, value range, period): charges nothing and reads no raw data.
+    Cost: O(reports) plus one EM per step and per phase.
     """
     if min_users < 1:
         raise ParameterError("min_users must be >= 1")
     if period is not None and period < 1:
         raise ParameterError("period must be >= 1")
-    con, n_users, n_rows, n_steps = _open(samples_path, users, min_users)
+    con, n_users, n_rows, n_steps, sums = _summed_or_open(summed, samples_path, users, min_users,
+                                                          epsilon_per_step)
     out = Path(out_dir)
     make_dirs(out / "population")
     to_units = _scale(value_range)
@@ -190,7 +214,8 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
     tables: dict[str, pd.DataFrame] = {}
     try:
         cuts = [("step", None, n_steps)] + ([("phase", period, period)] if period else [])
-        sums = scan_sums(con, epsilon_per_step)  # one pass; None: report by report
+        if sums is None:
+            sums = scan_sums(con, epsilon_per_step)  # one pass; None: report by report
         for cell, per, n_cells in cuts:
             mean, dist = (_cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
                           if sums is None else

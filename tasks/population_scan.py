@@ -28,6 +28,8 @@ from fractions import Fraction
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from mechanisms.reconstruct import (
     population_distribution_from_intervals,
@@ -91,6 +93,91 @@ def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.Dat
                 {"b": b, "nb": float(GRID_SIZE)})
     return con.execute("SELECT step, lo, hi, n FROM population_intervals ORDER BY step, lo, hi"
                        ).df()
+
+
+class ScanSums:
+    """`scan_sums`' two aggregations, summed chunk by chunk as a release writes its reports.
+
+    A stream release adds each chunk's samples as the chunk is collected
+    (`flows.release_kinds.StreamRelease.stash`, on the collector thread,
+    while later chunks are still being privatized), so the population view
+    does not read the release's reports back from ``samples.parquet`` at the
+    end. The sums are exact integers (counts, Σk, Σk² as HUGEINT), so summing
+    per-chunk aggregates gives the tables one scan of the whole file gives
+    (tests/tasks/test_population_scan.py). A chunk whose reports `scan_sums`
+    would refuse (off the grid, out of the support, a negative step) makes the
+    sums unusable (`valid` False): the view then takes the report-by-report
+    path over the file, as before. Every chunk holds other users (chunks are
+    cut by users), so the users are the sum of each chunk's distinct users.
+    Privacy: post-processing of released reports; charges nothing.
+    """
+
+    #: chunks added between two compactions of the per-chunk rows
+    COMPACT_EVERY = 32
+
+    def __init__(self, epsilon_per_step: float) -> None:
+        self.epsilon_per_step = epsilon_per_step
+        self._b = square_wave_params(epsilon_per_step)[0]
+        self.con = duckdb.connect()
+        self.con.execute("SET enable_progress_bar = false")
+        self.valid = True
+        self.users = self.rows = self._added = 0
+
+    def add(self, samples: pa.Table) -> None:
+        """Add one chunk's reports (columns user_id, step, y)."""
+        if not self.valid or samples.num_rows == 0:
+            return
+        con = self.con
+        con.register("s", samples.select(["step", "y"]))
+        try:
+            con.execute("CREATE OR REPLACE TEMP TABLE chunk_moments AS " + _MOMENTS,
+                        {"inv": 1.0 / STREAM_GRID})
+            ok, step_min, ymin, ymax = con.execute(
+                "SELECT bool_and(on_grid), min(step), min(ymin), max(ymax) FROM chunk_moments"
+            ).fetchall()[0]
+            if (not ok or step_min < 0 or ymin < -self._b - SUPPORT_SLACK
+                    or ymax > 1 + self._b + SUPPORT_SLACK):
+                self.valid = False
+                return
+            if self._added == 0:
+                con.execute("CREATE TEMP TABLE moment_parts AS FROM chunk_moments LIMIT 0")
+                con.execute("CREATE TEMP TABLE interval_parts AS " + _INTERVALS + " LIMIT 0",
+                            {"b": self._b, "nb": float(GRID_SIZE)})
+            con.execute("INSERT INTO moment_parts FROM chunk_moments")
+            con.execute("INSERT INTO interval_parts " + _INTERVALS,
+                        {"b": self._b, "nb": float(GRID_SIZE)})
+        finally:
+            con.unregister("s")
+        self.users += len(pc.unique(samples.column("user_id")))
+        self.rows += samples.num_rows
+        self._added += 1
+        if self._added % self.COMPACT_EVERY == 0:
+            self._compact("moment_parts", "interval_parts")
+
+    def _compact(self, moments: str, intervals: str) -> None:
+        """Sum the per-chunk rows into `moments` and `intervals` (one row per key)."""
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {moments} AS SELECT step, sum(n)::BIGINT AS n, "  # noqa: S608
+            "sum(s1)::HUGEINT AS s1, sum(s2)::HUGEINT AS s2, bool_and(on_grid) AS on_grid, "
+            "min(ymin) AS ymin, max(ymax) AS ymax FROM moment_parts GROUP BY step")
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {intervals} AS SELECT step, lo, hi, "  # noqa: S608
+            "sum(n)::BIGINT AS n FROM interval_parts GROUP BY step, lo, hi")
+
+    def tables(self) -> duckdb.DuckDBPyConnection | None:
+        """The connection holding ``population_moments`` and ``population_intervals``.
+
+        As `scan_sums` leaves them for `cell_tables`. None: no chunk was
+        added, or the sums are not valid.
+        """
+        if not self.valid or self._added == 0:
+            return None
+        self._compact("population_moments", "population_intervals")
+        return self.con
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.con.close()
 
 
 def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from mechanisms import registry
 from tasks.population import population_view_fn
+from tasks.population_scan import ScanSums
 from tasks.stream_progress import history_progress
 
 #: a population view needs at least this many released users unless told otherwise
@@ -27,12 +29,15 @@ def stream_post_processing(rdir: str, *, epsilon_per_step: float,
                            value_unit: str, population_period: int | None,
                            min_users: int = MIN_USERS,
                            users_released: int = 0,
-                           mechanism: str = "square_wave") -> dict[str, Any]:
+                           mechanism: str = "square_wave",
+                           summed: ScanSums | None = None) -> dict[str, Any]:
     """Run the history progress and the population view of one stream release.
 
-    Privacy: post-processing of released ε-w-event LDP reports; charges
-    nothing. Cost: a few CPR runs per sampled stream and history prefix, plus
-    O(reports) for the population tables. Both read reports of the Square Wave
+    `summed`: the release's reports summed as its chunks were written (the
+    population view then reads no reports back). Privacy: post-processing of
+    released ε-w-event LDP reports; charges nothing. Cost: a few CPR runs per
+    sampled stream and history prefix, plus O(reports) for the population
+    tables. Both read reports of the Square Wave
     law (CPR, EM): a release of a mechanism whose registry entry does not list
     ``"cpr"`` skips them, saying so.
     """
@@ -55,13 +60,16 @@ def stream_post_processing(rdir: str, *, epsilon_per_step: float,
     if users_released >= min_users:
         out["population"] = population_view_fn(
             samples, rdir, epsilon_per_step=epsilon_per_step, value_range=value_range,
-            value_unit=value_unit, period=population_period, min_users=min_users)
+            value_unit=value_unit, period=population_period, min_users=min_users,
+            summed=summed)
     else:
         out["population"] = {"skipped": f"fewer than {min_users} released users"}
     return out
 
 
-stream_post = task(stream_post_processing, name="stream-post-processing", persist_result=False)
+# No cache policy: `summed` holds a DuckDB connection, which Prefect must not hash.
+stream_post = task(stream_post_processing, name="stream-post-processing", persist_result=False,
+                   cache_policy=NO_CACHE)
 
 
 def report_lines(manifest: dict[str, Any]) -> list[str]:

@@ -36,13 +36,27 @@ def _release(path, policy_file, ledger_path, out, **kw):
 
 
 def test_population_view_is_written_and_charges_nothing(meters, policy_file, ledger_path,
-                                                         tmp_path):
+                                                         tmp_path, monkeypatch):
+    from tasks import population
+
+    opened: list[str] = []  # the release sums its chunks' reports: no scan of its file
+    real = population._open
+    monkeypatch.setattr(population, "_open", lambda path, *a: opened.append(path) or real(path, *a))
     res = _release(_csv(meters, tmp_path / "m.csv"), policy_file, ledger_path, tmp_path,
                    population_period=48)
+    assert opened == []
     man = res["manifest"]
     pop = man["population"]
     assert pop["users"] == 25 and pop["period"] == 48 and pop["reports"] == len(meters)
     rdir = Path(res["out"])
+    # the tables of one scan of the published samples, byte for byte (3 chunks summed)
+    again = population.population_view_fn(
+        str(rdir / "samples.parquet"), str(tmp_path / "again"), epsilon_per_step=0.25,
+        value_range=(0.0, 10.0), value_unit="kW", period=48)
+    assert opened == [str(rdir / "samples.parquet")]
+    assert again["files"] == pop["files"] and again["users"] == 25
+    for name in pop["files"].values():
+        assert (rdir / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
     phase = pd.read_csv(rdir / pop["files"]["phase_mean"])
     assert list(phase["phase"]) == list(range(48))
     # in the domain's units (kW on [0, 10]) and bracketing the estimate

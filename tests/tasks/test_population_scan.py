@@ -118,3 +118,79 @@ def test_reports_the_aggregation_cannot_take_go_report_by_report(tmp_path, bad):
     con = duckdb.connect()
     con.register("s", pd.DataFrame({"step": np.array([0, 1, 2]), "y": y}))
     assert population_scan.scan_sums(con, E0) is None
+
+
+def _chunks_of_users(df: pd.DataFrame, sizes: list[int]) -> list[pa.Table]:
+    """The reports cut into chunks of whole users, as a release collects them."""
+    users = sorted(df["user_id"].unique())
+    bounds = np.cumsum([0, *sizes])
+    assert bounds[-1] == len(users)
+    return [pa.Table.from_pandas(df[df["user_id"].isin(users[a:b])], preserve_index=False)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+@pytest.mark.parametrize("sizes", [[40], [1, 7, 0, 12, 20], [1] * 40])
+def test_sums_added_chunk_by_chunk_write_the_bytes_of_the_file_scan(tmp_path, monkeypatch, sizes):
+    """Same four CSV files and summary, byte for byte, whatever the chunks (compacted or not)."""
+    monkeypatch.setattr(population_scan.ScanSums, "COMPACT_EVERY", 3)
+    df = _samples(tmp_path / "samples.parquet")
+    summed = population_scan.ScanSums(E0)
+    for table in _chunks_of_users(df, sizes):
+        summed.add(table)
+    assert summed.valid and summed.users == 40 and summed.rows == len(df)
+    scanned: list[object] = []
+    monkeypatch.setattr(population, "_open", lambda *a: scanned.append(a))  # must not run
+    got = population_view_fn(str(tmp_path / "none.parquet"), str(tmp_path / "summed"),
+                             epsilon_per_step=E0, value_range=(0.0, 4.0), value_unit="kWh",
+                             period=24, summed=summed)
+    assert scanned == []
+    monkeypatch.undo()
+    want = population_view_fn(str(tmp_path / "samples.parquet"), str(tmp_path / "file"),
+                              epsilon_per_step=E0, value_range=(0.0, 4.0), value_unit="kWh",
+                              period=24)
+    for f in FILES:
+        name = f"population/{f}.csv"
+        assert (tmp_path / "summed" / name).read_bytes() == (tmp_path / "file" / name).read_bytes()
+    assert {k: v for k, v in got.items() if k != "plots"} == {
+        k: v for k, v in want.items() if k != "plots"}
+
+
+@pytest.mark.parametrize("bad", ["off_grid", "nan", "outside", "negative_step"])
+def test_a_chunk_the_scan_would_refuse_sends_the_view_back_to_the_file(tmp_path, monkeypatch,
+                                                                       bad):
+    """One bad report in a later chunk: the sums are not valid and the file path decides."""
+    df = _samples(tmp_path / "samples.parquet", users=25, steps=30)
+    good, last = _chunks_of_users(df, [20, 5])
+    summed = population_scan.ScanSums(E0)
+    summed.add(good)
+    assert summed.tables() is not None
+    b, _, _ = square_wave_params(E0)
+    y, step = last.column("y").to_numpy().copy(), last.column("step").to_numpy().copy()
+    if bad == "negative_step":
+        step[3] = -1
+    else:
+        y[3] = {"off_grid": 0.1, "nan": np.nan, "outside": 1 + b + 0.5}[bad]
+    last = last.set_column(last.schema.get_field_index("y"), "y", pa.array(y))
+    last = last.set_column(last.schema.get_field_index("step"), "step", pa.array(step))
+    summed.add(last)
+    assert not summed.valid and summed.tables() is None
+    opened: list[str] = []
+    real = population._open
+    monkeypatch.setattr(population, "_open", lambda path, *a: opened.append(path) or real(path, *a))
+    got = population_view_fn(str(tmp_path / "samples.parquet"), str(tmp_path / "out"),
+                             epsilon_per_step=E0, value_range=(0.0, 4.0), value_unit="kWh",
+                             summed=summed)
+    assert opened == [str(tmp_path / "samples.parquet")] and got["users"] == 25
+
+
+def test_summed_view_refuses_too_few_users_like_the_file_path(tmp_path):
+    from schemas.errors import ParameterError
+
+    df = _samples(tmp_path / "samples.parquet", users=5, steps=10)
+    summed = population_scan.ScanSums(E0)
+    for table in _chunks_of_users(df, [2, 3]):
+        summed.add(table)
+    with pytest.raises(ParameterError, match="at least 20 released users.*; 5 were released"):
+        population_view_fn(str(tmp_path / "samples.parquet"), str(tmp_path / "out"),
+                           epsilon_per_step=E0, value_range=None, value_unit="kWh",
+                           summed=summed)
