@@ -148,7 +148,7 @@ class ScanSums:
                         {"b": self._b, "nb": float(GRID_SIZE)})
         finally:
             con.unregister("s")
-        self.users += len(pc.unique(samples.column("user_id")))
+        self.users += _distinct(samples.column("user_id"))
         self.rows += samples.num_rows
         self._added += 1
         if self._added % self.COMPACT_EVERY == 0:
@@ -178,6 +178,19 @@ class ScanSums:
     def close(self) -> None:
         """Close the connection."""
         self.con.close()
+
+
+def _distinct(col: pa.ChunkedArray) -> int:
+    """How many distinct strings `col` holds (a dictionary column: its values, not its codes).
+
+    A dictionary may list one id twice (a remote worker's table is checked for
+    the ids its rows decode to, not for how they are encoded): counting codes
+    would count that user twice.
+    """
+    arr = col.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary.take(pc.unique(arr.indices))
+    return len(pc.unique(arr))
 
 
 def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:

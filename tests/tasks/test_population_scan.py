@@ -194,3 +194,15 @@ def test_summed_view_refuses_too_few_users_like_the_file_path(tmp_path):
         population_view_fn(str(tmp_path / "samples.parquet"), str(tmp_path / "out"),
                            epsilon_per_step=E0, value_range=None, value_unit="kWh",
                            summed=summed)
+
+
+def test_users_are_counted_by_their_ids_not_by_dictionary_codes(tmp_path):
+    """A dictionary listing one id twice (a remote worker may encode so) is one user."""
+    twice = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1], pa.int32()),
+                                           pa.array(["u1", "u1", "u2"]))
+    summed = population_scan.ScanSums(E0)
+    summed.add(pa.table({"user_id": twice, "step": pa.array([0, 1, 0, 2]),
+                         "y": pa.array([0.5, 0.25, 0.75, 0.5])}))
+    summed.add(pa.table({"user_id": pa.array(["u3", "u3"]), "step": pa.array([0, 1]),
+                         "y": pa.array([0.5, 0.5])}))
+    assert summed.valid and summed.users == 3 and summed.rows == 6
