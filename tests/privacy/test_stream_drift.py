@@ -71,15 +71,15 @@ def test_a_redraw_that_drifted_is_never_published(day1, monkeypatch):
     import tasks.stream_draw as draw
 
     tmp, ledger = day1
-    new, rekey = draw.release_generator, draw.rekey
+    fill = draw.fill_uniforms
 
-    def shifted(rng):  # "numpy changed one draw": every segment's keystream shifted by one
-        rng.random()
-        return rng
+    def shifted(keys, bounds, u):  # "the sampler changed": each segment's draws shifted by one
+        fill(keys, bounds, u)
+        for lo, hi in bounds.tolist():
+            u[:, lo:hi] = np.roll(u[:, lo:hi], -1, axis=1)
 
-    # the chunk task keys one generator per chunk and re-keys it for each next segment
-    monkeypatch.setattr(draw, "release_generator", lambda key: shifted(new(key)))
-    monkeypatch.setattr(draw, "rekey", lambda rng, key: shifted(rekey(rng, key)))
+    # the chunk task fills every segment's uniforms from its keystream in one kernel call
+    monkeypatch.setattr(draw, "fill_uniforms", shifted)
     with pytest.raises(Exception, match="differs from what release 'day1' published"):
         _day(tmp, ledger, range(0, 20), "day2")
     assert not (tmp / "out" / "day2").exists(), "nothing of the drifted release is published"
