@@ -95,6 +95,79 @@ def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.Dat
                        ).df()
 
 
+#: rows summed at once by `chunk_sums`: with |k| < 2^26, every float64 partial sum
+#: of k, kh², kh·kl and kl² over this many rows stays below 2^52 (exact)
+SUM_ROWS = 2**26
+_K_LIMIT = 2**26
+_LOW_BITS = 13  # k = kh·2^13 + kl, 0 <= kl < 2^13: k² = kh²·2^26 + kh·kl·2^14 + kl²
+assert (1 << 2 * _LOW_BITS, 1 << _LOW_BITS + 1) == (67108864, 16384), "ScanSums._insert's SQL"
+
+
+def chunk_sums(step: np.ndarray, y: np.ndarray, b: float
+               ) -> tuple[pa.Table, pa.Table] | None:
+    """`scan_sums`' two aggregations of some reports, in numpy; None if not all valid.
+
+    Returns (moments, intervals): per step ``n``, ``s1`` = Σk and ``s2`` as
+    three parts ``hh`` = Σkh², ``hl`` = Σkh·kl, ``ll`` = Σkl² (k = kh·2^13 + kl,
+    so Σk² = hh·2^26 + hl·2^14 + ll); per (step, lo, hi) of the grid intervals
+    ``n``. Every sum is exact: integer-valued doubles whose partial sums stay
+    below 2^52 (at most `SUM_ROWS` rows, |k| < 2^26), returned as int64.
+    None under `scan_sums`' refusals (off the grid, not finite, outside
+    [−b, 1 + b] with `SUPPORT_SLACK`, a negative step) and when |k| >= 2^26.
+    lo and hi are the SQL's, operation for operation in IEEE doubles.
+    """
+    if y.size > SUM_ROWS:
+        raise ValueError(f"at most {SUM_ROWS} rows at once")
+    k = y * (1.0 / STREAM_GRID)
+    if not np.array_equal(np.rint(k), k) or int(step.min()) < 0:
+        return None  # off the grid or not finite (NaN; ±inf fail the bounds below)
+    kmin, kmax = float(k.min()), float(k.max())  # y = k·Λ exactly: y's bounds
+    if (kmin * STREAM_GRID < -b - SUPPORT_SLACK or kmax * STREAM_GRID > 1 + b + SUPPORT_SLACK
+            or max(-kmin, kmax) >= _K_LIMIT):
+        return None
+    cells, idx = _step_index(step)
+    kh = np.floor(k * 2.0**-_LOW_BITS)  # exact: k is an integer below 2^26
+    kl = k - kh * 2.0**_LOW_BITS
+
+    def summed(w: np.ndarray) -> np.ndarray:
+        return np.bincount(idx, weights=w, minlength=cells.size).astype(np.int64)
+
+    n = np.bincount(idx, minlength=cells.size)
+    moments = pa.table({"step": cells, "n": n, "s1": summed(k), "hh": summed(kh * kh),
+                        "hl": summed(kh * kl), "ll": summed(kl * kl)}).filter(pa.array(n > 0))
+    return moments, _interval_counts(cells, idx, y, b)
+
+
+def _interval_counts(cells: np.ndarray, idx: np.ndarray, y: np.ndarray, b: float) -> pa.Table:
+    """Per (step, lo, hi) the number of reports, lo and hi as `_INTERVALS` computes them."""
+    nb = float(GRID_SIZE)
+    width = GRID_SIZE + 1
+    lo = np.ceil((y - b) * nb - 0.5)
+    np.clip(lo, 0, nb, out=lo)
+    hi = np.floor((y + b) * nb - 0.5) + 1
+    np.clip(hi, 0, nb, out=hi)
+    pair = (lo * width + hi).astype(np.intp)
+    # few (lo, hi) pairs occur (hi − lo is about 2bB): number them, so the per-step
+    # count runs over steps x pairs found, not steps x (B + 1)^2 mostly empty cells
+    present = np.flatnonzero(np.bincount(pair, minlength=width * width))
+    code = np.zeros(width * width, dtype=np.intp)
+    code[present] = np.arange(present.size)
+    counts = np.bincount(idx * present.size + code[pair], minlength=cells.size * present.size)
+    keys = np.flatnonzero(counts)
+    pairs = present[keys % present.size]
+    return pa.table({"step": keys // present.size, "lo": pairs // width,
+                     "hi": pairs % width, "n": counts[keys].astype(np.int64)})
+
+
+def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the steps, each row's index among them): dense when the span allows, else sorted."""
+    low, high = int(step.min()), int(step.max())
+    if high - low < 2 * step.size + 1024:
+        return np.arange(low, high + 1, dtype=np.int64), step - low
+    cells, idx = np.unique(step, return_inverse=True)
+    return cells.astype(np.int64), idx
+
+
 class ScanSums:
     """`scan_sums`' two aggregations, summed chunk by chunk as a release writes its reports.
 
@@ -102,13 +175,15 @@ class ScanSums:
     (`flows.release_kinds.StreamRelease.stash`, on the collector thread,
     while later chunks are still being privatized), so the population view
     does not read the release's reports back from ``samples.parquet`` at the
-    end. The sums are exact integers (counts, Σk, Σk² as HUGEINT), so summing
-    per-chunk aggregates gives the tables one scan of the whole file gives
-    (tests/tasks/test_population_scan.py). A chunk whose reports `scan_sums`
-    would refuse (off the grid, out of the support, a negative step) makes the
-    sums unusable (`valid` False): the view then takes the report-by-report
-    path over the file, as before. Every chunk holds other users (chunks are
-    cut by users), so the users are the sum of each chunk's distinct users.
+    end. Each chunk is summed in numpy (`chunk_sums`), its per-step and
+    per-interval rows kept in DuckDB. The sums are exact integers (counts,
+    Σk, Σk² as HUGEINT), so summing per-chunk aggregates gives the tables one
+    scan of the whole file gives (tests/tasks/test_population_scan.py). A
+    chunk whose reports `scan_sums` would refuse (off the grid, out of the
+    support, a negative step) makes the sums unusable (`valid` False): the
+    view then takes the report-by-report path over the file, as before.
+    Every chunk holds other users (chunks are cut by users), so the users are
+    the sum of each chunk's distinct users.
     Privacy: post-processing of released reports; charges nothing.
     """
 
@@ -120,6 +195,10 @@ class ScanSums:
         self._b = square_wave_params(epsilon_per_step)[0]
         self.con = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
+        self.con.execute("CREATE TEMP TABLE moment_parts (step BIGINT, n BIGINT, s1 HUGEINT, "
+                         "s2 HUGEINT)")
+        self.con.execute("CREATE TEMP TABLE interval_parts (step BIGINT, lo BIGINT, hi BIGINT, "
+                         "n BIGINT)")
         self.valid = True
         self.users = self.rows = self._added = 0
 
@@ -127,39 +206,38 @@ class ScanSums:
         """Add one chunk's reports (columns user_id, step, y)."""
         if not self.valid or samples.num_rows == 0:
             return
-        con = self.con
-        con.register("s", samples.select(["step", "y"]))
-        try:
-            con.execute("CREATE OR REPLACE TEMP TABLE chunk_moments AS " + _MOMENTS,
-                        {"inv": 1.0 / STREAM_GRID})
-            ok, step_min, ymin, ymax = con.execute(
-                "SELECT bool_and(on_grid), min(step), min(ymin), max(ymax) FROM chunk_moments"
-            ).fetchall()[0]
-            if (not ok or step_min < 0 or ymin < -self._b - SUPPORT_SLACK
-                    or ymax > 1 + self._b + SUPPORT_SLACK):
+        step = samples.column("step").to_numpy()
+        y = samples.column("y").to_numpy()
+        for a in range(0, y.size, SUM_ROWS):
+            sums = chunk_sums(step[a:a + SUM_ROWS], y[a:a + SUM_ROWS], self._b)
+            if sums is None:
                 self.valid = False
                 return
-            if self._added == 0:
-                con.execute("CREATE TEMP TABLE moment_parts AS FROM chunk_moments LIMIT 0")
-                con.execute("CREATE TEMP TABLE interval_parts AS " + _INTERVALS + " LIMIT 0",
-                            {"b": self._b, "nb": float(GRID_SIZE)})
-            con.execute("INSERT INTO moment_parts FROM chunk_moments")
-            con.execute("INSERT INTO interval_parts " + _INTERVALS,
-                        {"b": self._b, "nb": float(GRID_SIZE)})
-        finally:
-            con.unregister("s")
+            self._insert(*sums)
         self.users += _distinct(samples.column("user_id"))
         self.rows += samples.num_rows
         self._added += 1
         if self._added % self.COMPACT_EVERY == 0:
             self._compact("moment_parts", "interval_parts")
 
+    def _insert(self, moments: pa.Table, intervals: pa.Table) -> None:
+        """Append one `chunk_sums` result to the per-chunk rows (Σk² rebuilt as HUGEINT)."""
+        con = self.con
+        con.register("m", moments)
+        con.register("i", intervals)
+        try:
+            con.execute("INSERT INTO moment_parts SELECT step, n, s1::HUGEINT, "
+                        "hh::HUGEINT * 67108864 + hl::HUGEINT * 16384 + ll::HUGEINT FROM m")
+            con.execute("INSERT INTO interval_parts SELECT step, lo, hi, n FROM i")
+        finally:
+            con.unregister("m")
+            con.unregister("i")
+
     def _compact(self, moments: str, intervals: str) -> None:
         """Sum the per-chunk rows into `moments` and `intervals` (one row per key)."""
         self.con.execute(
             f"CREATE OR REPLACE TEMP TABLE {moments} AS SELECT step, sum(n)::BIGINT AS n, "  # noqa: S608
-            "sum(s1)::HUGEINT AS s1, sum(s2)::HUGEINT AS s2, bool_and(on_grid) AS on_grid, "
-            "min(ymin) AS ymin, max(ymax) AS ymax FROM moment_parts GROUP BY step")
+            "sum(s1)::HUGEINT AS s1, sum(s2)::HUGEINT AS s2 FROM moment_parts GROUP BY step")
         self.con.execute(
             f"CREATE OR REPLACE TEMP TABLE {intervals} AS SELECT step, lo, hi, "  # noqa: S608
             "sum(n)::BIGINT AS n FROM interval_parts GROUP BY step, lo, hi")
@@ -167,8 +245,8 @@ class ScanSums:
     def tables(self) -> duckdb.DuckDBPyConnection | None:
         """The connection holding ``population_moments`` and ``population_intervals``.
 
-        As `scan_sums` leaves them for `cell_tables`. None: no chunk was
-        added, or the sums are not valid.
+        As `scan_sums` leaves them for `cell_tables` (their n, s1, s2 and n
+        columns). None: no chunk was added, or the sums are not valid.
         """
         if not self.valid or self._added == 0:
             return None

@@ -40,6 +40,13 @@ def _samples(path: Path, users: int = 40, steps: int = 96, seed: int = 3) -> pd.
     return df
 
 
+def _beyond(b: float, side: str) -> float:
+    """A report on the release grid, 32 grid steps outside the support [-b, 1 + b] + slack."""
+    if side == "above":
+        return (np.ceil((1 + b) / STREAM_GRID) + 32) * STREAM_GRID
+    return (np.floor(-b / STREAM_GRID) - 32) * STREAM_GRID
+
+
 def _view(samples: Path, out: Path) -> dict[str, bytes]:
     population_view_fn(str(samples), str(out), epsilon_per_step=E0, value_range=(0.0, 4.0),
                        value_unit="kWh", period=24)
@@ -114,7 +121,7 @@ def test_grid_intervals_are_searchsorted_at_the_boundaries(monkeypatch, b):
 def test_reports_the_aggregation_cannot_take_go_report_by_report(tmp_path, bad):
     """Off the release grid, not finite or outside the support: None (the old path decides)."""
     b, _, _ = square_wave_params(E0)
-    y = np.array([0.25, 0.5, {"off_grid": 0.1, "nan": np.nan, "outside": 1 + b + 0.5}[bad]])
+    y = np.array([0.25, 0.5, {"off_grid": 0.1, "nan": np.nan, "outside": _beyond(b, "above")}[bad]])
     con = duckdb.connect()
     con.register("s", pd.DataFrame({"step": np.array([0, 1, 2]), "y": y}))
     assert population_scan.scan_sums(con, E0) is None
@@ -169,7 +176,7 @@ def test_a_chunk_the_scan_would_refuse_sends_the_view_back_to_the_file(tmp_path,
     if bad == "negative_step":
         step[3] = -1
     else:
-        y[3] = {"off_grid": 0.1, "nan": np.nan, "outside": 1 + b + 0.5}[bad]
+        y[3] = {"off_grid": 0.1, "nan": np.nan, "outside": _beyond(b, "above")}[bad]
     last = last.set_column(last.schema.get_field_index("y"), "y", pa.array(y))
     last = last.set_column(last.schema.get_field_index("step"), "step", pa.array(step))
     summed.add(last)
@@ -206,3 +213,94 @@ def test_users_are_counted_by_their_ids_not_by_dictionary_codes(tmp_path):
     summed.add(pa.table({"user_id": pa.array(["u3", "u3"]), "step": pa.array([0, 1]),
                          "y": pa.array([0.5, 0.5])}))
     assert summed.valid and summed.users == 3 and summed.rows == 6
+
+
+def _sql_sums(step: np.ndarray, y: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`scan_sums`' SQL over the same reports: per-step moments, per-interval counts."""
+    con = duckdb.connect()
+    con.register("s", pd.DataFrame({"step": step, "y": y}))
+    intervals = population_scan.scan_sums(con, E0)
+    assert intervals is not None
+    moments = con.execute("SELECT step, n, CAST(s1 AS VARCHAR) AS s1, CAST(s2 AS VARCHAR) AS s2 "
+                          "FROM population_moments ORDER BY step").df()
+    return moments, intervals
+
+
+def _numpy_sums(step: np.ndarray, y: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`chunk_sums` of the same reports, Σk² put together in Python integers."""
+    b, _, _ = square_wave_params(E0)
+    got = population_scan.chunk_sums(step, y, b)
+    assert got is not None
+    m, i = (t.to_pandas() for t in got)
+    s2 = [str(int(hh) * 2**26 + int(hl) * 2**14 + int(ll))
+          for hh, hl, ll in zip(m["hh"], m["hl"], m["ll"], strict=True)]
+    moments = pd.DataFrame({"step": m["step"], "n": m["n"], "s1": m["s1"].astype(str), "s2": s2})
+    return moments, i.sort_values(["step", "lo", "hi"], ignore_index=True)
+
+
+@pytest.mark.parametrize("spread", ["dense", "sparse"])
+def test_numpy_sums_are_the_sql_sums(spread):
+    """Per step n, Σk, Σk² and per (step, lo, hi) n: `chunk_sums` equals `scan_sums`' SQL.
+
+    Reports across the whole support (negative k too), at the grid's edges; steps dense
+    (counted by offset) or spread over 10^12 (counted after sorting).
+    """
+    b, _, _ = square_wave_params(E0)
+    rng = np.random.default_rng(11)
+    y = snap_to_grid(rng.uniform(-b, 1 + b, 20_000), grid=STREAM_GRID, bound=1 + b)
+    y[:4] = [-b, 1 + b, 0.0, STREAM_GRID]
+    y = snap_to_grid(y, grid=STREAM_GRID, bound=1 + b)
+    step = rng.integers(0, 300, y.size)
+    if spread == "sparse":
+        step = step * 3_000_000_000 + 7
+    want_m, want_i = _sql_sums(step, y)
+    got_m, got_i = _numpy_sums(step, y)
+    pd.testing.assert_frame_equal(got_m, want_m, check_dtype=False)
+    pd.testing.assert_frame_equal(got_i, want_i, check_dtype=False)
+
+
+def test_sums_are_exact_where_doubles_would_round():
+    """Σk² of 4,096 reports at k near 2^25 is above 2^53: still exact, to the unit."""
+    b = 4.0  # support [-4, 5]: |k| up to 2^26 - 1 (y just inside ±4)
+    k = np.array([2**26 - 1, -(2**26 - 1), 2**25 + 3, 12345], dtype=np.int64)
+    k = np.tile(k, 1024)
+    m, _ = population_scan.chunk_sums(np.zeros(k.size, dtype=np.int64), k * STREAM_GRID, b)
+    row = m.to_pylist()[0]
+    s2 = row["hh"] * 2**26 + row["hl"] * 2**14 + row["ll"]
+    assert (row["n"], row["s1"]) == (k.size, int(sum(int(v) for v in k)))
+    assert s2 == sum(int(v) ** 2 for v in k) > 2**53
+    assert population_scan.chunk_sums(np.zeros(1, np.int64), np.array([2.0**26 * STREAM_GRID]),
+                                      b) is None  # |k| = 2^26: beyond the exact range
+
+
+@pytest.mark.parametrize("bad", ["off_grid", "nan", "inf", "outside", "below", "negative_step"])
+def test_numpy_sums_refuse_what_the_sql_refuses(bad):
+    b, _, _ = square_wave_params(E0)
+    y, step = np.array([0.25, 0.5, 0.75]), np.array([0, 1, 2])
+    if bad == "negative_step":
+        step[1] = -1
+    else:
+        y[1] = {"off_grid": 0.1, "nan": np.nan, "inf": np.inf, "outside": _beyond(b, "above"),
+                "below": _beyond(b, "below")}[bad]
+    assert population_scan.chunk_sums(step, y, b) is None
+    con = duckdb.connect()
+    con.register("s", pd.DataFrame({"step": step, "y": y}))
+    assert population_scan.scan_sums(con, E0) is None
+
+
+def test_a_chunk_longer_than_sum_rows_is_summed_in_slices(tmp_path, monkeypatch):
+    """Slices of `SUM_ROWS` rows give the tables of one slice (the limit that keeps sums exact)."""
+    df = _samples(tmp_path / "samples.parquet", users=30, steps=40)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    whole = population_scan.ScanSums(E0)
+    whole.add(table)
+    monkeypatch.setattr(population_scan, "SUM_ROWS", 97)
+    sliced = population_scan.ScanSums(E0)
+    sliced.add(table)
+    query = ("SELECT step, n, s1, s2 FROM population_moments ORDER BY step",
+             "SELECT * FROM population_intervals ORDER BY step, lo, hi")
+    for q in query:
+        assert sliced.tables().execute(q).fetchall() == whole.tables().execute(q).fetchall()
+    assert (sliced.users, sliced.rows) == (whole.users, whole.rows) == (30, len(df))
+    with pytest.raises(ValueError, match="at most 97 rows"):
+        population_scan.chunk_sums(np.zeros(98, np.int64), np.zeros(98), 0.5)
