@@ -64,7 +64,8 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         raise SystemExit(err.exit_code) from None
     try:
-        # The CLI's own process only: a library caller's collector is never tuned.
+        # The whole command (a release also tunes its own run, in any process, and
+        # undoes it after: flows/collector.py).
         with fewer_collections():
             app()
     finally:

@@ -24,7 +24,7 @@ from files.outputs import ParquetAppender
 from files.release_lock import release_lock
 from files.staging_dir import StagingDir
 from flows import preflight, signals
-from flows.heap import release_heap
+from flows.collector import fewer_collections
 from flows.outcome import release_state
 from flows.preflight import (
     CURVE_MECHANISMS,
@@ -85,7 +85,7 @@ def _scheduled_date() -> str | None:
         return None
 
 
-@release_heap()  # the collector's settings for the whole run (flows/heap.py)
+@fewer_collections()  # the collector's settings for the whole run (flows/collector.py)
 def _release(kind: ReleaseKind, *, input_path: str, dom: Domain, parameters: dict[str, Any],
              release_id: str | None, out_dir: str, ledger_path: str, chunk_users: int | None,
              table: str | None, scheduled_date: str | None, in_flight: int = 4,
