@@ -62,8 +62,11 @@ def _float(col: pa.ChunkedArray) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
-def _isnull(col: pa.ChunkedArray) -> np.ndarray:
-    """Whether each cell is null."""
+def _isnull(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Whether each cell is null (no Arrow pass when none or all are: the usual columns)."""
+    nulls = col.null_count
+    if nulls == 0 or nulls == len(col):
+        return np.full(len(col), nulls > 0)
     return pc.is_null(col).to_numpy(zero_copy_only=False)
 
 
