@@ -155,7 +155,7 @@ def _interval_counts(cells: np.ndarray, idx: np.ndarray, y: np.ndarray, b: float
     counts = np.bincount(idx * present.size + code[pair], minlength=cells.size * present.size)
     keys = np.flatnonzero(counts)
     pairs = present[keys % present.size]
-    return pa.table({"step": keys // present.size, "lo": pairs // width,
+    return pa.table({"step": cells[keys // present.size], "lo": pairs // width,
                      "hi": pairs % width, "n": counts[keys].astype(np.int64)})
 
 
