@@ -136,11 +136,20 @@ def _chunks_of_users(df: pd.DataFrame, sizes: list[int]) -> list[pa.Table]:
             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+@pytest.mark.parametrize("first_step", [0, 1000])
 @pytest.mark.parametrize("sizes", [[40], [1, 7, 0, 12, 20], [1] * 40])
-def test_sums_added_chunk_by_chunk_write_the_bytes_of_the_file_scan(tmp_path, monkeypatch, sizes):
-    """Same four CSV files and summary, byte for byte, whatever the chunks (compacted or not)."""
+def test_sums_added_chunk_by_chunk_write_the_bytes_of_the_file_scan(tmp_path, monkeypatch, sizes,
+                                                                   first_step):
+    """Same four CSV files and summary, byte for byte, whatever the chunks (compacted or not).
+
+    Streams starting at step 1000 (a later release's new ranges): every chunk's first
+    step is then above 0, where a step and its index among the chunk's steps differ.
+    """
     monkeypatch.setattr(population_scan.ScanSums, "COMPACT_EVERY", 3)
     df = _samples(tmp_path / "samples.parquet")
+    if first_step:
+        df = df.assign(step=df["step"] + first_step)
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "samples.parquet")
     summed = population_scan.ScanSums(E0)
     for table in _chunks_of_users(df, sizes):
         summed.add(table)
