@@ -100,7 +100,6 @@ def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.Dat
 SUM_ROWS = 2**26
 _K_LIMIT = 2**26
 _LOW_BITS = 13  # k = kh·2^13 + kl, 0 <= kl < 2^13: k² = kh²·2^26 + kh·kl·2^14 + kl²
-assert (1 << 2 * _LOW_BITS, 1 << _LOW_BITS + 1) == (67108864, 16384), "ScanSums._insert's SQL"
 
 
 def chunk_sums(step: np.ndarray, y: np.ndarray, b: float
@@ -227,7 +226,8 @@ class ScanSums:
         con.register("i", intervals)
         try:
             con.execute("INSERT INTO moment_parts SELECT step, n, s1::HUGEINT, "
-                        "hh::HUGEINT * 67108864 + hl::HUGEINT * 16384 + ll::HUGEINT FROM m")
+                        "hh::HUGEINT * $hh + hl::HUGEINT * $hl + ll::HUGEINT FROM m",
+                        {"hh": 1 << 2 * _LOW_BITS, "hl": 1 << _LOW_BITS + 1})
             con.execute("INSERT INTO interval_parts SELECT step, lo, hi, n FROM i")
         finally:
             con.unregister("m")
