@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # compileall writes the editable sources' bytecode, as pip does for installed
 # packages: an environment with PYTHONDONTWRITEBYTECODE would compile them at every command.
 $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/_evaluate.c \
-		tasks/_keystream.c
+		tasks/_keystream.c tasks/_popsums.c mechanisms/kernel_buffer.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat

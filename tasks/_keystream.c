@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernel_buffer.h"
+
 #define LANES 8  /* blocks computed at once, one per lane of a vector */
 
 /* LANES 32-bit words: GCC and Clang vector extensions (SSE2 pairs, or AVX2 below). */
@@ -103,34 +105,6 @@ static void fill_segment(const uint32_t key[8], int64_t lo, int64_t hi, Py_ssize
     }
 }
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *want,
-                      const char *name)
-{
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        return -1;
-    }
-    const char *fmt = view->format ? view->format : "B";
-    int ok;
-    if (strcmp(want, "d") == 0) {
-        ok = view->itemsize == 8 && (strcmp(fmt, "d") == 0 || strcmp(fmt, "<d") == 0 ||
-                                     strcmp(fmt, "=d") == 0);
-    } else if (strcmp(want, "q") == 0) {
-        ok = view->itemsize == 8 && (strcmp(fmt, "q") == 0 || strcmp(fmt, "<q") == 0 ||
-                                     strcmp(fmt, "l") == 0 || strcmp(fmt, "<l") == 0 ||
-                                     strcmp(fmt, "=q") == 0);
-    } else {
-        ok = view->itemsize == 4 && (strcmp(fmt, "I") == 0 || strcmp(fmt, "<I") == 0 ||
-                                     strcmp(fmt, "=I") == 0);
-    }
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "fill_uniforms: %s has the wrong dtype (%s)", name, fmt);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(fill_uniforms_doc,
 "fill_uniforms(keys, bounds, u)\n"
 "\n"
@@ -145,12 +119,13 @@ static PyObject *fill_uniforms(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOO", &obj[0], &obj[1], &obj[2])) {
         return NULL;
     }
-    static const char *want[] = {"I", "q", "d"}, *names[] = {"keys", "bounds", "u"};
+    static const char want[] = "Iqd", *names[] = {"keys", "bounds", "u"};
     Py_buffer view[3];
     int got = 0;
     PyObject *result = NULL;
     for (; got < 3; got++) {
-        if (get_buffer(obj[got], &view[got], got == 2, want[got], names[got]) < 0) {
+        if (kernel_buffer(obj[got], &view[got], got == 2, want[got], "fill_uniforms",
+                          names[got]) < 0) {
             goto done;
         }
     }

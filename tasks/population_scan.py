@@ -37,6 +37,7 @@ from mechanisms.reconstruct import (
 )
 from mechanisms.reconstruct.em import SUPPORT_SLACK
 from mechanisms.streams.square_wave import square_wave_params
+from tasks import _popsums
 from tasks.stream_draw import STREAM_GRID
 
 #: B of the population distribution (`population_distribution`'s default)
@@ -95,8 +96,9 @@ def scan_sums(con: duckdb.DuckDBPyConnection, epsilon_per_step: float) -> pd.Dat
                        ).df()
 
 
-#: rows summed at once by `chunk_sums`: with |k| < 2^26, every float64 partial sum
-#: of k, kh², kh·kl and kl² over this many rows stays below 2^52 (exact)
+#: rows summed at once by `chunk_sums`: with |k| < 2^26, every sum of k, kh², kh·kl
+#: and kl² over this many rows stays below 2^52 (exact in int64, and in the doubles
+#: of DuckDB's SQL these sums are checked against)
 SUM_ROWS = 2**26
 _K_LIMIT = 2**26
 _LOW_BITS = 13  # k = kh·2^13 + kl, 0 <= kl < 2^13: k² = kh²·2^26 + kh·kl·2^14 + kl²
@@ -104,67 +106,67 @@ _LOW_BITS = 13  # k = kh·2^13 + kl, 0 <= kl < 2^13: k² = kh²·2^26 + kh·kl·
 
 def chunk_sums(step: np.ndarray, y: np.ndarray, b: float
                ) -> tuple[pa.Table, pa.Table] | None:
-    """`scan_sums`' two aggregations of some reports, in numpy; None if not all valid.
+    """`scan_sums`' two aggregations of some reports, in two C passes; None if not all valid.
 
     Returns (moments, intervals): per step ``n``, ``s1`` = Σk and ``s2`` as
     three parts ``hh`` = Σkh², ``hl`` = Σkh·kl, ``ll`` = Σkl² (k = kh·2^13 + kl,
     so Σk² = hh·2^26 + hl·2^14 + ll); per (step, lo, hi) of the grid intervals
-    ``n``. Every sum is exact: integer-valued doubles whose partial sums stay
-    below 2^52 (at most `SUM_ROWS` rows, |k| < 2^26), returned as int64.
+    ``n``. Every sum is an exact int64 (at most `SUM_ROWS` rows, |k| < 2^26).
     None under `scan_sums`' refusals (off the grid, not finite, outside
     [−b, 1 + b] with `SUPPORT_SLACK`, a negative step) and when |k| >= 2^26.
-    lo and hi are the SQL's, operation for operation in IEEE doubles.
+    lo and hi are the SQL's, operation for operation in IEEE doubles
+    (`tasks/_popsums.c`, without the GIL).
     """
     if y.size > SUM_ROWS:
         raise ValueError(f"at most {SUM_ROWS} rows at once")
-    k = y * (1.0 / STREAM_GRID)
-    if not np.array_equal(np.rint(k), k) or int(step.min()) < 0:
-        return None  # off the grid or not finite (NaN; ±inf fail the bounds below)
-    kmin, kmax = float(k.min()), float(k.max())  # y = k·Λ exactly: y's bounds
-    if (kmin * STREAM_GRID < -b - SUPPORT_SLACK or kmax * STREAM_GRID > 1 + b + SUPPORT_SLACK
-            or max(-kmin, kmax) >= _K_LIMIT):
+    step = np.ascontiguousarray(step, dtype=np.int64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    if int(step.min()) < 0:
         return None
-    cells, idx = _step_index(step)
-    kh = np.floor(k * 2.0**-_LOW_BITS)  # exact: k is an integer below 2^26
-    kl = k - kh * 2.0**_LOW_BITS
+    cells, idx, offset = _step_index(step)
+    n, s1, hh, hl, ll = (np.zeros(cells.size, np.int64) for _ in range(5))
+    pairs = np.zeros(_WIDTH * _WIDTH, np.int64)
+    if not _popsums.moments(idx, y, offset, b, GRID_SIZE, STREAM_GRID, -b - SUPPORT_SLACK,
+                            1 + b + SUPPORT_SLACK, float(_K_LIMIT), _LOW_BITS,
+                            n, s1, hh, hl, ll, pairs):
+        return None
+    moments = pa.table({"step": cells, "n": n, "s1": s1, "hh": hh, "hl": hl, "ll": ll}
+                       ).filter(pa.array(n > 0))
+    return moments, _interval_counts(cells, idx, offset, y, b, pairs)
 
-    def summed(w: np.ndarray) -> np.ndarray:
-        return np.bincount(idx, weights=w, minlength=cells.size).astype(np.int64)
 
-    n = np.bincount(idx, minlength=cells.size)
-    moments = pa.table({"step": cells, "n": n, "s1": summed(k), "hh": summed(kh * kh),
-                        "hl": summed(kh * kl), "ll": summed(kl * kl)}).filter(pa.array(n > 0))
-    return moments, _interval_counts(cells, idx, y, b)
+_WIDTH = GRID_SIZE + 1  # lo and hi each take 0..B
 
 
-def _interval_counts(cells: np.ndarray, idx: np.ndarray, y: np.ndarray, b: float) -> pa.Table:
-    """Per (step, lo, hi) the number of reports, lo and hi as `_INTERVALS` computes them."""
-    nb = float(GRID_SIZE)
-    width = GRID_SIZE + 1
-    lo = np.ceil((y - b) * nb - 0.5)
-    np.clip(lo, 0, nb, out=lo)
-    hi = np.floor((y + b) * nb - 0.5) + 1
-    np.clip(hi, 0, nb, out=hi)
-    pair = (lo * width + hi).astype(np.intp)
-    # few (lo, hi) pairs occur (hi − lo is about 2bB): number them, so the per-step
-    # count runs over steps x pairs found, not steps x (B + 1)^2 mostly empty cells
-    present = np.flatnonzero(np.bincount(pair, minlength=width * width))
-    code = np.zeros(width * width, dtype=np.intp)
+def _interval_counts(cells: np.ndarray, idx: np.ndarray, offset: int, y: np.ndarray, b: float,
+                     pairs: np.ndarray) -> pa.Table:
+    """Per (step, lo, hi) the number of reports, lo and hi as `_INTERVALS` computes them.
+
+    `pairs` counts the reports of each (lo, hi) pair. Few pairs occur (hi − lo
+    is about 2bB): they are numbered, so the per-step count runs over steps x
+    pairs found, not steps x (B + 1)^2 mostly empty cells.
+    """
+    present = np.flatnonzero(pairs)
+    code = np.full(_WIDTH * _WIDTH, -1, np.int64)
     code[present] = np.arange(present.size)
-    counts = np.bincount(idx * present.size + code[pair], minlength=cells.size * present.size)
-    keys = np.flatnonzero(counts)
-    pairs = present[keys % present.size]
-    return pa.table({"step": cells[keys // present.size], "lo": pairs // width,
-                     "hi": pairs % width, "n": counts[keys].astype(np.int64)})
+    counts = np.zeros((cells.size, present.size), np.int64)
+    _popsums.interval_counts(idx, y, offset, b, GRID_SIZE, code, counts.reshape(-1))
+    cell, found = np.nonzero(counts)
+    return pa.table({"step": cells[cell], "lo": (present // _WIDTH)[found],
+                     "hi": (present % _WIDTH)[found], "n": counts[cell, found]})
 
 
-def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the steps, each row's index among them): dense when the span allows, else sorted."""
+def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(the steps, an index of each row, its offset): row r is step cells[idx[r] − offset].
+
+    Dense when the span allows (idx the steps themselves, offset the lowest),
+    else the sorted distinct steps (idx each row's rank among them, offset 0).
+    """
     low, high = int(step.min()), int(step.max())
     if high - low < 2 * step.size + 1024:
-        return np.arange(low, high + 1, dtype=np.int64), step - low
+        return np.arange(low, high + 1, dtype=np.int64), step, low
     cells, idx = np.unique(step, return_inverse=True)
-    return cells.astype(np.int64), idx
+    return cells.astype(np.int64), idx.astype(np.int64), 0
 
 
 class ScanSums:
@@ -174,7 +176,7 @@ class ScanSums:
     (`flows.release_kinds.StreamRelease.stash`, on the collector thread,
     while later chunks are still being privatized), so the population view
     does not read the release's reports back from ``samples.parquet`` at the
-    end. Each chunk is summed in numpy (`chunk_sums`), its per-step and
+    end. Each chunk is summed in C (`chunk_sums`), its per-step and
     per-interval rows kept in DuckDB. The sums are exact integers (counts,
     Σk, Σk² as HUGEINT), so summing per-chunk aggregates gives the tables one
     scan of the whole file gives (tests/tasks/test_population_scan.py). A

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_buffer.h"
+
 /* The segment of time x among the k segments of edges e[0..k]: the number of
  * inner edges e[1..k-1] at or before x. `hint` is the answer for the previous
  * time of the function (times usually come in order): walk from it, search
@@ -116,27 +118,6 @@ static int evaluate_all(Job *jb)
     return 0;
 }
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int int64, const char *name)
-{
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        return -1;
-    }
-    const char *fmt = view->format ? view->format : "B";
-    if (fmt[0] == '<' || fmt[0] == '=') {
-        fmt++;
-    }
-    int ok = view->itemsize == 8 && (int64 ? (strcmp(fmt, "q") == 0 || strcmp(fmt, "l") == 0)
-                                           : strcmp(fmt, "d") == 0);
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "legendre: %s has the wrong dtype (%s)", name,
-                     view->format ? view->format : "B");
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(legendre_doc,
 "legendre(t, t_offsets, breakpoints, bp_offsets, coefficients, seg_offsets, mode, out)\n"
 "\n"
@@ -161,7 +142,8 @@ static PyObject *legendre(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     double *scratch = NULL;
     for (; got < 7; got++) {
-        if (get_buffer(obj[got], &view[got], got == 6, ints[got], names[got]) < 0) {
+        if (kernel_buffer(obj[got], &view[got], got == 6, ints[got] ? 'q' : 'd', "legendre",
+                          names[got]) < 0) {
             goto done;
         }
     }

@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_buffer.h"
+
 #define PW_BLOCKSIZE 128
 
 static double pairwise_split(const double *a, Py_ssize_t n, Py_ssize_t stride);
@@ -396,26 +398,6 @@ static int block_sums(const Spec *sp, const double *u, const double *cols, Py_ss
     return 0;
 }
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *name)
-{
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        return -1;
-    }
-    const char *fmt = view->format ? view->format : "B";
-    int is_double = view->itemsize == 8 && (strcmp(fmt, "d") == 0 || strcmp(fmt, "<d") == 0 ||
-                                            strcmp(fmt, "=d") == 0);
-    int is_int64 = view->itemsize == 8 && (strcmp(fmt, "q") == 0 || strcmp(fmt, "<q") == 0 ||
-                                           strcmp(fmt, "l") == 0 || strcmp(fmt, "<l") == 0 ||
-                                           strcmp(fmt, "=q") == 0);
-    if (strcmp(name, "offsets") == 0 ? !is_int64 : !is_double) {
-        PyErr_Format(PyExc_TypeError, "leaf_sums: %s has the wrong dtype (%s)", name, fmt);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(leaf_sums_doc,
 "leaf_sums(t, values, offsets, lo, scale, n_leaf, degree, block, x, w, acc, mean)\n"
 "\n"
@@ -535,7 +517,9 @@ static PyObject *leaf_sums(PyObject *self, PyObject *args)
     int got = 0;
     PyObject *result = NULL;
     for (; got < 9; got++) {
-        if (get_buffer(obj[got], &view[got], got >= 7, names[got]) < 0) {
+        if (kernel_buffer(obj[got], &view[got], got >= 7,
+                          strcmp(names[got], "offsets") == 0 ? 'q' : 'd', "leaf_sums",
+                          names[got]) < 0) {
             goto done;
         }
     }

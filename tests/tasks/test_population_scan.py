@@ -235,7 +235,7 @@ def _sql_sums(step: np.ndarray, y: np.ndarray) -> tuple[pd.DataFrame, pd.DataFra
     return moments, intervals
 
 
-def _numpy_sums(step: np.ndarray, y: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _kernel_sums(step: np.ndarray, y: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`chunk_sums` of the same reports, Σk² put together in Python integers."""
     b, _, _ = square_wave_params(E0)
     got = population_scan.chunk_sums(step, y, b)
@@ -248,7 +248,7 @@ def _numpy_sums(step: np.ndarray, y: np.ndarray) -> tuple[pd.DataFrame, pd.DataF
 
 
 @pytest.mark.parametrize("spread", ["dense", "sparse"])
-def test_numpy_sums_are_the_sql_sums(spread):
+def test_kernel_sums_are_the_sql_sums(spread):
     """Per step n, Σk, Σk² and per (step, lo, hi) n: `chunk_sums` equals `scan_sums`' SQL.
 
     Reports across the whole support (negative k too), at the grid's edges; steps dense
@@ -263,7 +263,7 @@ def test_numpy_sums_are_the_sql_sums(spread):
     if spread == "sparse":
         step = step * 3_000_000_000 + 7
     want_m, want_i = _sql_sums(step, y)
-    got_m, got_i = _numpy_sums(step, y)
+    got_m, got_i = _kernel_sums(step, y)
     pd.testing.assert_frame_equal(got_m, want_m, check_dtype=False)
     pd.testing.assert_frame_equal(got_i, want_i, check_dtype=False)
 
@@ -278,18 +278,91 @@ def test_sums_are_exact_where_doubles_would_round():
     s2 = row["hh"] * 2**26 + row["hl"] * 2**14 + row["ll"]
     assert (row["n"], row["s1"]) == (k.size, int(sum(int(v) for v in k)))
     assert s2 == sum(int(v) ** 2 for v in k) > 2**53
-    assert population_scan.chunk_sums(np.zeros(1, np.int64), np.array([2.0**26 * STREAM_GRID]),
-                                      b) is None  # |k| = 2^26: beyond the exact range
+    for k_out in (2.0**26, -(2.0**26)):  # |k| = 2^26: beyond the exact range
+        assert population_scan.chunk_sums(np.zeros(1, np.int64), np.array([k_out * STREAM_GRID]),
+                                          b) is None
 
 
+@pytest.mark.parametrize("b", [None, 0.25])
+def test_kernel_intervals_are_searchsorted_at_the_boundaries(monkeypatch, b):
+    """The kernel's lo/hi equal `em._intervals` where y ∓ b falls on or next to a grid point.
+
+    One report per step, so each step's interval row names its report's (lo, hi);
+    with b = 1/4 (a multiple of the release grid) y ∓ b hits grid points exactly, and
+    y ∓ b runs below 0 and above 1 (the clamps, and floor/ceil of negative numbers).
+    """
+    if b is None:
+        b, _, _ = square_wave_params(E0)
+    grid = em_grid(population_scan.GRID_SIZE)
+    near = np.concatenate([grid + b, grid - b, [-b, 1 + b, 0.0, 1.0]])
+    y = snap_to_grid((near[:, None] + STREAM_GRID * np.arange(-3, 4)[None, :]).ravel(),
+                     grid=STREAM_GRID, bound=1 + b)
+    y = y[(y >= -b) & (y <= 1 + b)]
+    got = population_scan.chunk_sums(np.arange(y.size, dtype=np.int64), y, b)
+    assert got is not None
+    rows = got[1].sort_by("step")
+    lo, hi = _intervals(y, grid, b)
+    np.testing.assert_array_equal(rows["step"].to_numpy(), np.arange(y.size))
+    np.testing.assert_array_equal(rows["lo"].to_numpy(), lo)
+    np.testing.assert_array_equal(rows["hi"].to_numpy(), hi)
+
+
+def test_kernel_sums_take_any_layout_of_the_columns():
+    """Strided views and int32 steps give the sums of the same values made contiguous."""
+    b, _, _ = square_wave_params(E0)
+    rng = np.random.default_rng(5)
+    y = snap_to_grid(rng.uniform(-b, 1 + b, 4_000), grid=STREAM_GRID, bound=1 + b)
+    step = rng.integers(0, 50, y.size)
+    want = population_scan.chunk_sums(step, y, b)
+    got = population_scan.chunk_sums(np.repeat(step, 2)[::2].astype(np.int32),
+                                     np.repeat(y, 2)[::2], b)
+    assert want is not None and got is not None
+    assert all(g.equals(w) for g, w in zip(got, want, strict=True))
+
+
+def test_kernel_checks_its_arguments():
+    """Wrong dtypes, shapes, grid or cells are errors naming the argument, not wrong sums."""
+    from tasks import _popsums
+
+    b, _, _ = square_wave_params(E0)
+    idx, y = np.array([0, 1], np.int64), np.array([0.25, 0.5])
+    width = population_scan.GRID_SIZE + 1
+    out = [np.zeros(2, np.int64) for _ in range(5)]
+    pairs = np.zeros(width * width, np.int64)
+
+    def moments(idx=idx, y=y, offset=0, grid=population_scan.GRID_SIZE, out=out, pairs=pairs):
+        return _popsums.moments(idx, y, offset, b, grid, STREAM_GRID, -b - 1, 2 + b, 2.0**26,
+                                13, *out, pairs)
+
+    assert moments() is True
+    with pytest.raises(TypeError, match="moments: y has the wrong dtype"):
+        moments(y=y.astype(np.float32))
+    with pytest.raises(TypeError, match="moments: idx has the wrong dtype"):
+        moments(idx=idx.astype(np.int32))
+    with pytest.raises(ValueError, match="built for a grid of 64, not 32"):
+        moments(grid=32)
+    with pytest.raises(ValueError, match="outside the arrays"):
+        moments(offset=-5)
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        moments(pairs=np.zeros(10, np.int64))
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        moments(out=[np.zeros(2, np.int64)] * 4 + [np.zeros(3, np.int64)])
+    code = np.full(width * width, -1, np.int64)  # no pair numbered
+    with pytest.raises(ValueError, match="cell or pair is outside counts"):
+        _popsums.interval_counts(idx, y, 0, b, population_scan.GRID_SIZE, code,
+                                 np.zeros(4, np.int64))
+
+
+@pytest.mark.parametrize("at", [0, 1, 2])
 @pytest.mark.parametrize("bad", ["off_grid", "nan", "inf", "outside", "below", "negative_step"])
-def test_numpy_sums_refuse_what_the_sql_refuses(bad):
+def test_kernel_sums_refuse_what_the_sql_refuses(bad, at):
+    """Whichever report is the bad one (the kernel stops at the first: no partial sums)."""
     b, _, _ = square_wave_params(E0)
     y, step = np.array([0.25, 0.5, 0.75]), np.array([0, 1, 2])
     if bad == "negative_step":
-        step[1] = -1
+        step[at] = -1
     else:
-        y[1] = {"off_grid": 0.1, "nan": np.nan, "inf": np.inf, "outside": _beyond(b, "above"),
+        y[at] = {"off_grid": 0.1, "nan": np.nan, "inf": np.inf, "outside": _beyond(b, "above"),
                 "below": _beyond(b, "below")}[bad]
     assert population_scan.chunk_sums(step, y, b) is None
     con = duckdb.connect()
