@@ -41,6 +41,16 @@ layout rule). 524,288 rows keep a group's buffered columns to tens of MB."""
 ENCODERS = 2
 """Threads that encode one chunk's output files at once (`ParquetAppender.add_tables`)."""
 
+WRITE_BATCH_ROWS = 1 << 16
+"""Rows the Parquet writer takes at a time (Arrow's default is 1,024).
+
+Arrow computes a dictionary column's statistics batch by batch (the distinct
+indices of each batch, then their values' min and max): with 1,024-row
+batches that per-batch work was a third of an id column's encoding time.
+Pages are cut by their encoded size whatever the batch, so the bytes written
+are the same (tests/flows/test_outputs_staging.py pins them): 17 % less
+encoding time for a stream release's samples file (benchmarks/results/floor.md)."""
+
 
 def _is_floating(typ: pa.DataType) -> bool:
     while pa.types.is_list(typ) or pa.types.is_large_list(typ):
@@ -86,10 +96,11 @@ def parquet_writer(where: str | Path | BinaryIO, schema: pa.Schema) -> pq.Parque
     flat = [f.name for f in schema if pa.types.is_floating(f.type)]
     if not any(pa.types.is_dictionary(f.type) for f in schema):
         return pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,
-                                write_statistics=other, use_byte_stream_split=flat)
+                                write_statistics=other, use_byte_stream_split=flat,
+                                write_batch_size=WRITE_BATCH_ROWS)
     writer = pq.ParquetWriter(where, schema, compression="zstd", use_dictionary=other,
                               write_statistics=other, use_byte_stream_split=flat,
-                              store_schema=False)
+                              store_schema=False, write_batch_size=WRITE_BATCH_ROWS)
     # what `store_schema=True` stores (Arrow's ARROW:schema key), for the plain schema
     writer.add_key_value_metadata({"ARROW:schema": base64.b64encode(
         plain_schema(schema).serialize().to_pybytes()).decode()})

@@ -150,6 +150,36 @@ def test_add_tables_writes_the_bytes_of_add_table_in_a_loop(tmp_path, monkeypatc
     assert seen == {"MainThread", "privpipe-encode"}, seen
 
 
+def test_write_batch_size_changes_no_byte(tmp_path, monkeypatch):
+    """`WRITE_BATCH_ROWS` is a speed setting: Arrow's default batches write the same bytes.
+
+    Columns of several data pages each (pages are cut by size, 1 MB), dictionary
+    ids with statistics, a noisy float column and a dictionary-encoded int column,
+    over row groups of `ROW_GROUP_ROWS`.
+    """
+    import files.outputs as outputs
+
+    rows = 3 * outputs.ROW_GROUP_ROWS // 2 // 1000 * 1000
+    rng = np.random.default_rng(4)
+    users = [f"user-{k:06d}" for k in range(rows // 1000)]
+    table = pa.table({"user_id": repeat_ids_encoded(users, [1000] * len(users)),
+                      "step": pa.array(np.tile(np.arange(1000), len(users))),
+                      "y": pa.array(rng.random(rows))})
+    digests = []
+    for batch in (outputs.WRITE_BATCH_ROWS, 1024):
+        monkeypatch.setattr(outputs, "WRITE_BATCH_ROWS", batch)
+        path = tmp_path / f"b{batch}.parquet"
+        with open(path, "wb") as f:
+            writer = outputs.RowGroupWriter(f, table.schema)
+            writer.write(table)
+            writer.close()
+        digests.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    meta = pq.ParquetFile(tmp_path / "b1024.parquet").metadata
+    assert meta.num_row_groups == 2
+    assert meta.row_group(0).column(2).total_compressed_size > 2 * 2**20  # several pages
+    assert digests[0] == digests[1]
+
+
 def _finished(app, name, where):
     assert app.finish(name, where / f"{name}.parquet") == 4820
     return (where / f"{name}.parquet").read_bytes()
