@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -249,12 +249,24 @@ class ParquetAppender:
             for name, table in tables.items():
                 self.add_table(name, table)
             return
-        for name, table in tables.items():
-            self._entry(name, table.schema)  # created here: the threads only write
+        self.wait([self.start(name, table) for name, table in tables.items()])
+
+    def start(self, name: str, table: pa.Table) -> Future[None]:
+        """Begin `add_table(name, table)` on an encoder thread; `wait` for it.
+
+        The caller waits for a file's table before it starts that file's next
+        one (the tables of a file are appended in call order), and may do other
+        work meanwhile (a stream chunk's population sums, which also run
+        without the GIL).
+        """
+        self._entry(name, table.schema)  # created here: the threads only write
         if self._encoders is None:
             self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="privpipe-encode")
-        futures = [self._encoders.submit(self.add_table, name, table)
-                   for name, table in tables.items()]
+        return self._encoders.submit(self.add_table, name, table)
+
+    @staticmethod
+    def wait(futures: list[Future[None]]) -> None:
+        """Wait for every write `start` began; then raise the first error, if any."""
         wait(futures)
         for future in futures:
             future.result()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -240,8 +241,10 @@ class ChunkOutputs:
     release's Parquet files as chunks finish (in chunk order), overlapping the
     encoding with the mechanism tasks (a stream release's ``samples_units``
     too, `tasks.user_units.samples_units`; a chunk's files are encoded in
-    parallel, `ParquetAppender.add_tables`); what the kind post-processes is kept in
-    this process's private staging dir (`ReleaseKind.stash`).
+    parallel on the appender's threads, `ParquetAppender.start`); what the kind
+    post-processes is kept in this process's private staging dir
+    (`ReleaseKind.stash`), while the chunk's files are being encoded. A chunk
+    is collected once all of its files are written.
     """
 
     def __init__(self, run: ReleaseRun, appender: ParquetAppender) -> None:
@@ -251,19 +254,29 @@ class ChunkOutputs:
     def add(self, res: ChunkResult) -> None:
         """Check a finished chunk's claimed costs, then write, stash and sum its outputs.
 
+        The files are encoded while the units table is computed and the kind
+        stashes the chunk (a stream release's population sums); the call
+        returns once every file is written, and raises the first error once
+        no write is running.
+
         Raises:
             ChargeMismatchError: the costs the task claims are not those its
                 outputs cost (`check_claims`): nothing of the chunk is written
                 or settled.
         """
         check_claims(self._run, res)
-        tables = {name: res.tables[name] for name in self._run.kind.streamed}
-        if "samples" in res.tables:
-            units = samples_units(res.tables["samples"], self._run.dom, self._run.parameters)
-            if units is not None:
-                tables["samples_units"] = units
-        self._appender.add_tables(tables)
-        self._run.kind.stash(res, self._run)
+        app = self._appender
+        writes = [app.start(name, res.tables[name]) for name in self._run.kind.streamed]
+        try:
+            if "samples" in res.tables:  # computed while the samples are encoded
+                units = samples_units(res.tables["samples"], self._run.dom, self._run.parameters)
+                if units is not None:
+                    writes.append(app.start("samples_units", units))
+            self._run.kind.stash(res, self._run)  # summed while the files are encoded
+        except BaseException:
+            futures_wait(writes)  # no thread writes once the collect has failed
+            raise
+        app.wait(writes)
         self.bounds.add(res.error_bounds)
         self.rms.add(res.rms_bounds)
         # written and summed: memory must not grow with users

@@ -598,3 +598,87 @@ def test_append_log_is_private_and_never_follows_a_symlink(tmp_path):
         open_append(tmp_path / "planted.log")
     assert err.value.errno == errno.ELOOP
     assert victim.read_bytes() == b"precious"
+
+
+def _chunk_outputs(tmp_path, monkeypatch, stash):
+    """A stream release's `ChunkOutputs` over a real appender; claims, units and kind faked."""
+    from types import SimpleNamespace
+
+    from flows import release_stages
+
+    tables = _chunk_tables(0, 900)
+    monkeypatch.setattr(release_stages, "check_claims", lambda run, res: None)
+    monkeypatch.setattr(release_stages, "samples_units",
+                        lambda samples, dom, parameters: tables["samples_units"])
+    kind = SimpleNamespace(streamed=("samples",), stash=stash)
+    run = SimpleNamespace(kind=kind, dom=None, parameters=None)
+    app = ParquetAppender(tmp_path / "staging")
+    from tasks.privatize import ChunkResult
+
+    res = ChunkResult(0, {"samples": tables["samples"]}, [], [], {}, [])
+    return release_stages.ChunkOutputs(run, app), app, res
+
+
+def test_a_chunk_is_stashed_while_its_files_are_encoded(tmp_path, monkeypatch):
+    """The kind's stash (a stream release's population sums) overlaps the encoding."""
+    import threading
+
+    encoding, stashed = threading.Event(), threading.Event()
+    add_table = ParquetAppender.add_table
+
+    def slow_write(self, name, table):
+        encoding.set()
+        assert stashed.wait(30), "the stash did not run while the file was encoded"
+        add_table(self, name, table)
+
+    def stash(res, run):
+        assert encoding.wait(30), "no file was being encoded during the stash"
+        stashed.set()
+
+    monkeypatch.setattr(ParquetAppender, "add_table", slow_write)
+    outputs, app, res = _chunk_outputs(tmp_path, monkeypatch, stash)
+    outputs.add(res)
+    assert stashed.is_set()
+    for name in ("samples", "samples_units"):
+        assert app.finish(name, tmp_path / f"{name}.parquet") == 900
+    app.close()
+
+
+def test_a_failed_stash_waits_for_the_writes_then_raises(tmp_path, monkeypatch):
+    import threading
+
+    done = []
+    add_table = ParquetAppender.add_table
+
+    def slow_write(self, name, table):
+        threading.Event().wait(0.3)
+        add_table(self, name, table)
+        done.append(name)
+
+    def stash(res, run):
+        raise RuntimeError("stash failed")
+
+    monkeypatch.setattr(ParquetAppender, "add_table", slow_write)
+    outputs, app, res = _chunk_outputs(tmp_path, monkeypatch, stash)
+    with pytest.raises(RuntimeError, match="stash failed"):
+        outputs.add(res)
+    assert sorted(done) == ["samples", "samples_units"]  # ended before the error left `add`
+    app.close()
+
+
+def test_a_failed_write_is_raised_once_the_chunk_is_stashed(tmp_path, monkeypatch):
+    stashed = []
+    add_table = ParquetAppender.add_table
+
+    def failing_write(self, name, table):
+        if name == "samples_units":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        add_table(self, name, table)
+
+    monkeypatch.setattr(ParquetAppender, "add_table", failing_write)
+    outputs, app, res = _chunk_outputs(tmp_path, monkeypatch, lambda res, run: stashed.append(1))
+    with pytest.raises(OSError, match="No space left"):
+        outputs.add(res)
+    assert stashed == [1]
+    assert res.tables  # a failed collect keeps its outputs (nothing marks it written)
+    app.close()
