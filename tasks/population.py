@@ -219,7 +219,7 @@ def population_view_fn(samples_path: str, out_dir: str, *, epsilon_per_step: flo
         for cell, per, n_cells in cuts:
             mean, dist = (_cells(con, per, epsilon_per_step, confidence, n_rows, n_cells)
                           if sums is None else
-                          cell_tables(con, per, epsilon_per_step, confidence, n_cells))
+                          cell_tables(con, per, epsilon_per_step, confidence))
             for kind, df in (("mean", mean), ("distribution", dist)):
                 name = f"population/{cell}_{kind}.csv"
                 tables[f"{cell}_{kind}"] = _in_units(df, to_units, cell)

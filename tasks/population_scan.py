@@ -273,21 +273,23 @@ def _distinct(col: pa.ChunkedArray) -> int:
     return len(pc.unique(arr))
 
 
-def _chunk_of(cell: np.ndarray, n_rows: int, n_cells: int) -> np.ndarray:
-    """The chunk of each cell, as `tasks.population._chunks` cuts them (same EM batches)."""
-    from tasks.population import CHUNK_ROWS
-
-    per = max(1, int(CHUNK_ROWS * n_cells // max(n_rows, 1)))
-    return (cell - int(cell.min())) // per
+#: cells per EM batch of `cell_tables`: the EM's arrays hold (B + 1) doubles per cell
+EM_BATCH_CELLS = 4096
 
 
 def cell_tables(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_step: float,
-                confidence: float, n_cells: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+                confidence: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The mean and distribution tables over steps (period None) or phases from `scan_sums`.
 
     Phases are exact (HUGEINT) sums of their steps. The same columns and rows
-    as `tasks.population._cells`; the EM runs on the same batches of cells
-    (chunks), so its π are the same bits.
+    as `tasks.population._cells`. The EM runs on batches of `EM_BATCH_CELLS`
+    cells, not on the report-by-report path's chunks of about `CHUNK_ROWS`
+    reports (two cells each at 10^9 reports, with the EM loop's Python cost
+    paid per batch): each cell's EM is its own (its π, iterations and stop
+    depend on its own counts only, its mean is a row sum:
+    `distribution_mean`), so its rows are the same bits whatever the batch
+    (tests/tasks/test_population_scan.py: batches of 1, 3 or all cells, and
+    the report-by-report path's CSV bytes).
     """
     cell = "step" if period is None else f"(step % {int(period)})"
     per_cell = con.execute(
@@ -303,8 +305,9 @@ def cell_tables(con: duckdb.DuckDBPyConnection, period: int | None, epsilon_per_
         epsilon_per_step=epsilon_per_step, confidence=confidence)
     mean = pd.DataFrame({"cell": m.cells, "reports": m.reports, "mean": m.mean,
                          "lower": m.lower, "upper": m.upper})
-    chunk = _chunk_of(by["cell"].to_numpy(dtype=np.int64), int(per_cell["n"].sum()), n_cells)
-    dist = [_distribution(part, epsilon_per_step) for _, part in by.groupby(chunk, sort=True)]
+    cells = by["cell"].to_numpy(dtype=np.int64)
+    batch = np.unique(cells, return_inverse=True)[1] // EM_BATCH_CELLS
+    dist = [_distribution(part, epsilon_per_step) for _, part in by.groupby(batch, sort=True)]
     return mean, pd.concat(dist, ignore_index=True)
 
 

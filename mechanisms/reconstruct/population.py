@@ -61,6 +61,7 @@ __all__ = [
     "grid_quantiles",
     "population_mean_from_sums",
     "population_distribution_from_intervals",
+    "distribution_mean",
 ]
 
 
@@ -265,7 +266,7 @@ def population_distribution(y: object, *, steps: object, epsilon_per_step: float
                 smoothing=smoothing, max_iter=max_iter, groups=idx)
     return PopulationDistribution(
         cells=cells, grid=fit.grid, pi=fit.pi, quantile_levels=lv,
-        quantiles=grid_quantiles(fit.pi, lv), mean=fit.pi @ fit.grid,
+        quantiles=grid_quantiles(fit.pi, lv), mean=distribution_mean(fit.pi, fit.grid),
         reports=np.bincount(idx, minlength=cells.size).astype(np.int64))
 
 
@@ -324,6 +325,16 @@ def population_mean_from_sums(cells: object, reports: object, sum_y: list[Fracti
         family_size=1)
 
 
+def distribution_mean(pi: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Each cell's mean Σ_j π_j·g_j, a row sum of its own (the same bits in any batch of cells).
+
+    Not ``pi @ grid``: a BLAS matrix-vector product may add a row's terms in an
+    order that depends on the number of rows (and on the machine), so a cell's
+    mean would depend on the cells it is batched with.
+    """
+    return (pi * grid).sum(axis=1)
+
+
 def population_distribution_from_intervals(
         cells: object, group: object, lo: object, hi: object, counts: object, *,
         epsilon_per_step: float, grid_size: int = 64,
@@ -365,5 +376,5 @@ def population_distribution_from_intervals(
     grid = em_grid(bsz)
     return PopulationDistribution(
         cells=cl, grid=grid, pi=pi, quantile_levels=lv, quantiles=grid_quantiles(pi, lv),
-        mean=pi @ grid,
+        mean=distribution_mean(pi, grid),
         reports=np.bincount(g_u, weights=merged.counts, minlength=cl.size).astype(np.int64))

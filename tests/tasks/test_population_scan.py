@@ -78,8 +78,7 @@ def test_the_aggregates_are_the_estimators_on_the_reports(tmp_path):
     assert population_scan.scan_sums(con, E0) is not None
     df = df.sort_values(["step", "y"])
     for period in (None, 7):
-        mean, dist = population_scan.cell_tables(con, period, E0, 0.9, 40 if period is None
-                                                 else period)
+        mean, dist = population_scan.cell_tables(con, period, E0, 0.9)
         m = population_mean(df["y"].to_numpy(), steps=df["step"].to_numpy(),
                             epsilon_per_step=E0, period=period, confidence=0.9)
         d = population_distribution(df["y"].to_numpy(), steps=df["step"].to_numpy(),
@@ -386,3 +385,20 @@ def test_a_chunk_longer_than_sum_rows_is_summed_in_slices(tmp_path, monkeypatch)
     assert (sliced.users, sliced.rows) == (whole.users, whole.rows) == (30, len(df))
     with pytest.raises(ValueError, match="at most 97 rows"):
         population_scan.chunk_sums(np.zeros(98, np.int64), np.zeros(98), 0.5)
+
+
+def test_the_em_batches_change_no_bit(tmp_path, monkeypatch):
+    """Each cell's EM is its own: batches of 1, 3 or all cells give the same tables, bit for bit."""
+    _samples(tmp_path / "samples.parquet", users=30, steps=40, seed=9)
+    con = duckdb.connect()
+    con.read_parquet(str(tmp_path / "samples.parquet")).create_view("s")
+    assert population_scan.scan_sums(con, E0) is not None
+    got = []
+    for cells in (1, 3, population_scan.EM_BATCH_CELLS):
+        monkeypatch.setattr(population_scan, "EM_BATCH_CELLS", cells)
+        got.append([population_scan.cell_tables(con, period, E0, 0.9) for period in (None, 7)])
+    for tables in got[1:]:
+        for (mean, dist), (mean0, dist0) in zip(tables, got[0], strict=True):
+            pd.testing.assert_frame_equal(mean, mean0, check_exact=True)
+            pd.testing.assert_frame_equal(dist, dist0, check_exact=True)
+    assert len(got[0][0][1]) == 40 and len(got[0][1][1]) == 7
