@@ -30,6 +30,7 @@ import os
 import stat
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -334,16 +335,35 @@ def _sha256(fd: int) -> str:
     return digest.hexdigest()
 
 
+HASH_THREADS = 2
+"""Files `tree_sha256` hashes at once: hashlib hashes a 1 MB block without the GIL, and a
+stream release's two large files (samples and samples_units) then take the two cores."""
+
+
+def _sha256_of_dup(fd: int) -> str:
+    """`_sha256` of a duplicated descriptor, closed after."""
+    try:
+        return _sha256(fd)
+    finally:
+        os.close(fd)
+
+
 def tree_sha256(root: str | Path, *, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """SHA-256 of every file under `root` by ``/``-separated relative path (`skip` left out).
+
+    Each file is opened (and checked) by the walk as before; its hash is taken
+    on one of `HASH_THREADS` threads from a duplicate of that descriptor (the
+    same open file: a file renamed into its place meanwhile is not read).
 
     Raises:
         OutputIntegrityError: a symlink or a special file under `root`, naming it.
     """
     base = Path(root)
-    with _open_tree(base) as fd:
-        return {rel: _sha256(child) for rel, child, is_dir in _walk(fd, "", base)
-                if not is_dir and rel not in skip}
+    with _open_tree(base) as fd, ThreadPoolExecutor(HASH_THREADS) as pool:
+        pending = {rel: pool.submit(_sha256_of_dup, os.dup(child))
+                   for rel, child, is_dir in _walk(fd, "", base)
+                   if not is_dir and rel not in skip}
+        return {rel: future.result() for rel, future in pending.items()}
 
 
 def set_output_modes(root: str | Path) -> None:

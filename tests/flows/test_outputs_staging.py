@@ -406,6 +406,25 @@ def test_bad_umask_setting_is_a_parameter_error(bad, monkeypatch):
         operator_umask()
 
 
+def test_tree_digests_hashed_on_threads_are_each_files_own_and_leave_no_descriptor(tmp_path):
+    """`tree_sha256`: every file's SHA-256 by relative path, in walk order; no fd left open."""
+    from files.safe_files import tree_sha256
+
+    root = tmp_path / "r"
+    (root / "plots" / "deep").mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    files = {"a.parquet": rng.bytes(3 << 20), "b.parquet": rng.bytes(5 << 20), "m.json": b"{}",
+             "plots/p.png": rng.bytes(999), "plots/deep/e": b""}
+    for rel, data in files.items():
+        (root / rel).write_bytes(data)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    got = tree_sha256(root, skip=("m.json",))
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+    want = {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())
+            if rel != "m.json"}
+    assert list(got.items()) == list(want.items())
+
+
 @pytest.mark.parametrize("planted", ["symlink", "fifo", "dir-symlink"])
 def test_walks_refuse_symlinks_and_special_files_anywhere(planted, tmp_path):
     from files.safe_files import set_output_modes, tree_sha256
