@@ -110,8 +110,23 @@ def measure(kind: str, users: int, base: Path, repeats: int) -> dict:
         shutil.rmtree(work, ignore_errors=True)
         src.unlink()
     row = summarise(kind, users, res)
-    row.update(floor=min(floors), input_s=gen)
+    row.update(floor=min(floors), input_s=gen, reserve_span=reserve_span(res))
     return row
+
+
+def reserve_span(res: dict) -> float:
+    """Seconds from the first plan or reserve task's start to the last reserve's end.
+
+    A stream release plans each group's continuations and reserves its requests
+    (`flows.release_stages.reserve`); the summed task times cannot show how much
+    of the two overlapped, this span does.
+    """
+    got = [res["stages"].get(n) for n in ("plan-stream-continuation", "ledger-reserve")]
+    got = [s for s in got if s and s["first"] is not None]
+    reserve = res["stages"].get("ledger-reserve")
+    if not got or not reserve or reserve["last"] is None:
+        return 0.0
+    return reserve["last"] - min(s["first"] for s in got)
 
 
 STAGES = (("ingest", "ingest"), ("ledger", "ledger"), ("mechanism", "mech_span"),
@@ -122,13 +137,13 @@ def table(rows: list[dict]) -> str:
     """The floor table (wall, ratio, stage shares) and each release's summed task times."""
     head = ("| kind | users | samples | floor s (DuckDB read + noise + write) | release wall s "
             "(start-up excluded) | ratio | " + " | ".join(f"{n} %" for n, _ in STAGES) +
-            " | release CPU s | peak RSS MB |")
-    lines = [head, "|" + "---|" * (8 + len(STAGES))]
+            " | release CPU s | peak RSS MB | plan + reserve span s |")
+    lines = [head, "|" + "---|" * (9 + len(STAGES))]
     for r in rows:
         shares = " | ".join(f"{100 * r[k] / r['wall']:.0f}" for _, k in STAGES)
         lines.append(f"| {r['kind']} | {r['users']:,} | {r['points']:,} | {r['floor']:.1f} | "
                      f"{r['wall']:.1f} | {r['wall'] / r['floor']:.1f}x | {shares} | "
-                     f"{r['cpu']:.1f} | {r['rss']:.0f} |")
+                     f"{r['cpu']:.1f} | {r['rss']:.0f} | {r['reserve_span']:.1f} |")
     lines += ["", "Stage shares are of the release wall; mechanism is the span of the chunk "
               "tasks (first start to last end).", "", "Summed run time of each task, s:", ""]
     for r in rows:
