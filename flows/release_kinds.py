@@ -208,27 +208,20 @@ class StreamRelease:
         nothing new join `unchanged`, each chunk's stream plans are written to the
         private staging directory for its task (`chunk_plans_path`), and the
         group's requests are yielded, in batches of at most RESERVE_BATCH users
-        (`by_user`). The release reserves them while the next group is planned
-        (`flows.one_ahead`), whose first ledger read (`tasks.continuation.read_ahead`)
-        is made before this group's requests are yielded: the planning of the next
-        group waits for no ledger lock while this one is reserved. So at most two
-        groups' requests and plans are ever in memory. Each user's plan reads only
+        (`by_user`), to be reserved before the next group is planned. So only one
+        group's requests and plans are ever in memory. Each user's plan reads only
         that user's released ranges, so planning group by group plans what one pass
         would. A group with no request yields nothing. Through a ledger service, a
         group repeating ranges of another client's release stops the release before
         its reserve (`tasks.redraw_owners`: the service would refuse their seeds).
         """
-        from tasks.continuation import plan_release, read_ahead, write_chunk_plans
+        from tasks.continuation import plan_release, write_chunk_plans
         from tasks.redraw_owners import check_redraw_owners
 
-        plan, led, domain = run.plan, run.ledger, run.dom.name
-        groups = _chunk_groups(plan.chunks, RESERVE_BATCH)
-        ahead = read_ahead(led, domain, groups[0]) if groups else None
-        for i in range(len(groups)):
-            cont = plan_release(quote(led), run.rid, domain, quote(plan),
-                                self.spec.epsilon_per_step, ahead=quote(ahead))
-            # the next group's ledger read, before this group's reserve holds the ledger
-            ahead = read_ahead(led, domain, groups[i + 1]) if i + 1 < len(groups) else None
+        plan = run.plan
+        for group in _chunk_groups(plan.chunks, RESERVE_BATCH):
+            cont = plan_release(run.ledger_path, run.rid, run.dom.name, quote(plan),
+                                self.spec.epsilon_per_step, chunks=quote(group))
             check_redraw_owners(run.ledger, run.rid, cont.plans)
             plan.rejected.extend(cont.rejected)
             plan.users -= len(cont.rejected)

@@ -379,46 +379,12 @@ def _plan_chunk(led: Any, domain: str, release_id: str, per_step: Fraction, chun
     out.plans[chunk.index] = chunk_plans
 
 
-@dataclass
-class ReadAhead:
-    """A group of staged chunks, and the released ranges of its first key batch (`read_ahead`)."""
-
-    staged: list[_Chunk]
-    history: dict[tuple[str, str], list[StreamRange]]
-
-
-def _history(led: Any, domain: str, batch: list[_Chunk]
-             ) -> dict[tuple[str, str], list[StreamRange]]:
-    """The ledger's released ranges of the streams of `batch` (one ledger read)."""
-    return led.stream_ranges(domain, [key for c in batch
-                                      for key in zip(c.users, c.streams, strict=True)])
-
-
-def read_ahead(led: Any, domain: str, chunks: Any) -> ReadAhead:
-    """What `plan_release_fn` reads from the ledger and staging before it plans `chunks`.
-
-    The chunks' items (who holds which rows) and the released ranges of their
-    first HISTORY_KEYS streams: one ledger read. A release reads the next
-    group's before it reserves this group's requests, so that the next group
-    is planned (keyed hashing and Python, no ledger lock) while this one is
-    reserved (`flows.release_kinds.StreamRelease.reserve_batches`). Ranges read
-    ahead cannot go stale unseen: the reserve checks each stream's claim (its
-    watermark and range) against the ledger in its own transaction.
-    """
-    staged = [_Chunk.read(c) for c in chunks]
-    batches = _key_batches(staged)
-    return ReadAhead(staged, _history(led, domain, batches[0]) if batches else {})
-
-
-def plan_release_fn(ledger: Any, release_id: str, domain: str, plan: Any,
-                    per_step: Fraction, chunks: Any = None, ahead: ReadAhead | None = None
-                    ) -> ReleasePlan:
+def plan_release_fn(ledger_path: str, release_id: str, domain: str, plan: Any,
+                    per_step: Fraction, chunks: Any = None) -> ReleasePlan:
     """Plan the staged streams against the ledger's released ranges (flow process only).
 
-    `ledger` is the ledger's path or an open ledger. Plans the streams of
-    `chunks` (staged chunks of `plan`; all of them by default), or of `ahead`
-    (their `read_ahead`, then `chunks` is not given: its ranges are not read
-    again). Users are independent: each user's plan reads only that user's
+    Plans the streams of `chunks` (staged chunks of `plan`; all of them by
+    default). Users are independent: each user's plan reads only that user's
     released ranges, so chunks planned apart plan what they plan together.
 
     Privacy: reads the staged (validated) values to fingerprint them with the
@@ -431,14 +397,12 @@ def plan_release_fn(ledger: Any, release_id: str, domain: str, plan: Any,
     chunk in one numpy pass; a stream the ledger never released skips the
     checks of earlier ranges (`_first_plan`: what `plan_stream` plans for it).
     """
-    if ahead is not None and chunks is not None:
-        raise ValueError("plan_release_fn: give chunks or their read_ahead, not both")
-    led = open_ledger(ledger) if isinstance(ledger, str) else ledger
-    if ahead is None:
-        ahead = read_ahead(led, domain, plan.chunks if chunks is None else chunks)
+    led = open_ledger(ledger_path)
     out = ReleasePlan([], [], set(), {})
-    for i, batch in enumerate(_key_batches(ahead.staged)):
-        history = ahead.history if i == 0 else _history(led, domain, batch)
+    staged = [_Chunk.read(c) for c in (plan.chunks if chunks is None else chunks)]
+    for batch in _key_batches(staged):
+        history = led.stream_ranges(domain, [key for c in batch
+                                             for key in zip(c.users, c.streams, strict=True)])
         for chunk in batch:
             chunk.load()
             _plan_chunk(led, domain, release_id, per_step, chunk, history, out)

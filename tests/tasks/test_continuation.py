@@ -290,16 +290,6 @@ def test_the_chunk_planner_plans_what_plan_stream_plans_stream_by_stream(
     assert {u: p for c in got.plans.values() for u, p in c.items()} == plans
     assert plans["f"]["s1"].new_range.release_id == "r2"  # the rerun's own range
     assert led.reads == (1 if history_keys > 10 else 2)  # at least a chunk per read
-    # read ahead (the next group's first ledger read, made before this group's reserve),
-    # then planned from the open ledger: the same plan, and no first read again
-    ahead = C.read_ahead(led, "d", chunks)
-    assert led.reads == (2 if history_keys > 10 else 3)
-    again = C.plan_release_fn(led, "r2", "d", None, EPS, ahead=ahead)
-    assert (again.requests, again.rejected, again.unchanged, again.plans) == (
-        got.requests, got.rejected, got.unchanged, got.plans)
-    assert led.reads == (2 if history_keys > 10 else 4)  # later key batches: read then
-    with pytest.raises(ValueError, match="not both"):
-        C.plan_release_fn(led, "r2", "d", None, EPS, chunks=chunks, ahead=ahead)
 
 
 def step_runs_of(pairs):
