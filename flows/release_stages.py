@@ -33,7 +33,6 @@ from files.release_dir import published_release
 from flows import faults, signals
 from flows.chunk_window import ChunkWindow
 from flows.dry_run import dry_run_result
-from flows.one_ahead import one_ahead
 from flows.release_kinds import ReleaseKind
 from flows.run_labels import label_run, release_tags
 from ledger import Ledger
@@ -173,15 +172,12 @@ def _reserve(run: ReleaseRun, batches: Any) -> tuple[set[str], list[dict[str, An
     batches of users decide exactly what one transaction would. Batches bound
     the memory of a reserve (its requests, decisions and DuckDB work grow with
     the batch, not with the release), and are built one at a time by the
-    iterator, the next one on a thread while this one is reserved
-    (`flows.one_ahead`: a stream release plans the next group's continuations
-    while the ledger reserves this group's; users are independent, so this
-    decides what one after the other would). Every batch runs before any chunk
-    is submitted: no noise is drawn until the whole release is reserved. A
-    crash between batches leaves the earlier batches reserved (recorded, not
-    spent twice): the rerun answers them from their entries and reserves the
-    rest. An iterator of no batch still makes one (empty) reserve call. Returns
-    the admitted users and the denials, sorted by user.
+    iterator. Every batch runs before any chunk is submitted: no noise is drawn
+    until the whole release is reserved. A crash between batches leaves the
+    earlier batches reserved (recorded, not spent twice): the rerun answers them
+    from their entries and reserves the rest. An iterator of no batch still
+    makes one (empty) reserve call. Returns the admitted users and the denials,
+    sorted by user.
     """
     admitted: set[str] = set()
     denied: list[dict[str, Any]] = []
@@ -198,7 +194,7 @@ def _reserve(run: ReleaseRun, batches: Any) -> tuple[set[str], list[dict[str, An
         admitted.update(ok)
         denied.extend(no)
 
-    for requests in one_ahead(batches, "privpipe-plan"):
+    for requests in batches:
         reserve_one(requests)
     if not calls:
         reserve_one([])

@@ -158,29 +158,11 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
     template = tmp_path / "template"
     template.mkdir()
     Ledger.init(template / "ledger.duckdb").apply_policy(load_policy(policy_file))
-    import threading
-
-    import tasks.continuation as continuation
-
     events: list[tuple[str, frozenset]] = []
     real_reserve, real_task = stages.reserve_budget, kinds.privatize_streams
-    real_plan = continuation.plan_release
-    planners: set[str] = set()
-    planned = {"starts": threading.Semaphore(0)}  # a new one per release
-    overlapped: list[bool] = []
-    check_overlap = False
-
-    def planning(*args, **kw):
-        planners.add(threading.current_thread().name)
-        planned["starts"].release()
-        return real_plan(*args, **kw)
 
     def reserving(ledger, rid, requests, **kw):
         events.append(("reserve", frozenset(r.user_id for r in requests.unquote())))
-        if check_overlap and not overlapped:  # the first group's reserve: the second
-            # group is planned meanwhile (serial planning would wait the timeout: False)
-            starts = planned["starts"]
-            overlapped.append(starts.acquire(timeout=10) and starts.acquire(timeout=10))
         return real_reserve(ledger, rid, requests, **kw)
 
     class Task:
@@ -197,10 +179,6 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
         _release(_csv(d1, tmp_path / "d1.csv"), policy_file, led, tmp_path / name / "b")
         monkeypatch.setattr(kinds, "RESERVE_BATCH", batch)
         monkeypatch.setattr(stages, "reserve_budget", reserving)
-        monkeypatch.setattr(continuation, "plan_release", planning)
-        overlapped.clear()
-        check_overlap = batch == 3
-        planned["starts"] = threading.Semaphore(0)
         monkeypatch.setattr(kinds, "privatize_streams", Task())
         events.clear()
         res = release_streams(input_path=_csv(d12, tmp_path / "d12.csv"), domain="meters",
@@ -227,6 +205,3 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
     assert sum(map(len, reserved)) == len(set().union(*reserved))  # a user in one call only
     assert set().union(*reserved) == set(users) - {changed, quiet}
     assert [k for k, _ in one[2]].count("reserve") == 1
-    # the next group's continuations are planned on a thread while this group is reserved
-    assert overlapped == [True]
-    assert planners and all(name.startswith("privpipe-plan") for name in planners)
