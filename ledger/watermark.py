@@ -105,10 +105,23 @@ def range_fingerprint(key: bytes, user_id: str, domain: str, stream_id: str,
     sees; any change of a value, of which steps are present, or of the
     domain's value range changes the fingerprint.
     """
-    head = json.dumps([_FP_CONTEXT, user_id, domain, stream_id, int(steps.size)]).encode()
-    mac = hmac.new(key, head, hashlib.sha256)
-    mac.update(np.ascontiguousarray(steps, dtype="<i8").tobytes())
-    mac.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+    keyed = hmac.new(key, digestmod=hashlib.sha256)
+    return _keyed_range(keyed, user_id, domain, stream_id,
+                        np.ascontiguousarray(steps, dtype="<i8"),
+                        np.ascontiguousarray(values, dtype="<f8"))
+
+
+def _keyed_range(keyed: hmac.HMAC, user_id: str, domain: str, stream_id: str,
+                 steps: np.ndarray, values: np.ndarray) -> str:
+    """`range_fingerprint` from `keyed`, an HMAC of the key over no data (copied, not changed).
+
+    `steps` and `values` are contiguous little-endian int64 and float64: their
+    buffers are hashed as they are (the bytes `tobytes` would copy).
+    """
+    mac = keyed.copy()
+    mac.update(json.dumps([_FP_CONTEXT, user_id, domain, stream_id, int(steps.size)]).encode())
+    mac.update(steps)
+    mac.update(values)
     return mac.hexdigest()
 
 
@@ -133,7 +146,8 @@ def range_fingerprints(key: bytes, domain: str, user_ids: Sequence[str],
         raise ParameterError("range_fingerprints: user_ids and stream_ids must list one "
                              "range each, offsets run from 0 to the number of steps without "
                              "decreasing, and steps and values have one entry per row")
-    return [range_fingerprint(key, u, domain, s, steps[a:b], values[a:b])
+    keyed = hmac.new(key, digestmod=hashlib.sha256)  # the key's pads, hashed once
+    return [_keyed_range(keyed, u, domain, s, steps[a:b], values[a:b])
             for u, s, a, b in zip(user_ids, stream_ids, bounds[:-1], bounds[1:], strict=True)]
 
 

@@ -147,3 +147,42 @@ def test_fingerprints_are_keyed_and_see_every_change():
     assert a != range_fingerprint(b"k" * 32, "u", "d", "s", steps, changed)
     assert a != range_fingerprint(b"k" * 32, "u", "d", "s", steps + 1, vals)
     assert a != range_fingerprint(b"k" * 32, "v", "d", "s", steps, vals)
+
+
+def _reference_fingerprint(key, user, domain, sid, steps, values):
+    """The documented construction, from Python numbers (no numpy buffer): HMAC-SHA256 of
+    the JSON head, then each step as little-endian int64, then each value as float64."""
+    import hashlib
+    import hmac
+    import json
+    import struct
+
+    head = json.dumps(["privpipe stream range v1", user, domain, sid, len(steps)]).encode()
+    body = b"".join(struct.pack("<q", int(s)) for s in steps)
+    body += b"".join(struct.pack("<d", float(v)) for v in values)
+    return hmac.new(key, head + body, hashlib.sha256).hexdigest()
+
+
+def test_fingerprints_are_the_documented_hmac_for_any_layout_of_the_arrays():
+    # the ledger records these: a faster computation must give the same hex, whatever the
+    # arrays' strides, integer width or byte order (a recorded range must match next day)
+    from ledger.watermark import range_fingerprints
+
+    key = bytes(range(32))
+    rng = np.random.default_rng(5)
+    base = rng.random(40)
+    steps = np.arange(100, 140)
+    cases = [(steps, base), (steps[::2], base[::2]),  # strided views
+             (steps.astype(np.int32), base.astype(">f8")),  # narrower, big-endian
+             (steps[:0], base[:0])]  # an empty range
+    for st, vals in cases:
+        want = _reference_fingerprint(key, "ü1", "d", "s\u00e9", st.tolist(), vals.tolist())
+        assert range_fingerprint(key, "ü1", "d", "s\u00e9", st, vals) == want
+    # a batch: ranges of one strided, big-endian pair of arrays, with an empty one between
+    st, vals = steps[::2].astype(">i8"), base[::2].astype(">f8")
+    offsets = [0, 7, 7, 20]
+    users, sids = ["a", "b", "c"], ["s1", "s2", "s3"]
+    got = range_fingerprints(key, "d", users, sids, st, vals, offsets)
+    assert got == [_reference_fingerprint(key, u, "d", s, st[a:b].tolist(), vals[a:b].tolist())
+                   for u, s, a, b in zip(users, sids, offsets, offsets[1:])]
+    assert len(set(got)) == 3
