@@ -39,8 +39,10 @@ from typing import Any
 import numpy as np
 from prefect import task
 
+from ledger import Request, StreamClaim
 from ledger.remote import open_ledger
 from ledger.watermark import StreamRange
+from mechanisms.cost import StepRun
 from schemas.errors import PrivpipeError
 from tasks.keyed_rng import release_generator
 from tasks.plan_fingerprints import Fingerprints, chunk_fingerprints, prior_ranges
@@ -321,10 +323,6 @@ def _user_plans(fingerprints: list[Fingerprints], release_id: str, per_step: Fra
 def _requests(user: str, items: list[int], chunk: _Chunk, runs: list[list[tuple[int, int]]],
               domain: str, plans: dict[str, StreamPlan], per_step: Fraction) -> list[Any]:
     """The w-event requests of one user's new ranges (new steps only), with their claims."""
-    from ledger import Request, StreamClaim
-    from mechanisms.cost import StepRun
-    from tasks.stream_draw import step_runs
-
     position = {chunk.streams[k]: k for k in items}
     out = []
     for sid, p in sorted(plans.items()):
@@ -335,6 +333,8 @@ def _requests(user: str, items: list[int], chunk: _Chunk, runs: list[list[tuple[
         if p.watermark is None:  # every step is new: the runs of the whole stream
             stream_runs = tuple(StepRun(a, b, per_step) for a, b in runs[k])
         else:
+            from tasks.stream_draw import step_runs  # (it imports this module)
+
             steps = chunk.steps[chunk.offsets[k]:chunk.offsets[k + 1]]
             stream_runs = step_runs(steps[steps >= r.first_step], per_step)
         out.append(Request(
