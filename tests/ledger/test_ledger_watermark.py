@@ -184,5 +184,5 @@ def test_fingerprints_are_the_documented_hmac_for_any_layout_of_the_arrays():
     users, sids = ["a", "b", "c"], ["s1", "s2", "s3"]
     got = range_fingerprints(key, "d", users, sids, st, vals, offsets)
     assert got == [_reference_fingerprint(key, u, "d", s, st[a:b].tolist(), vals[a:b].tolist())
-                   for u, s, a, b in zip(users, sids, offsets, offsets[1:])]
+                   for u, s, a, b in zip(users, sids, offsets[:-1], offsets[1:], strict=True)]
     assert len(set(got)) == 3
