@@ -214,11 +214,8 @@ def make_app(watch: Watch) -> Starlette:
 def serve(ledger_path: Path, public_key: Path | None, host: str, port: int,
           reverify: float = 300.0) -> None:
     """Verify in the background and serve the audit pages until interrupted."""
-    import uvicorn
+    from flows.http_serve import serve_app
 
     watch = Watch(ledger_path, public_key, reverify=reverify)
     watch.start()
-    try:
-        uvicorn.run(make_app(watch), host=host, port=port, log_level="warning")
-    finally:
-        watch.stop()
+    serve_app(make_app(watch), host=host, port=port, on_stop=watch.stop, log_level="warning")

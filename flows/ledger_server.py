@@ -477,8 +477,7 @@ def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
             clients file.
         LedgerOpenError: the ledger or its keys cannot be opened.
     """
-    import uvicorn
-
+    from flows.http_serve import serve_app
     from flows.worker_address import parse_listen
 
     host, port = parse_listen(listen)
@@ -489,9 +488,6 @@ def serve_ledger(ledger: Path, listen: str, *, tls_cert: Path, tls_key: Path,
         raise ParameterError(f"--verify-every must be >= 0 seconds; got {verify_every}")
     service = LedgerService(ledger, clients, verify_every=verify_every)
     cap = None if max_published_mb is None else int(max_published_mb) * 2**20
-    try:
-        uvicorn.run(make_app(service, max_published=cap), host=host, port=port,
-                    log_level="warning", access_log=False, ssl_certfile=str(tls_cert),
-                    ssl_keyfile=str(tls_key))
-    finally:
-        service.close()
+    serve_app(make_app(service, max_published=cap), host=host, port=port,
+              on_stop=service.close, log_level="warning", access_log=False,
+              ssl_certfile=str(tls_cert), ssl_keyfile=str(tls_key))

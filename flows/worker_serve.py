@@ -127,7 +127,7 @@ def serve_worker(listen: str, *, tls_cert: Path | None, tls_key: Path | None,
     Raises:
         ParameterError: an option combination the module docstring refuses.
     """
-    import uvicorn
+    from flows.http_serve import serve_app
 
     host, port = parse_listen(listen)
     token = (read_token_file(token_file, "the --token-file") if token_file is not None
@@ -138,5 +138,5 @@ def serve_worker(listen: str, *, tls_cert: Path | None, tls_key: Path | None,
         tls = {"ssl_certfile": str(tls_cert), "ssl_keyfile": str(tls_key)}
     if client_ca is not None:
         tls |= {"ssl_ca_certs": str(client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    uvicorn.run(make_app(token=token, threads=threads), host=host, port=port,
-                log_level="warning", access_log=False, **tls)
+    serve_app(make_app(token=token, threads=threads), host=host, port=port,
+              log_level="warning", access_log=False, **tls)
