@@ -38,7 +38,6 @@ from files.staging import read_arrow, write_arrow
 from mechanisms.cost import float_at_most
 from schemas.policy import Domain
 from tasks.ledger_ops import by_user, plan_requests
-from tasks.population_scan import ScanSums
 from tasks.privatize import (
     ChunkResult,
     CurveSpec,
@@ -53,6 +52,7 @@ from tasks.stage import load_curve_chunk, load_stream_chunk
 
 if TYPE_CHECKING:
     from flows.release_stages import ReleaseRun
+    from tasks.population_scan import ScanSums
 
 RESERVE_BATCH = 50_000
 """The most users one reserve transaction of a release takes (`flows.release_stages`)."""
@@ -254,6 +254,9 @@ class StreamRelease:
         reconstruction (CPR only), and summed for the population view
         (`tasks.population_scan.ScanSums`, reports of the Square Wave law only).
         """
+        # stream modules (scipy.signal and .stats through mechanisms.reconstruct, 0.5 s of
+        # import): loaded by stream releases only, never by a curve release's process
+        from tasks.population_scan import ScanSums
         from tasks.stream_redraw import check_redraws
 
         ranges = self.repeated(run, res.index)
