@@ -13,7 +13,8 @@ runs of the compared cases interleaved so they see the same machine load:
 2. **Fixed cost of a release** (one user, one 40-point curve, so the mechanism
    costs nothing): the whole command with a Prefect server already running
    (PREFECT_API_URL; goal <= 5 s) and with nothing configured, so the embedded
-   temporary server starts (goal <= 12 s), next to its parts measured in their
+   temporary server starts (goal <= 12 s; also on a Prefect home with no database
+   yet, the first command on a new machine), next to its parts measured in their
    own processes: interpreter + CLI imports, the flows' imports (Prefect, pandas,
    pyarrow: overlapped with the server's start by the CLI), the temporary
    server's start until healthy, the ledger open, one empty flow run.
@@ -214,18 +215,27 @@ class _Server:
         self.log.close()
 
 
+NEW_HOME = "embedded server, new Prefect home"
+"""Its first start: Prefect's database made (from the template: `flows.prefect_server`)."""
+
+
 def fixed_cost_table(work: Path, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
     policy, home, tiny = _setup(work / "fc")
     (work / "server").mkdir()
-    totals: dict[str, list[float]] = {"server already running": [], "embedded server": []}
+    totals: dict[str, list[float]] = {"server already running": [], "embedded server": [],
+                                      NEW_HOME: []}
     parts: dict[str, list[float]] = {p: [] for p in PART}
     with _Server(work / "server") as server:
         for i in range(repeat):
-            for mode, url in (("server already running", server.url), ("embedded server", None)):
+            for mode, url in (("server already running", server.url), ("embedded server", None),
+                              (NEW_HOME, None)):
+                env = _env(home, url)
+                if mode == NEW_HOME:  # a Prefect home with no database yet, as on a new machine
+                    env["PREFECT_HOME"] = str(work / f"new-prefect-home-{i}")
                 secs, code, err = _timed(
                     [PRIVPIPE, "release", "curves", str(tiny), "--domain", "bench", "--epsilon",
                      "1/1000", "--policy", str(policy), "--release-id", f"{mode[:3]}-{i}",
-                     "--out", str(work / "out")], _env(home, url), work, mode)
+                     "--out", str(work / "out")], env, work, mode)
                 if code != 0:
                     raise SystemExit(f"{mode}: exit {code}: {err}")
                 totals[mode].append(secs)
@@ -277,6 +287,8 @@ def main() -> None:
           f"{totals['server already running']:.2f} | {_c('server already running')} | <= 5 |")
     print(f"| whole command, embedded temporary server | {totals['embedded server']:.2f} "
           f"| {_c('embedded server')} | <= 12 |")
+    print(f"| whole command, embedded temporary server, new Prefect home | "
+          f"{totals[NEW_HOME]:.2f} | {_c(NEW_HOME)} | <= 12 |")
     print("\nParts, each in its own process (interpreter start subtracted but for the first)\n")
     print("| part | wall s | CPU s |\n|---|---|---|")
     for name, secs in parts.items():

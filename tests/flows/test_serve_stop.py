@@ -22,13 +22,21 @@ from flows.http_serve import SHUTDOWN_GRACE_SECONDS, STOPPED_LINE
 from ledger import Ledger
 
 
-def _start(argv: list[str], log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", *argv], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT)
+def _serve_then_sigterm(argv: list[str], log_path, make_connection) -> None:
+    """Start `privpipe ARGV`, hold an idle keep-alive connection, SIGTERM it: at once, clean."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *argv], cwd=ROOT,
+                                stdout=log, stderr=subprocess.STDOUT)
+        con = _connect(make_connection, proc)
+        took = _sigterm(proc)
+        con.close()
+    out = log_path.read_text()
+    assert took < SHUTDOWN_GRACE_SECONDS / 2, (took, out)
+    assert proc.returncode == 128 + signal.SIGTERM and STOPPED_LINE in out, out
 
 
 def _connect(make, proc: subprocess.Popen) -> http.client.HTTPConnection:
-    """A connection that answered one GET /… and stays open (keep-alive)."""
+    """A connection that answered one GET /v1/health and stays open (keep-alive)."""
     deadline = time.monotonic() + 60
     while True:
         assert proc.poll() is None, "the service exited"
@@ -62,32 +70,20 @@ def test_worker_serve_with_an_idle_tls_client_stops_at_once(tmp_path):
     token.write_text(TOKEN)
     token.chmod(0o600)
     port = free_port()
-    log_path = tmp_path / "worker.log"
-    with open(log_path, "wb") as log:
-        proc = _start(["worker", "serve", "--listen", f"127.0.0.1:{port}", "--token-file",
-                       str(token), "--tls-cert", str(cert), "--tls-key", str(key)], log)
-        ctx = ssl.create_default_context(cafile=str(cert))
-        con = _connect(lambda: http.client.HTTPSConnection("127.0.0.1", port, context=ctx,
-                                                           timeout=5), proc)
-        took = _sigterm(proc)
-        con.close()
-    out = log_path.read_text()
-    assert took < SHUTDOWN_GRACE_SECONDS / 2, (took, out)
-    assert proc.returncode == 128 + signal.SIGTERM and STOPPED_LINE in out, out
+    ctx = ssl.create_default_context(cafile=str(cert))
+    _serve_then_sigterm(["worker", "serve", "--listen", f"127.0.0.1:{port}", "--token-file",
+                         str(token), "--tls-cert", str(cert), "--tls-key", str(key)],
+                        tmp_path / "worker.log",
+                        lambda: http.client.HTTPSConnection("127.0.0.1", port, context=ctx,
+                                                            timeout=5))
 
 
 def test_audit_serve_runs_its_clean_up_on_sigterm(tmp_path):
     led = Ledger.init(tmp_path / "ledger.duckdb", actor="pytest")
     port = free_port()
-    log_path = tmp_path / "audit.log"
-    with open(log_path, "wb") as log:
-        proc = _start(["audit", "serve", "--ledger", str(led.path), "--port", str(port)], log)
-        con = _connect(lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=5), proc)
-        took = _sigterm(proc)
-        con.close()
-    out = log_path.read_text()
-    assert took < SHUTDOWN_GRACE_SECONDS / 2, (took, out)
-    assert proc.returncode == 128 + signal.SIGTERM and STOPPED_LINE in out, out
+    _serve_then_sigterm(["audit", "serve", "--ledger", str(led.path), "--port", str(port)],
+                        tmp_path / "audit.log",
+                        lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=5))
 
 
 def test_a_taken_port_is_exit_2_not_uvicorns_3(tmp_path):
