@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # setup.py and the C source: a changed kernel is rebuilt before the next run or test.
 # compileall writes the editable sources' bytecode, as pip does for installed
 # packages: an environment with PYTHONDONTWRITEBYTECODE would compile them at every command.
-# --make-template migrates an empty Prefect database once (.venv/share/privpipe/): a
+# --write-template migrates an empty Prefect database once (.venv/share/privpipe/): a
 # temporary Prefect server on a new PRIVPIPE_HOME starts from a copy of it (flows/prefect_server.py).
 $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/_evaluate.c \
 		tasks/_keystream.c tasks/_popsums.c mechanisms/kernel_buffer.h
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py mechanisms/curves/_forest.c mechanisms/curves/
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dask]' --config-settings editable_mode=compat
 	$(PY) -m compileall -q flows tasks reports files ledger mechanisms schemas ingest > /dev/null
-	$(PY) -m flows.prefect_server --make-template > /dev/null
+	$(PY) -m flows.prefect_server --write-template > /dev/null
 	touch $(STAMP)
 
 run: $(STAMP)

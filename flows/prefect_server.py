@@ -11,7 +11,7 @@ its parent's death (its parent pid changes when it is re-parented). Its logs go
 to ``PREFECT_HOME/temporary-server.log``.
 
 Run as ``python -m flows.prefect_server PARENT_PID PORT [--pdeathsig]`` it is
-that child; ``python -m flows.prefect_server --make-template`` (run by the
+that child; ``python -m flows.prefect_server --write-template`` (run by the
 Makefile at install) makes the migrated empty database a new home starts from
 (`seed_database`).
 """
@@ -248,7 +248,7 @@ def prefect_session(preload: Sequence[str] = (), *, serve_port: int | None = Non
 def template_path() -> Path:
     """The empty, migrated Prefect database of this installation and Prefect version.
 
-    Made once at install (`make_template`, run by the Makefile); a temporary server
+    Made once at install (`write_template`, run by the Makefile); a temporary server
     on a home without a database starts from a copy of it instead of running
     Prefect's ~100 migrations (about 6-9 s of every first start).
     """
@@ -257,18 +257,18 @@ def template_path() -> Path:
     return Path(sys.prefix) / "share" / "privpipe" / f"prefect-{version('prefect')}.db"
 
 
-def make_template() -> Path:
+def write_template() -> Path:
     """Migrate an empty Prefect database into `template_path()` (atomically); return the path.
 
     Must run in a process that has not read Prefect's settings yet (its own
-    ``python -m flows.prefect_server --make-template``): the database goes to a
+    ``python -m flows.prefect_server --write-template``): the database goes to a
     temporary PREFECT_HOME.
     """
     import asyncio
     import tempfile
 
     if "prefect.settings" in sys.modules:
-        raise RuntimeError("make_template needs a process that has not imported Prefect")
+        raise RuntimeError("write_template needs a process that has not imported Prefect")
     target = template_path()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PREFECT_HOME"] = tmp
@@ -357,8 +357,8 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
 
 
 def _serve(argv: Sequence[str]) -> None:
-    if list(argv) == ["--make-template"]:
-        print(make_template())
+    if list(argv) == ["--write-template"]:
+        print(write_template())
         return
     if len(argv) < 2 or not all(a.isdigit() for a in argv[:2]):
         raise SystemExit("usage: python -m flows.prefect_server PARENT_PID PORT [--pdeathsig]")

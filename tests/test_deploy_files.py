@@ -221,3 +221,13 @@ def test_kubernetes_secret_modes_pass_the_token_file_rule():
             if ctx.get("runAsUser", 0) != 0:
                 assert ctx.get("fsGroup") is not None and mode & 0o040, (vol["name"], oct(mode))
     assert secrets >= 4
+
+
+def test_the_dockerfile_checks_and_imports_every_kernel_of_setup_py():
+    """The image build stops when the wheel lacks a compiled kernel; it named 2 of the 4."""
+    kernels = re.findall(r'_kernel\("([\w.]+)"\)', (REPO / "setup.py").read_text())
+    assert len(kernels) >= 4, kernels
+    stages = _stages((DEPLOY / "Dockerfile").read_text())
+    for name in kernels:
+        assert f"'{name.replace('.', '/')}'" in stages["builder"], name   # in the wheel
+        assert re.search(rf"import [\w., ]*\b{re.escape(name)}\b", stages["runtime"]), name

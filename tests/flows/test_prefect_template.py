@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from flows import prefect_server
-from flows.prefect_server import make_template, seed_database, template_path
+from flows.prefect_server import seed_database, template_path, write_template
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,17 +99,17 @@ def test_no_template_means_prefect_migrates_as_before(tmp_path, monkeypatch):
     assert seed_database(home, url) is False and not (home / "prefect.db").exists()
 
 
-def test_make_template_refuses_a_process_that_read_prefects_settings():
+def test_write_template_refuses_a_process_that_read_prefects_settings():
     import prefect.settings  # noqa: F401 - this test process has, as the CLI would
 
     with pytest.raises(RuntimeError, match="not imported Prefect"):
-        make_template()
+        write_template()
 
 
 @pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
                     reason="the template is made by this checkout's Makefile install")
 def test_the_install_made_the_template():
-    """`make` (the README's commands, .ci/run) runs --make-template after installing."""
+    """`make` (the README's commands, .ci/run) runs --write-template after installing."""
     path = template_path()
     assert path.is_file() and not path.is_symlink(), path
     assert path.read_bytes()[:16] == b"SQLite format 3\x00"
