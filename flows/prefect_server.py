@@ -23,6 +23,8 @@ import importlib
 import os
 import signal
 import socket
+import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -280,8 +282,13 @@ def write_template() -> Path:
         asyncio.run(provide_database_interface().create_db())
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}")
-        with open(Path(tmp) / "prefect.db", "rb") as src, open(partial, "wb") as dst:
-            dst.write(src.read())
+        partial.unlink(missing_ok=True)
+        # SQLite's backup: one consistent copy, the write-ahead log's pages included
+        with contextlib.closing(sqlite3.connect(Path(tmp) / "prefect.db")) as src, \
+                contextlib.closing(sqlite3.connect(partial)) as dst:
+            src.backup(dst)
+            if dst.execute("SELECT version_num FROM alembic_version").fetchone() is None:
+                raise RuntimeError("Prefect's migrations left no alembic version")
         partial.chmod(0o644)
         os.replace(partial, target)
     return target
@@ -294,8 +301,6 @@ def _trusted_template() -> Path | None:
         st = path.lstat()
     except OSError:
         return None
-    import stat
-
     if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0) \
             or st.st_mode & 0o022:
         return None
@@ -364,7 +369,8 @@ def _serve(argv: Sequence[str]) -> None:
         raise SystemExit("usage: python -m flows.prefect_server PARENT_PID PORT [--pdeathsig]")
     parent, port = int(argv[0]), int(argv[1])
     _die_with_parent(parent, "--pdeathsig" in argv[2:])
-    seed_database(Path(os.environ["PREFECT_HOME"]))
+    with contextlib.suppress(OSError):  # only a shortcut: Prefect migrates a home without it
+        seed_database(Path(os.environ["PREFECT_HOME"]))
     import uvicorn
 
     uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.1",
