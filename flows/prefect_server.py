@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from files.safe_files import open_append
+from files.safe_files import make_dirs, open_append, rename_new, write_file
 from flows.settings import (
     configure_prefect,
     configured_api_url,
@@ -280,17 +280,15 @@ def write_template() -> Path:
         from prefect.server.database import provide_database_interface
 
         asyncio.run(provide_database_interface().create_db())
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        partial.unlink(missing_ok=True)
+        copy = Path(tmp) / "template.db"
         # SQLite's backup: one consistent copy, the write-ahead log's pages included
         with contextlib.closing(sqlite3.connect(Path(tmp) / "prefect.db")) as src, \
-                contextlib.closing(sqlite3.connect(partial)) as dst:
+                contextlib.closing(sqlite3.connect(copy)) as dst:
             src.backup(dst)
             if dst.execute("SELECT version_num FROM alembic_version").fetchone() is None:
                 raise RuntimeError("Prefect's migrations left no alembic version")
-        partial.chmod(0o644)
-        os.replace(partial, target)
+        make_dirs(target.parent, mode=0o755)
+        write_file(target, copy.read_bytes(), mode=0o644)
     return target
 
 
@@ -319,24 +317,22 @@ def seed_database(home: Path, url: str | None = None) -> bool:
 
     Only for Prefect's default database (``HOME/prefect.db``; `url` is the
     configured database URL, default Prefect's current setting); never over an
-    existing file (the copy is linked in under its name, which fails if another
-    process got there first). Returns whether this call seeded it.
+    existing file (the copy is renamed in under its name with no replace, which
+    fails if another process got there first). Returns whether this call seeded it.
     """
     db = home / "prefect.db"
     url = _database_url() if url is None else url
     template = _trusted_template()
     if url != f"sqlite+aiosqlite:///{db}" or template is None or os.path.lexists(db):
         return False
-    partial = home / f".prefect.db.{os.getpid()}"
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    seed = home / f".prefect.db.{os.getpid()}.seed"
+    write_file(seed, template.read_bytes(), mode=0o600, durable=False)
     try:
-        with os.fdopen(fd, "wb") as dst, open(template, "rb") as src:
-            dst.write(src.read())
-        os.link(partial, db)
+        rename_new(seed, db)
     except FileExistsError:
         return False
     finally:
-        partial.unlink(missing_ok=True)
+        seed.unlink(missing_ok=True)
     return True
 
 
@@ -369,7 +365,8 @@ def _serve(argv: Sequence[str]) -> None:
         raise SystemExit("usage: python -m flows.prefect_server PARENT_PID PORT [--pdeathsig]")
     parent, port = int(argv[0]), int(argv[1])
     _die_with_parent(parent, "--pdeathsig" in argv[2:])
-    with contextlib.suppress(OSError):  # only a shortcut: Prefect migrates a home without it
+    # only a shortcut: Prefect migrates a home without it (a full disk, say, says so later)
+    with contextlib.suppress(OSError, BadInputError):
         seed_database(Path(os.environ["PREFECT_HOME"]))
     import uvicorn
 
