@@ -22,10 +22,14 @@ This lives in `tasks/` (it adapts the ledger's seed to the mechanisms' injected
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 from randomgen import ChaCha
 
-__all__ = ["SEED_BITS", "rekey", "release_generator"]
+__all__ = ["SEED_BITS", "lent_generators", "rekey", "release_generator"]
 
 #: Bits of the HMAC-SHA256 noise seed, used whole as the ChaCha20 key.
 SEED_BITS = 256
@@ -88,6 +92,50 @@ def rekey(generator: np.random.Generator, seed: int) -> np.random.Generator:
 
 
 _CHACHA = "randomgen.chacha.ChaCha"
+
+# Generators returned by `lent_generators`, re-keyed before every loan. Building
+# a ChaCha bit generator costs ~30 us and an os.urandom call (randomgen seeds
+# it before the key replaces the seed): the call gives up the GIL, so beside
+# another busy thread each user's generator waited a switch interval (28 % of a
+# curve chunk task's samples at 5 x 10^4 users, benchmarks/results/floor.md).
+_FREE: list[np.random.Generator] = []
+_FREE_LOCK = threading.Lock()
+#: Most generators kept between loans (about 1 KB each).
+POOL_LIMIT = 1 << 16
+
+
+@contextmanager
+def lent_generators(seeds: list[int]) -> Iterator[list[np.random.Generator]]:
+    """One generator per seed, each drawing exactly what ``release_generator(seed)`` draws.
+
+    The generators are lent for the ``with`` block: they are objects of earlier
+    loans re-keyed (`rekey`: their whole state replaced) or new ones, never
+    shared with another loan while this one lasts (two threads get disjoint
+    objects), and they go back to the pool when the block ends, however it
+    ends. Nothing may keep one past the block. Privacy: as `release_generator`
+    for each seed. Costs nothing.
+
+    Args:
+        seeds: 256-bit noise seeds (0 <= seed < 2^256), one per generator wanted.
+
+    Yields:
+        The generators, in the order of `seeds`.
+
+    Raises:
+        ValueError: a seed is not an integer in [0, 2^256).
+    """
+    for seed in seeds:
+        _check_seed(seed)
+    with _FREE_LOCK:
+        reused = _FREE[max(len(_FREE) - len(seeds), 0):]
+        del _FREE[len(_FREE) - len(reused):]
+    lent = [rekey(gen, seed) for gen, seed in zip(reused, seeds, strict=False)]
+    lent += [release_generator(seed) for seed in seeds[len(lent):]]
+    try:
+        yield lent
+    finally:
+        with _FREE_LOCK:
+            _FREE.extend(lent[:max(POOL_LIMIT - len(_FREE), 0)])
 
 
 def _check_seed(seed: int) -> None:

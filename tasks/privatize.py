@@ -40,7 +40,7 @@ from mechanisms.curves.release import (
 from mechanisms.errors import MechanismParameterError
 from mechanisms.safe_sampling import power_of_two_at_least, snap_to_grid
 from schemas.errors import PrivpipeError
-from tasks.keyed_rng import release_generator
+from tasks.keyed_rng import lent_generators, release_generator
 from tasks.stage import CurveChunk, StreamChunk, TaskPayload
 from tasks.stream_draw import StreamDrawError, draw_stream_chunk
 
@@ -345,8 +345,10 @@ def privatize_curve_chunk(chunk: CurveChunk, value_columns: tuple[str, ...],
     except MechanismParameterError as err:
         raise MechanismRunError(*_culprit(chunk, err), err) from err
     frames = spec.framing.frames(batch)
-    res = _run_curves(batch, _user_generators(chunk.user_ids, chunk.seeds), spec, frames,
-                      chunk)
+    users = list(dict.fromkeys(chunk.user_ids))
+    with lent_generators([chunk.seeds[u] for u in users]) as made:
+        by_user = dict(zip(users, made, strict=True))
+        res = _run_curves(batch, [by_user[u] for u in chunk.user_ids], spec, frames, chunk)
     _costs_equal_request(res.costs, spec)
     bounds = res.error_bounds(spec.beta)
     fn = _snapped(res, _coefficient_grid(spec))
