@@ -21,6 +21,18 @@ flow thread at the next take, settle or drain, and the chunks after it are
 neither collected nor settled (their reservations stay charged), as when a
 collect fails in the flow thread itself.
 
+The first settle transaction runs in the flow thread (the fault points around
+it mark the release's first settlement); each later batch is settled on one
+settle thread, in batch order, one at a time, while the flow thread goes on
+submitting chunks: at 10^6 users a synchronous settle (about 2 s each) left
+the chunk threads idle once the window had drained (benchmarks/results/floor.md,
+session 5). A background settle waits for its batch's collects; if one fails,
+or the ledger refuses the settle, the batch goes back to the unsettled ones and
+the error is raised in the flow thread at the next settle or the final one, so
+the chunks taken before a failure are still settled by `settle_unsettled`. A
+crash loses nothing either way: a settlement only records the actual cost of
+budget already reserved.
+
 The window knows nothing of curves or streams: what a finished chunk's outputs
 become is the `collect` callback's business, and the ledger call is `settle`'s.
 It only orders, batches and frees (a settled chunk's costs are dropped), and
@@ -30,6 +42,7 @@ release's first settlement (`flows.faults`).
 
 from __future__ import annotations
 
+import contextvars
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,8 +53,12 @@ from tasks.privatize import MechanismRunError
 
 SETTLE_BATCH = 2000
 """The settlements of a release's first ledger transaction."""
-MAX_SETTLE_BATCH = 50_000
-"""The most settlements one ledger transaction of a release takes."""
+MAX_SETTLE_BATCH = 20_000
+"""The most settlements one ledger transaction of a release takes.
+
+Settles after the first run beside the chunk tasks, so their transactions' memory adds
+to the chunks': 20,000 keeps a 10^6-user release under 2 GB (50,000 did not), and the
+extra transactions are hidden behind the chunks."""
 
 
 class ChunkWindow:
@@ -79,6 +96,8 @@ class ChunkWindow:
         self._collector = ThreadPoolExecutor(1, thread_name_prefix="privpipe-collect")
         self._collecting: deque[Future[None]] = deque()
         self._stopped = False  # a collect failed, or the window is closed: collect no more
+        self._settler = ThreadPoolExecutor(1, thread_name_prefix="privpipe-settle")
+        self._settling: Future[None] | None = None  # the batch being settled, if any
 
     def submit(self, future: Any) -> None:
         """Queue a chunk's future; take the oldest one if `in_flight` are now pending."""
@@ -100,8 +119,10 @@ class ChunkWindow:
     def settle_unsettled(self) -> None:
         """Settle every taken but unsettled chunk in one transaction (none: nothing).
 
-        Waits until they are collected; a failed collect is raised instead.
+        Waits for the settle thread's batch, then until every chunk is collected;
+        a failed background settle or collect is raised instead.
         """
+        self._wait_settled()
         self._wait_collected(0)
         if not self._unsettled:
             return
@@ -117,12 +138,58 @@ class ChunkWindow:
             faults.fault_point("after_first_chunk")
 
     def close(self) -> None:
-        """Stop collecting (chunks not yet collected never will be) and end the collector thread.
+        """Stop collecting (chunks not yet collected never will be) and end both threads.
 
-        Returns once no collect runs: what `collect` writes to may then be closed.
+        Returns once no collect and no settle runs: what `collect` writes to may
+        then be closed. A background settle's failure is not raised here (the
+        release is already ending with `settle_unsettled`'s result or another error).
         """
         self._stopped = True
         self._collector.shutdown(wait=True)
+        self._settler.shutdown(wait=True)
+
+    def _settle_in_background(self) -> None:
+        """Hand the unsettled chunks to the settle thread (after the previous batch is done)."""
+        self._wait_settled()
+        if self._stopped:  # a collect failed: the flow thread raises it, `_fail` settles
+            return
+        batch, collects = list(self._unsettled), list(self._collecting)
+        self._unsettled.clear()
+        counted = sum(len(r.costs) for r in batch)
+        self.settles += 1
+        self.settled += counted
+
+        def settle_batch() -> None:
+            for done in collects:  # the batch's chunks and every one before them
+                if done.exception() is not None:  # raised by the flow thread's own wait
+                    raise _BatchNotSettled(batch, counted)
+            try:
+                self._settle(batch)
+            except BaseException as err:
+                raise _BatchNotSettled(batch, counted) from err
+            for r in batch:
+                r.costs = []  # settled: free them (memory must not grow with users)
+
+        self._settling = self._settler.submit(contextvars.copy_context().run, settle_batch)
+
+    def _wait_settled(self) -> None:
+        """Wait for the background batch; if it failed, put it back unsettled and raise why.
+
+        A batch stopped by a failed collect is put back without raising: the flow
+        thread raises the collect's error where it waits for collects, as without
+        a settle thread.
+        """
+        if self._settling is None:
+            return
+        running, self._settling = self._settling, None
+        try:
+            running.result()
+        except _BatchNotSettled as failed:
+            self.settles -= 1
+            self.settled -= failed.counted
+            self._unsettled[:0] = failed.batch
+            if failed.__cause__ is not None:
+                raise failed.__cause__ from None
 
     def _collect_in_order(self, res: Any) -> None:
         """Collect one chunk on the collector thread; after a failure, drop its costs instead."""
@@ -148,4 +215,15 @@ class ChunkWindow:
         self._collecting.append(self._collector.submit(self._collect_in_order, res))
         if sum(len(r.costs) for r in self._unsettled) >= max(SETTLE_BATCH,
                                                              min(self.settled, MAX_SETTLE_BATCH)):
-            self.settle_unsettled()
+            if self.settles == 0:
+                self.settle_unsettled()  # the first settlement, between its fault points
+            else:
+                self._settle_in_background()
+
+
+class _BatchNotSettled(Exception):
+    """A background settle failed (its cause); `batch` is to be settled again."""
+
+    def __init__(self, batch: list[Any], counted: int) -> None:
+        super().__init__("a settle batch failed")
+        self.batch, self.counted = batch, counted
