@@ -297,10 +297,12 @@ def test_settle_batches_grow_with_what_is_settled(curves_csv, policy_file, ledge
     import flows.release_stages as stages
 
     batches: list[int] = []
+    threads: list[str] = []
     real = stages.settle_chunk
 
     def counting(ledger, rid, domain, results, **kw):
         batches.append(sum(len(r.costs) for r in results.unquote()))  # prefect's quote
+        threads.append(threading.current_thread().name)
         return real(ledger, rid, domain, results, **kw)
 
     monkeypatch.setattr(stages, "settle_chunk", counting)
@@ -310,6 +312,9 @@ def test_settle_batches_grow_with_what_is_settled(curves_csv, policy_file, ledge
                    out_dir=str(tmp_path / "out"), ledger_path=str(ledger_path),
                    policy_path=str(policy_file), chunk_users=1)
     assert batches == [1, 2, 3, 3]
+    # the first settle in the flow thread (between its fault points), every later batch as
+    # a Prefect task on the settle thread while the flow thread takes the next chunks
+    assert [t.startswith("privpipe-settle") for t in threads] == [False, True, True, True]
     bal = {r["user_id"]: float(r["spent"]) for r in Ledger(ledger_path).balances("tracks")}
     assert bal == {f"user-{u}": 0.5 * (1 + u % 2) for u in range(6)}
     assert Ledger(ledger_path).verify().ok
