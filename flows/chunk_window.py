@@ -53,12 +53,13 @@ from tasks.privatize import MechanismRunError
 
 SETTLE_BATCH = 2000
 """The settlements of a release's first ledger transaction."""
-MAX_SETTLE_BATCH = 20_000
+MAX_SETTLE_BATCH = 10_000
 """The most settlements one ledger transaction of a release takes.
 
 Settles after the first run beside the chunk tasks, so their transactions' memory adds
-to the chunks': 20,000 keeps a 10^6-user release under 2 GB (50,000 did not), and the
-extra transactions are hidden behind the chunks."""
+to the chunks': at 10^6 users 50,000 took the curve release to 2.09 GB and 20,000 the
+stream release to 2.03 GB (benchmarks/results/floor.md); the extra transactions of a
+smaller cap are hidden behind the chunks."""
 
 
 class ChunkWindow:
