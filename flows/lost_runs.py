@@ -12,7 +12,7 @@ this host, and whose process no longer exists, and sets them Crashed with a
 message naming the process and the fix: run the same command again (the
 ledger resumes the release: what was reserved is not charged twice, and
 nothing is drawn afresh). Runs of other hosts are left to Prefect's own
-heartbeats (docs/operations.md).
+heartbeats (docs/operations.md, "Prefect").
 """
 
 from __future__ import annotations

@@ -197,6 +197,25 @@ def _api_url_set(url: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _heartbeats_off(off: bool) -> Iterator[None]:
+    """No flow-run heartbeats for the block when `off` (a temporary API-only server).
+
+    Heartbeats feed a server's zombie-run automations; a temporary server stops with
+    this process, so none could ever see one missing (privpipe's own `lost_runs`
+    marks this host's killed runs Crashed instead). And Prefect's sync engine joins
+    the heartbeat thread, which sleeps in 1 s steps, at the end of each flow run:
+    every run ended 0.5 s later on average. A configured server keeps them.
+    """
+    if not off:
+        yield
+        return
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
+
+
+@contextlib.contextmanager
 def prefect_session(preload: Sequence[str] = (), *, serve_port: int | None = None
                     ) -> Iterator[str]:
     """Reach a Prefect API for the duration of the block; yield its URL.
@@ -231,7 +250,7 @@ def prefect_session(preload: Sequence[str] = (), *, serve_port: int | None = Non
             importlib.import_module(name)
         if server is not None:
             server.wait_ready()
-        with _api_url_set(url):
+        with _api_url_set(url), _heartbeats_off(server is not None and serve_port is None):
             from flows.lost_runs import reap_quietly
 
             reap_quietly()  # runs left Running by a killed privpipe process: Crashed

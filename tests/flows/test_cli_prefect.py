@@ -11,9 +11,11 @@ PRIVPIPE_HOME/prefect and is gone when the command ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -125,6 +127,25 @@ def test_release_shows_up_on_the_configured_server(server, tmp_path, home, curve
     assert "rc-tracks_first" in md["description"]
     assert "](data:image/png;base64," in md["data"] and "file://" not in md["data"]
     assert not (home / "prefect").exists(), "a configured server must not get a local home"
+    # A configured server keeps Prefect's flow-run heartbeats (its zombie-run automations
+    # need them); only a temporary server goes without (next test).
+    assert _events_of(server, run["id"], "prefect.flow-run.heartbeat")
+
+
+def _events_of(url: str, run_id: str, name: str) -> list[dict]:
+    """The server's events `name` about flow run `run_id` (persisted a little later: polled)."""
+    body = {"filter": {"event": {"name": [name]},
+                       "resource": {"id": [f"prefect.flow-run.{run_id}"]}}, "limit": 10}
+    deadline = time.monotonic() + 30
+    while True:
+        req = urllib.request.Request(f"{url}/events/filter", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"},
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            events = json.loads(r.read())["events"]
+        if events or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
 
 
 def test_derived_release_id_renames_the_run(server, tmp_path, home, curves_csv, policy_file):
@@ -191,6 +212,12 @@ def test_nothing_configured_uses_a_temporary_server_in_privpipe_home(tmp_path, h
     assert res.returncode == 0, res.stderr
     assert (home / "prefect" / "prefect.db").is_file()
     assert "Still processing items" not in res.stderr
+    # No flow-run heartbeats to a server that stops with the command (each made the run
+    # end up to 1 s later); the run's other events are there.
+    with contextlib.closing(sqlite3.connect(home / "prefect" / "prefect.db")) as db:
+        events = {name for (name,) in db.execute("SELECT DISTINCT event FROM events")}
+    assert "prefect.flow-run.Completed" in events, events
+    assert "prefect.flow-run.heartbeat" not in events, events
     # The temporary server is gone with the command.
     left = [p for p in Path("/proc").iterdir() if p.name.isdigit()
             and str(home) in _environ(p)]
