@@ -205,3 +205,115 @@ def test_planned_and_reserved_group_by_group_as_in_one(meters, policy_file, tmp_
     assert sum(map(len, reserved)) == len(set().union(*reserved))  # a user in one call only
     assert set().union(*reserved) == set(users) - {changed, quiet}
     assert [k for k, _ in one[2]].count("reserve") == 1
+
+
+def _in_groups(meters, policy_file, ledger_path, tmp_path, monkeypatch, *, planning, reserving):
+    """Day 1 of the meters in groups of 4 users (chunks of 2: 7 groups), through the
+    given wrappers of the continuation plan and of the reserve."""
+    import flows.release_kinds as kinds
+    import flows.release_stages as stages
+    import tasks.continuation as continuation
+
+    monkeypatch.setattr(kinds, "RESERVE_BATCH", 4)
+    real_plan, real_reserve = continuation.plan_release, stages.reserve_budget
+    monkeypatch.setattr(continuation, "plan_release",
+                        lambda *a, **kw: planning(real_plan, *a, **kw))
+    monkeypatch.setattr(stages, "reserve_budget",
+                        lambda *a, **kw: reserving(real_reserve, *a, **kw))
+    return release_streams(input_path=_csv(meters[meters["t"] < DAY], tmp_path / "d1.csv"),
+                           domain="meters", epsilon="1", out_dir=str(tmp_path / "b"),
+                           ledger_path=str(ledger_path), policy_path=str(policy_file),
+                           chunk_users=2, release_id="day1")
+
+
+def _planning_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "privpipe-plan"]
+
+
+def test_the_next_group_is_planned_while_one_is_reserved(meters, policy_file, ledger_path,
+                                                         tmp_path, monkeypatch):
+    # The first reserve waits for the second group's plan to begin: planned and reserved
+    # one after the other, it would wait in vain (60 s) and record False.
+    import threading
+
+    second_plan, planned, waited = threading.Event(), [], []
+
+    def planning(real, *a, **kw):
+        planned.append(threading.current_thread().name)
+        if len(planned) == 2:
+            second_plan.set()
+        return real(*a, **kw)
+
+    def reserving(real, *a, **kw):
+        if not waited:
+            waited.append(second_plan.wait(60))
+        return real(*a, **kw)
+
+    res = _in_groups(meters, policy_file, ledger_path, tmp_path, monkeypatch,
+                     planning=planning, reserving=reserving)
+    assert waited == [True]
+    assert planned == ["privpipe-plan"] * 7  # every group, on the planning thread
+    assert res["manifest"]["counts"]["users_released"] == 25
+    assert Ledger(ledger_path).verify().ok
+    assert _planning_threads() == []
+
+
+def test_a_failed_reserve_stops_the_planning_thread(meters, policy_file, ledger_path,
+                                                    tmp_path, monkeypatch):
+    import flows.release as release_flow
+
+    planned, reserved, when_raised = [], [], []
+
+    def reserving(real, *a, **kw):
+        if len(reserved) == 1:
+            raise RuntimeError("the second reserve fails")
+        reserved.append(real(*a, **kw))
+        return reserved[-1]
+
+    def reserve_stage(run, real=release_flow.reserve):
+        try:
+            return real(run)
+        except RuntimeError:
+            when_raised.append(_planning_threads())
+            raise
+
+    monkeypatch.setattr(release_flow, "reserve", reserve_stage)
+    with pytest.raises(RuntimeError, match="the second reserve fails"):
+        _in_groups(meters, policy_file, ledger_path, tmp_path, monkeypatch,
+                   planning=lambda real, *a, **kw: (planned.append(1), real(*a, **kw))[1],
+                   reserving=reserving)
+    # stopped and joined as the error leaves the reserve stage, not when collected
+    assert when_raised == [[]]
+    assert _planning_threads() == []
+    assert len(planned) <= 4  # the two groups reserved or refused, at most two ahead
+    assert len({r for r, in _reserved_users(ledger_path)}) == 4  # the first group only
+    assert Ledger(ledger_path).verify().ok
+
+
+def test_a_planning_error_comes_after_the_groups_planned_before_it(
+        meters, policy_file, ledger_path, tmp_path, monkeypatch):
+    planned, reserved = [], []
+
+    def planning(real, *a, **kw):
+        planned.append(1)
+        if len(planned) == 3:
+            raise ValueError("the third group's plan fails")
+        return real(*a, **kw)
+
+    with pytest.raises(ValueError, match="the third group's plan fails"):
+        _in_groups(meters, policy_file, ledger_path, tmp_path, monkeypatch,
+                   planning=planning,
+                   reserving=lambda real, *a, **kw: (reserved.append(1), real(*a, **kw))[1])
+    assert len(reserved) == 2  # as planned and reserved one after the other
+    assert len({r for r, in _reserved_users(ledger_path)}) == 8
+    assert _planning_threads() == []
+
+
+def _reserved_users(ledger_path: Path) -> list[tuple[str]]:
+    con = duckdb.connect(str(ledger_path), read_only=True)
+    try:
+        return con.execute("SELECT user_id FROM entries WHERE kind = 'reserve'").fetchall()
+    finally:
+        con.close()
