@@ -35,7 +35,6 @@ from prefect.utilities.annotations import quote
 
 from files.outputs import ParquetAppender
 from files.staging import read_arrow, write_arrow
-from ingest.prefetch import prefetched
 from mechanisms.cost import float_at_most
 from schemas.policy import Domain
 from tasks.ledger_ops import by_user, plan_requests
@@ -201,19 +200,6 @@ class StreamRelease:
         return cont.requests
 
     def reserve_batches(self, run: ReleaseRun, unchanged: set[str]) -> Any:
-        """Plan the streams' continuations group by group, yielding each group's requests.
-
-        The groups are planned by a thread, the next ones while this one is reserved
-        (`ingest.prefetch.prefetched`: the same batches in the same order, a planning
-        error raised after the batches planned before it, the thread stopped and
-        joined when the caller closes the iterator): planning reads the staged values
-        and the ledger's ranges, reserving writes the ledger, and neither draws noise.
-        At 10^6 users the two had run one after the other (49 s of planning beside 55 s
-        of reserves). At most two groups are planned ahead of the one being reserved.
-        """
-        return prefetched(self._planned_groups(run, unchanged), name="privpipe-plan")
-
-    def _planned_groups(self, run: ReleaseRun, unchanged: set[str]) -> Any:
         """Plan the streams' continuations group by group, yielding each group's requests.
 
         A group is consecutive chunks of at most RESERVE_BATCH users. For each, the

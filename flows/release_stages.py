@@ -17,7 +17,6 @@ crosses a step boundary.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from concurrent.futures import wait as futures_wait
@@ -151,9 +150,7 @@ def reserve(run: ReleaseRun) -> Admission:
     # Streams continue: only the steps after each stream's watermark are
     # requested; the earlier ones are repeated (tasks/continuation.py).
     unchanged: set[str] = set()
-    # closed however the reserve ends: a stream kind's planning thread stops and is joined
-    with contextlib.closing(run.kind.reserve_batches(run, unchanged)) as batches:
-        admitted, denied = _reserve(run, batches)
+    admitted, denied = _reserve(run, run.kind.reserve_batches(run, unchanged))
     # requested and reserved: the per-user plan is not needed again (memory must
     # not grow with users; chunks keep their users and fingerprints)
     run.plan.steps.clear()
@@ -174,14 +171,13 @@ def _reserve(run: ReleaseRun, batches: Any) -> tuple[set[str], list[dict[str, An
     (`Ledger.reserve`); users are independent (each has its own accounts), so
     batches of users decide exactly what one transaction would. Batches bound
     the memory of a reserve (its requests, decisions and DuckDB work grow with
-    the batch, not with the release), and are built by the iterator a few at a
-    time (curves: one; streams: planned by a thread at most two groups ahead,
-    `StreamRelease.reserve_batches`). Every batch runs before any chunk is
-    submitted: no noise is drawn until the whole release is reserved. A crash
-    between batches leaves the earlier batches reserved (recorded, not spent
-    twice): the rerun answers them from their entries and reserves the rest. An
-    iterator of no batch still makes one (empty) reserve call. Returns the
-    admitted users and the denials, sorted by user.
+    the batch, not with the release), and are built one at a time by the
+    iterator. Every batch runs before any chunk is submitted: no noise is drawn
+    until the whole release is reserved. A crash between batches leaves the
+    earlier batches reserved (recorded, not spent twice): the rerun answers them
+    from their entries and reserves the rest. An iterator of no batch still
+    makes one (empty) reserve call. Returns the admitted users and the denials,
+    sorted by user.
     """
     admitted: set[str] = set()
     denied: list[dict[str, Any]] = []
