@@ -56,6 +56,16 @@ def _window(log: _Log, in_flight: int) -> ChunkWindow:
                        lambda r: log.events.append(("collect", r.index)), in_flight=in_flight)
 
 
+def _run_eight(window: ChunkWindow, log: _Log) -> ChunkWindow:
+    """Submit chunks 0-7 of one user each, drain, settle the rest and close; return `window`."""
+    for i in range(8):
+        window.submit(log.submit(_Result(i, 1)))
+    window.drain()
+    window.settle_unsettled()
+    window.close()
+    return window
+
+
 def _settles(log: _Log) -> list[list[int]]:
     return [e[1] for e in log.events if e[0] == "settle"]
 
@@ -158,12 +168,7 @@ def test_chunks_are_collected_off_the_flow_thread_and_settled_only_once_collecte
         assert all(r.index in done for r in rs), "a chunk settled before it was collected"
         log.events.append(("settle", [r.index for r in rs]))
 
-    window = ChunkWindow(settle, collect, in_flight=3)
-    for i in range(8):
-        window.submit(log.submit(_Result(i, 1)))
-    window.drain()
-    window.settle_unsettled()
-    window.close()
+    _run_eight(ChunkWindow(settle, collect, in_flight=3), log)
     assert done == list(range(8))
     assert [i for batch in _settles(log) for i in batch] == list(range(8))
     assert threads and threading.current_thread().name not in threads
@@ -293,12 +298,7 @@ def test_a_background_batch_waits_for_its_collects(log, monkeypatch):
     def settle(rs: list[_Result]) -> None:
         assert all(r.index in collected for r in rs), "settled before its collect ended"
 
-    window = ChunkWindow(settle, collect, in_flight=4)
-    for i in range(8):
-        window.submit(log.submit(_Result(i, 1)))
-    window.drain()
-    window.settle_unsettled()
-    window.close()
+    window = _run_eight(ChunkWindow(settle, collect, in_flight=4), log)
     assert collected == list(range(8)) and all(not r.costs for r in window.results)
 
 
