@@ -370,36 +370,40 @@ class _Batch:
         ustarts = np.flatnonzero(self.ustart)
         ubounds = np.append(ustarts, n)
         gbounds = np.append(self.gstarts, n)
+        # Group i (a curve or stream) is rows gbounds[i]:gbounds[i + 1]; user u's groups
+        # are first_group[u]:last_group[u]. Python ints and lists: one lookup per group.
+        first_group = np.searchsorted(gbounds, ubounds[:-1]).tolist()
+        last_group = np.searchsorted(gbounds, ubounds[1:]).tolist()
+        bounds = gbounds.tolist()
         user_ids = _text(self.user_col, ustarts).tolist()
         group_keys = _text(self.key_col, self.gstarts).tolist()
-        columns = d.value_columns
-        for ui, (a, b) in enumerate(zip(ubounds[:-1], ubounds[1:], strict=True)):
-            user = user_ids[ui]
+        columns = tuple(d.value_columns)
+        if d.kind == "curves":
+            starts = [float(s) if np.isfinite(s) else None for s in self.start_of_group]
+        else:
+            with np.errstate(invalid="ignore"):  # a rejected user's missing t (NaN)
+                steps = self.t.astype(np.int64)
+            values = values[:, 0]
+        for ui, user in enumerate(user_ids):
             probs = by_user.get(user)
             if user is None or probs:
                 ps = sorted(probs or [], key=lambda p: (p.row or 0, p.column or "", p.rule))
                 yield Rejection(user_id="" if user is None else user,
                                 problems=_capped(ps, max_problems, plan.label))
                 continue
-            lo = np.searchsorted(gbounds, a)
-            hi = np.searchsorted(gbounds, b)
-            items: list[Curve] | list[Stream] = []
-            for g0, g1 in zip(gbounds[lo:hi], gbounds[lo + 1:hi + 1], strict=True):
-                if d.kind == "curves":
-                    s0 = self.start_of_group[int(self.gid[g0])]
-                    start = float(s0) if np.isfinite(s0) else None
-                    t = self.t[g0:g1].copy()
-                    items.append(Curve(curve_id=group_keys[int(self.gid[g0])], t=t,
-                                       values=values[g0:g1].copy(), start=start))
-                else:
-                    items.append(Stream(stream_id=group_keys[int(self.gid[g0])],
-                                        steps=self.t[g0:g1].astype(np.int64),
-                                        values=values[g0:g1, 0].copy()))
-            fp = user_fingerprint(user, items, columns)
+            groups = range(first_group[ui], last_group[ui])
             if d.kind == "curves":
-                yield UserCurves(user_id=user, curves=items, fingerprint=fp)  # type: ignore[arg-type]
+                curves = [Curve(curve_id=group_keys[g], t=self.t[bounds[g]:bounds[g + 1]].copy(),
+                                values=values[bounds[g]:bounds[g + 1]].copy(), start=starts[g])
+                          for g in groups]
+                yield UserCurves(user_id=user, curves=curves,
+                                 fingerprint=user_fingerprint(user, curves, columns))
             else:
-                yield UserStreams(user_id=user, streams=items, fingerprint=fp)  # type: ignore[arg-type]
+                streams = [Stream(stream_id=group_keys[g], steps=steps[bounds[g]:bounds[g + 1]],
+                                  values=values[bounds[g]:bounds[g + 1]].copy())
+                           for g in groups]
+                yield UserStreams(user_id=user, streams=streams,
+                                  fingerprint=user_fingerprint(user, streams, columns))
 
     def _projected(self) -> np.ndarray:
         """lon/lat projected to metres in the domain's fixed frame."""

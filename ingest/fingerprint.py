@@ -17,9 +17,10 @@ because it hashes converted values: validate against the release's domain.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -28,22 +29,42 @@ from ingest.types import Curve, Stream
 _VERSION = b"privpipe-fingerprint-v1\0"
 
 
-def _text(h: hashlib._Hash, s: str) -> None:
+_PACK_LEN = struct.Struct("<Q").pack
+_PACK_START = struct.Struct("<d").pack
+_F8, _I8 = np.dtype("<f8"), np.dtype("<i8")
+
+
+def _text_bytes(s: str) -> bytes:
     b = s.encode("utf-8", "surrogatepass")
-    h.update(struct.pack("<Q", len(b)))
-    h.update(b)
+    return _PACK_LEN(len(b)) + b
 
 
-def _array(h: hashlib._Hash, a: np.ndarray, dtype: str) -> None:
+def _text(h: hashlib._Hash, s: str) -> None:
+    h.update(_text_bytes(s))
+
+
+def _array(h: hashlib._Hash, a: np.ndarray, dtype: np.dtype) -> None:
     b = np.ascontiguousarray(a, dtype=dtype)
-    h.update(struct.pack("<Q", b.size))
-    h.update(b.reshape(-1).view(np.uint8))  # its bytes, without a copy
+    h.update(_PACK_LEN(b.size))
+    h.update(b)  # its bytes (a C-contiguous buffer), without a copy
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_bytes(columns: tuple[str, ...]) -> bytes:
+    return b"".join(_text_bytes(c) for c in columns)
 
 
 def user_fingerprint(
-    user_id: str, items: Iterable[Curve] | Iterable[Stream], columns: Iterable[str]
+    user_id: str, items: Sequence[Curve] | Sequence[Stream], columns: Iterable[str]
 ) -> str:
     """Fingerprint one user's canonical data.
+
+    The bytes hashed, in order: the version tag, the user id, each value
+    column name (texts as a little-endian u64 byte count and their UTF-8
+    bytes), then per item in id order: ``"curve"``, its id, its start
+    (little-endian float64, NaN when unknown), its times and its values; or
+    ``"stream"``, its id, its steps (int64) and its values (arrays as a u64
+    element count and their little-endian elements, row-major).
 
     Args:
         user_id: the user.
@@ -54,23 +75,27 @@ def user_fingerprint(
         The SHA-256 hex digest.
     """
     h = hashlib.sha256(_VERSION)
-    _text(h, user_id)
-    for c in columns:
-        _text(h, c)
-    for item in sorted(items, key=lambda it: getattr(it, "curve_id", None)
-                       or getattr(it, "stream_id", "")):
+    h.update(_text_bytes(user_id) + _columns_bytes(tuple(columns)))
+    if len(items) > 1:
+        items = sorted(items, key=_item_id)
+    for item in items:
         if isinstance(item, Curve):
-            _text(h, "curve")
-            _text(h, item.curve_id)
-            h.update(struct.pack("<d", float("nan") if item.start is None else item.start))
-            _array(h, item.t, "<f8")
-            _array(h, item.values, "<f8")
+            h.update(_CURVE + _text_bytes(item.curve_id)
+                     + _PACK_START(float("nan") if item.start is None else item.start))
+            _array(h, item.t, _F8)
+            _array(h, item.values, _F8)
         else:
-            _text(h, "stream")
-            _text(h, item.stream_id)
-            _array(h, item.steps, "<i8")
-            _array(h, item.values, "<f8")
+            h.update(_STREAM + _text_bytes(item.stream_id))
+            _array(h, item.steps, _I8)
+            _array(h, item.values, _F8)
     return h.hexdigest()
+
+
+_CURVE, _STREAM = _text_bytes("curve"), _text_bytes("stream")
+
+
+def _item_id(item: Curve | Stream) -> str:
+    return item.curve_id if isinstance(item, Curve) else item.stream_id
 
 
 class InputFingerprint:
