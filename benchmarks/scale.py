@@ -78,6 +78,12 @@ t0 = time.perf_counter()
 from pathlib import Path
 from flows.settings import configure_prefect
 configure_prefect(Path(work))
+from flows.prefect_server import prefect_session
+# Prefect as the CLI reaches it: privpipe's temporary API-only server (no flow-run
+# heartbeats, whose thread ends each run on a whole second: docs/operations.md)
+import contextlib
+session = contextlib.ExitStack()
+session.enter_context(prefect_session(preload=("prefect.main", "flows.release")))
 from ledger import Ledger
 from schemas.policy import load_policy
 from flows.release import release_curves, release_streams
@@ -140,6 +146,7 @@ size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 print(json.dumps({"wall": wall, "cpu": cpu, "startup": startup,
                   "rss_mb": max(me.ru_maxrss, kids.ru_maxrss) / 1024, "stages": stages,
                   "out_bytes": size, "counts": res["manifest"]["counts"]}))
+session.close()  # the temporary server stops with this child
 '''
 
 
