@@ -47,3 +47,26 @@ def test_chunk_users_fixes_the_count(dom, tmp_path):
     assert _chunk_users(plan) == [3, 3, 3, 1]
     assert stage.DEFAULT_CHUNK_USERS == 1_000
     assert _chunk_users(stage.stage_input_fn(_frame([5] * 10), dom, str(tmp_path / "a"))) == [10]
+
+
+@pytest.mark.parametrize("admitted", [None, {"u01", "u03"}, {"u00", "u02", "u03"}, set()])
+def test_a_chunk_payload_holds_its_admitted_users_samples(dom, tmp_path, admitted):
+    """Every user admitted (the spans read as one slice) or some (gathered): the same rows."""
+    frame = _frame([3, 5, 2, 4])
+    frame["t"] = frame["t"] * 0.5 + 0.25  # times other than row numbers
+    plan = stage.stage_input_fn(frame, dom, str(tmp_path / "s"), chunk_users=4)
+    chunk = plan.chunks[0]
+    users = [u for u in chunk.user_ids if admitted is None or u in admitted]
+    seeds = {u: i + 1 for i, u in enumerate(users)}
+    payload = stage.load_curve_chunk(chunk, ("x",), seeds)
+    want = frame[frame.user_id.isin(users)]
+    assert payload.user_ids == tuple(users) and payload.curve_ids == ("c",) * len(users)
+    assert payload.seeds == seeds
+    # times from each curve's start (ingest's conversion), values as given
+    start = want.groupby("user_id", sort=False).t.transform("min")
+    np.testing.assert_array_equal(payload.t, (want.t - start).to_numpy())
+    np.testing.assert_array_equal(payload.values[:, 0], want.x.to_numpy())
+    counts = want.groupby("user_id", sort=False).size().reindex(users).to_numpy()
+    np.testing.assert_array_equal(payload.offsets, np.concatenate([[0], np.cumsum(counts)])
+                                  if users else [0])
+    assert payload.values.shape == (len(want), 1)
