@@ -1,7 +1,9 @@
 """Session-wide test settings: offline, quiet, project-local Prefect home."""
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,7 +21,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 @pytest.fixture(scope="session")
-def prefect_api(request) -> str:
+def prefect_api() -> Iterator[str]:
     """Prefect's test harness, started once per test process by the first test that needs it.
 
     Every flow test shares it (tests/flows through an autouse fixture; the
@@ -39,12 +41,10 @@ def prefect_api(request) -> str:
     # ended 0.5 s later on average (a 6-user release: 2.1 s -> 1.4 s). The harness copies
     # these settings into the global context, so threads that tests start see them too.
     # Heartbeats only feed Prefect's own zombie-run automations, which no test uses.
-    quiet = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
-    quiet.__enter__()
-    cm = prefect_test_harness(server_startup_timeout=120)
-    cm.__enter__()
-    request.addfinalizer(lambda: (cm.__exit__(None, None, None),
-                                  quiet.__exit__(None, None, None)))
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness did not set an API URL"
-    return str(url)
+    with contextlib.ExitStack() as session:  # closed in reverse order at the session's end
+        session.enter_context(temporary_settings(
+            updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
+        session.enter_context(prefect_test_harness(server_startup_timeout=120))
+        url = PREFECT_API_URL.value()
+        assert url, "the Prefect test harness did not set an API URL"
+        yield str(url)
