@@ -81,9 +81,10 @@ configure_prefect(Path(work))
 from flows.prefect_server import prefect_session
 # Prefect as the CLI reaches it: privpipe's temporary API-only server (no flow-run
 # heartbeats, whose thread ends each run on a whole second: docs/operations.md)
-import contextlib
+import atexit, contextlib
 session = contextlib.ExitStack()
 session.enter_context(prefect_session(preload=("prefect.main", "flows.release")))
+atexit.register(session.close)  # the temporary server stops with this child, however it ends
 from ledger import Ledger
 from schemas.policy import load_policy
 from flows.release import release_curves, release_streams
@@ -146,7 +147,6 @@ size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 print(json.dumps({"wall": wall, "cpu": cpu, "startup": startup,
                   "rss_mb": max(me.ru_maxrss, kids.ru_maxrss) / 1024, "stages": stages,
                   "out_bytes": size, "counts": res["manifest"]["counts"]}))
-session.close()  # the temporary server stops with this child
 '''
 
 

@@ -39,6 +39,9 @@ def _text_bytes(s: str) -> bytes:
     return _PACK_LEN(len(b)) + b
 
 
+_CURVE, _STREAM = _text_bytes("curve"), _text_bytes("stream")
+
+
 def _text(h: hashlib._Hash, s: str) -> None:
     h.update(_text_bytes(s))
 
@@ -89,9 +92,6 @@ def user_fingerprint(
             _array(h, item.steps, _I8)
             _array(h, item.values, _F8)
     return h.hexdigest()
-
-
-_CURVE, _STREAM = _text_bytes("curve"), _text_bytes("stream")
 
 
 def _item_id(item: Curve | Stream) -> str:
